@@ -1,0 +1,144 @@
+//! The backend trait: a factory per engine configuration, a session per conversation.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::{Enforcement, LimitKind, Limits, LogBuffer, ToolDispatch};
+
+/// What a runtime says about itself: enough for the host to pick it by fence tag and
+/// to tell a model how to write for it.
+#[derive(Debug, Clone)]
+pub struct RuntimeInfo {
+    /// The runtime's name as users select it, e.g. `"rhai"`.
+    pub name: &'static str,
+    /// The language as a model knows it, e.g. `"Rhai"`.
+    pub language: &'static str,
+    /// Code-fence tags this runtime accepts, preferred tag first.
+    pub fence_tags: &'static [&'static str],
+    /// The prompt card template (a minijinja template from `prompts/`). The host
+    /// renders it with `tools` (each with `name`, `description`, `signature`,
+    /// `parameters`) and `limits`.
+    pub card_template: &'static str,
+    /// How each limit is enforced, one row per [`LimitKind`].
+    pub enforcement: &'static [Enforcement],
+}
+
+/// A script engine configured once: the expensive, shared part.
+pub trait Runtime: Send + Sync {
+    /// Describes the runtime.
+    fn info(&self) -> &RuntimeInfo;
+
+    /// The limits every session of this runtime runs under.
+    fn limits(&self) -> &Limits;
+
+    /// How a model calls `tool` in this language, e.g. `call_tool("add", #{a: INT, b: INT})`.
+    fn tool_signature(&self, tool: &crate::ToolSpec) -> String;
+
+    /// Starts a session whose scripts can call `tools`.
+    fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError>;
+}
+
+/// One conversation's state: variables and functions persist from run to run.
+///
+/// `run` blocks; call it from a thread that may block (in tokio, `spawn_blocking`),
+/// because tool calls made by the script run to completion on this thread.
+pub trait Session: Send {
+    /// Runs one script and returns its completion value and what it printed. A script
+    /// that fails, or hits a limit, is a [`ScriptError`] inside the outcome; the
+    /// session stays usable afterwards.
+    fn run(&mut self, script: &str) -> Result<RunOutcome, HostError>;
+}
+
+impl<S: Session + ?Sized> Session for Box<S> {
+    fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+        (**self).run(script)
+    }
+}
+
+/// What one run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The completion value as JSON, or why there is none.
+    pub completion: Result<Value, ScriptError>,
+    /// What the script printed.
+    pub logs: LogBuffer,
+}
+
+/// A script failed: the model should read this and fix its script. Messages from the
+/// engine are passed through verbatim (positions, stack traces), since that is what a
+/// model reads best.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScriptError {
+    /// The script did not parse.
+    #[error("{message}")]
+    Syntax {
+        /// The engine's message, with the position.
+        message: String,
+    },
+    /// The script threw, or an operation failed, and nothing caught it.
+    #[error("{message}")]
+    Thrown {
+        /// The engine's message, with the position.
+        message: String,
+    },
+    /// The script hit one of its [`Limits`] and was stopped.
+    #[error("the script was stopped: it exceeded the {described}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    LimitExceeded {
+        /// Which limit.
+        limit: LimitKind,
+        /// The limit and its value, e.g. "time limit of 5000 ms".
+        described: String,
+        /// What the engine said, where it adds something (e.g. which value grew).
+        detail: Option<String>,
+    },
+    /// The completion value has no JSON form (a function, NaN, a cycle, too deep).
+    #[error("the script's value cannot be returned as JSON: {message}")]
+    Unrepresentable {
+        /// What could not be converted, and where.
+        message: String,
+    },
+}
+
+impl ScriptError {
+    /// A limit error naming `limit` and its value in `limits`.
+    pub fn limit(limit: LimitKind, limits: &Limits, detail: Option<String>) -> Self {
+        ScriptError::LimitExceeded {
+            limit,
+            described: limit.describe(limits),
+            detail,
+        }
+    }
+}
+
+/// The host itself failed: the run cannot go on (a guest file is missing, an engine
+/// could not start). Never caused by what a script does.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// The runtime could not start a session.
+    #[error("could not start a {runtime} session: {reason}")]
+    SessionStart {
+        /// The runtime's name.
+        runtime: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The session was lost: a previous run panicked inside the engine or a tool.
+    #[error("the {runtime} session was lost: {reason}")]
+    SessionLost {
+        /// The runtime's name.
+        runtime: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The engine failed in a way no script should be able to cause.
+    #[error("the {runtime} engine failed: {reason}")]
+    Engine {
+        /// The runtime's name.
+        runtime: &'static str,
+        /// Why.
+        reason: String,
+    },
+}

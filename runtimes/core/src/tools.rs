@@ -1,0 +1,101 @@
+//! How a script reaches the host: tools called by name with JSON arguments.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a model is told about a tool: its name, what it does, and the JSON Schema of
+/// its arguments object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name a script calls it by; also its identifier in each language.
+    pub name: String,
+    /// What it does, in a sentence or two, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object. Default: `{"type":"object"}`.
+    #[serde(default = "any_object")]
+    pub parameters: Value,
+}
+
+fn any_object() -> Value {
+    serde_json::json!({"type": "object"})
+}
+
+impl ToolSpec {
+    /// A spec whose arguments are any object.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters: any_object(),
+        }
+    }
+
+    /// The same spec with this JSON Schema for its arguments.
+    pub fn with_parameters(mut self, parameters: Value) -> Self {
+        self.parameters = parameters;
+        self
+    }
+
+    /// The argument names and their JSON types, from `parameters.properties`, in
+    /// schema order; required arguments first is the schema author's job.
+    pub fn argument_names(&self) -> Vec<(String, String)> {
+        let Some(properties) = self.parameters.get("properties").and_then(Value::as_object) else {
+            return Vec::new();
+        };
+        properties
+            .iter()
+            .map(|(name, schema)| {
+                let ty = schema
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("any")
+                    .to_string();
+                (name.clone(), ty)
+            })
+            .collect()
+    }
+}
+
+/// A tool failed; the script sees `message` as a catchable error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    /// What went wrong, for the model to read.
+    pub message: String,
+}
+
+impl ToolError {
+    /// A tool error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+/// The host side of `call_tool`: synchronous, because engines are. The host's
+/// implementation runs async tool handlers to completion on the calling thread.
+pub trait ToolDispatch: Send + Sync {
+    /// The tools a script may call, for prompt cards and error messages.
+    fn specs(&self) -> &[ToolSpec];
+
+    /// Calls tool `name` with `args`. An unknown name is a [`ToolError`] listing the
+    /// known ones.
+    fn call(&self, name: &str, args: Value) -> Result<Value, ToolError>;
+}
+
+/// No tools at all: every call is an error saying so.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoTools;
+
+impl ToolDispatch for NoTools {
+    fn specs(&self) -> &[ToolSpec] {
+        &[]
+    }
+
+    fn call(&self, name: &str, _args: Value) -> Result<Value, ToolError> {
+        Err(ToolError::new(format!(
+            "unknown tool '{name}': this session has no tools"
+        )))
+    }
+}

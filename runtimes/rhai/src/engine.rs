@@ -1,0 +1,176 @@
+//! The hardened, shared Rhai engine: built once per [`Limits`], used by every session.
+
+use std::sync::OnceLock;
+
+use codeact_runtime::{Enforcement, LimitKind, Limits, ToolError};
+use rhai::module_resolvers::DummyModuleResolver;
+use rhai::packages::{Package, StandardPackage};
+use rhai::{
+    Dynamic, Engine, EvalAltResult, ImmutableString, Map, Module, NativeCallContext, Shared,
+};
+
+use crate::{convert, run_state};
+
+/// The value `on_progress` terminates a run with when its deadline passes.
+pub(crate) const DEADLINE_TOKEN: &str = "codeact:deadline";
+
+/// Operations between two clock reads. Reading the clock on every operation costs
+/// about +55% on tight loops; every 1,024 costs under 1%, and a run overshoots its
+/// deadline by at most that much work (microseconds).
+const CLOCK_CHECK_INTERVAL: u64 = 1_024;
+
+/// Per-value caps derived from [`Limits::max_memory_bytes`]. Rhai counts nested
+/// values recursively, so each cap bounds one value as a whole.
+pub(crate) struct ValueCaps {
+    pub string_bytes: usize,
+    pub array_items: usize,
+    pub map_entries: usize,
+}
+
+impl ValueCaps {
+    pub fn from_limits(limits: &Limits) -> Self {
+        // Rhai treats 0 as "unlimited", so every cap is at least 1.
+        let memory = limits.max_memory_bytes;
+        Self {
+            string_bytes: (memory / 4).max(1),
+            array_items: (memory / 64).max(1),
+            map_entries: (memory / 128).max(1),
+        }
+    }
+}
+
+/// How the Rhai backend enforces each limit.
+pub(crate) const ENFORCEMENT: &[Enforcement] = &[
+    Enforcement {
+        limit: LimitKind::WallTime,
+        how: "on_progress reads the clock every 1,024 operations and terminates the run; a tool call in progress is not interrupted",
+    },
+    Enforcement {
+        limit: LimitKind::Operations,
+        how: "Engine::set_max_operations, counted per run; not catchable by the script",
+    },
+    Enforcement {
+        limit: LimitKind::Memory,
+        how: "per value: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values; Rhai has no global heap cap, so values in different variables add up to at most max_variables times these caps",
+    },
+    Enforcement {
+        limit: LimitKind::CallDepth,
+        how: "Engine::set_max_call_levels",
+    },
+    Enforcement {
+        limit: LimitKind::NestingDepth,
+        how: "Engine::set_max_expr_depths when parsing; checked again when a value crosses to JSON",
+    },
+    Enforcement {
+        limit: LimitKind::Variables,
+        how: "Engine::set_max_variables over the session's whole scope, across runs",
+    },
+    Enforcement {
+        limit: LimitKind::Functions,
+        how: "Engine::set_max_functions per script, and again over the session's accumulated functions",
+    },
+    Enforcement {
+        limit: LimitKind::Output,
+        how: "print and debug go to a per-run buffer that keeps the first max_output_bytes and counts the rest",
+    },
+];
+
+/// The standard library, built once per process and shared by every engine.
+fn standard_library() -> Shared<Module> {
+    static LIBRARY: OnceLock<Shared<Module>> = OnceLock::new();
+    LIBRARY
+        .get_or_init(|| StandardPackage::new().as_shared_module())
+        .clone()
+}
+
+/// Builds an engine with the standard library, the codeact helpers, and every limit
+/// set; no module imports, no `eval`, no file or network access (Rhai has none
+/// unless registered).
+pub(crate) fn build(limits: &Limits) -> Engine {
+    let mut engine = Engine::new_raw();
+    engine.register_global_module(standard_library());
+    engine.set_module_resolver(DummyModuleResolver::new());
+    engine.disable_symbol("eval");
+    engine.disable_symbol("import");
+
+    let caps = ValueCaps::from_limits(limits);
+    engine
+        .set_max_operations(limits.max_operations)
+        .set_max_call_levels(limits.max_call_depth)
+        .set_max_expr_depths(limits.max_nesting_depth, limits.max_nesting_depth)
+        .set_max_string_size(caps.string_bytes)
+        .set_max_array_size(caps.array_items)
+        .set_max_map_size(caps.map_entries)
+        .set_max_variables(limits.max_variables.max(1))
+        .set_max_functions(limits.max_functions.max(1))
+        .set_max_modules(1);
+
+    engine.on_print(run_state::log_line);
+    engine.on_debug(|text, _source, position| {
+        run_state::log_line(&format!("[debug {position}] {text}"));
+    });
+    engine.on_progress(|operations| {
+        if operations % CLOCK_CHECK_INTERVAL == 0 && run_state::deadline_passed() {
+            Some(Dynamic::from(DEADLINE_TOKEN))
+        } else {
+            None
+        }
+    });
+
+    register_helpers(&mut engine, limits.max_nesting_depth);
+    engine
+}
+
+fn tagged(kind: &str, field: &str, value: Dynamic) -> Map {
+    let mut map = Map::new();
+    map.insert("type".into(), Dynamic::from(kind.to_string()));
+    map.insert(field.into(), value);
+    map
+}
+
+fn register_helpers(engine: &mut Engine, max_depth: usize) {
+    engine.register_fn("observation", |value: Dynamic| {
+        tagged("observation", "value", value)
+    });
+    engine.register_fn("final_result", |value: Dynamic| {
+        tagged("final_result", "value", value)
+    });
+    engine.register_fn("error", |message: Dynamic| {
+        tagged("error", "message", Dynamic::from(message.to_string()))
+    });
+    engine.register_fn("transfer_to_agent", |name: ImmutableString| {
+        tagged("transfer_to_agent", "agent_name", Dynamic::from(name))
+    });
+    engine.register_fn(
+        "call_tool",
+        move |ctx: NativeCallContext, name: &str, args: Dynamic| {
+            call_tool(&ctx, name, &args, max_depth)
+        },
+    );
+    engine.register_fn("call_tool", move |ctx: NativeCallContext, name: &str| {
+        call_tool(&ctx, name, &Dynamic::from_map(Map::new()), max_depth)
+    });
+}
+
+fn call_tool(
+    ctx: &NativeCallContext,
+    name: &str,
+    args: &Dynamic,
+    max_depth: usize,
+) -> Result<Dynamic, Box<EvalAltResult>> {
+    let thrown = |message: String| {
+        Box::new(EvalAltResult::ErrorRuntime(
+            message.into(),
+            ctx.call_position(),
+        ))
+    };
+    let tools = run_state::tools()
+        .ok_or_else(|| thrown("call_tool is only available while a script runs".into()))?;
+    let args = convert::to_json(args, max_depth)
+        .map_err(|e| thrown(format!("arguments of tool '{name}' cannot be sent: {e}")))?;
+    match tools.call(name, args) {
+        Ok(result) => convert::from_json(&result, max_depth)
+            .map_err(|e| thrown(format!("result of tool '{name}' cannot be used: {e}"))),
+        Err(ToolError { message }) => Err(thrown(format!("tool '{name}' failed: {message}"))),
+    }
+}

@@ -1,0 +1,109 @@
+//! The Rhai backend of codeact: one hardened [`rhai::Engine`] shared by every session,
+//! one [`rhai::Scope`] per session.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use codeact_rhai::RhaiRuntime;
+//! use codeact_runtime::{Limits, NoTools, Runtime};
+//!
+//! let runtime = RhaiRuntime::new(Limits::default());
+//! let mut session = runtime.new_session(Arc::new(NoTools)).unwrap();
+//! session.run("let x = 40;").unwrap();
+//! let outcome = session.run("final_result(x + 2)").unwrap();
+//! assert_eq!(outcome.completion.unwrap()["value"], 42);
+//! ```
+
+mod big_stack;
+mod convert;
+mod engine;
+mod errors;
+mod run_state;
+mod session;
+
+use std::sync::Arc;
+
+use codeact_runtime::{HostError, Limits, Runtime, RuntimeInfo, Session, ToolDispatch, ToolSpec};
+use rhai::Engine;
+
+pub use convert::{from_json, to_json};
+pub use session::RhaiSession;
+
+/// The Rhai runtime: building one costs a few microseconds (the standard library is
+/// built once per process and shared); a session costs an empty `Scope`.
+pub struct RhaiRuntime {
+    engine: Arc<Engine>,
+    limits: Arc<Limits>,
+}
+
+impl std::fmt::Debug for RhaiRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RhaiRuntime")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+static INFO: RuntimeInfo = RuntimeInfo {
+    name: "rhai",
+    language: "Rhai",
+    fence_tags: &["rhai"],
+    card_template: include_str!("../../../prompts/rhai.md"),
+    enforcement: engine::ENFORCEMENT,
+};
+
+impl RhaiRuntime {
+    /// A runtime whose sessions run under `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            engine: Arc::new(engine::build(&limits)),
+            limits: Arc::new(limits),
+        }
+    }
+
+    /// Starts a session with concrete type, for callers that want [`RhaiSession`]
+    /// rather than a boxed [`Session`].
+    pub fn session(&self, tools: Arc<dyn ToolDispatch>) -> RhaiSession {
+        RhaiSession::new(self.engine.clone(), self.limits.clone(), tools)
+    }
+}
+
+impl Runtime for RhaiRuntime {
+    fn info(&self) -> &RuntimeInfo {
+        &INFO
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn tool_signature(&self, tool: &ToolSpec) -> String {
+        let fields: Vec<String> = tool
+            .argument_names()
+            .into_iter()
+            .map(|(name, ty)| format!("{name}: {}", rhai_type(&ty)))
+            .collect();
+        if fields.is_empty() {
+            format!("call_tool(\"{}\", #{{}})", tool.name)
+        } else {
+            format!("call_tool(\"{}\", #{{{}}})", tool.name, fields.join(", "))
+        }
+    }
+
+    fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
+        Ok(Box::new(self.session(tools)))
+    }
+}
+
+/// The Rhai spelling of a JSON Schema type.
+fn rhai_type(json_type: &str) -> &'static str {
+    match json_type {
+        "integer" => "int",
+        "number" => "float",
+        "string" => "string",
+        "boolean" => "bool",
+        "array" => "array",
+        "object" => "map",
+        "null" => "()",
+        _ => "any",
+    }
+}

@@ -1,0 +1,45 @@
+//! codeact hosts code-executing ("CodeAct") agents: a language model writes a small
+//! script each turn, the host runs it in a sandboxed engine, and the script's
+//! completion value, decoded into a [`ScriptOutput`], decides what happens next.
+//!
+//! Run a script in a Rhai session with one tool:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use codeact::{Limits, RhaiRuntime, ScriptOutput, ScriptSession, Tool, ToolBox};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let add = Tool::from_fn("add", "Adds a and b.", |args| {
+//!     Ok(json!(args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)))
+//! });
+//! let runtime = RhaiRuntime::new(Limits::default());
+//! let mut session = ScriptSession::start(&runtime, Arc::new(ToolBox::new([add])?))?;
+//!
+//! session.run("let x = call_tool(\"add\", #{a: 40, b: 2});").await?;
+//! let run = session.run("final_result(x)").await?;
+//! assert_eq!(run.output, ScriptOutput::FinalResult { value: json!(42) });
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod cli;
+mod command_tool;
+mod output;
+mod prompts;
+mod registry;
+mod session;
+mod tools;
+
+pub use codeact_rhai::RhaiRuntime;
+pub use codeact_runtime::{
+    Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
+    RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
+};
+pub use command_tool::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
+pub use output::ScriptOutput;
+pub use prompts::{PromptError, render_card};
+pub use registry::{RUNTIME_NAMES, UnknownRuntime, runtime_by_name};
+pub use session::{ScriptRun, ScriptSession};
+pub use tools::{Tool, ToolBox, ToolBoxError, ToolFuture};

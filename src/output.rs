@@ -1,0 +1,305 @@
+//! The `ScriptOutput` wire contract, and the one place a completion value is decoded.
+
+use std::fmt;
+
+use codeact_runtime::ScriptError;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a script's completion value means to the host.
+///
+/// The wire shape is exact: internally tagged on `type`, snake_case:
+///
+/// ```
+/// use codeact::ScriptOutput;
+/// use serde_json::json;
+///
+/// let output = ScriptOutput::decode(json!({"type": "final_result", "value": 42}));
+/// assert_eq!(output, ScriptOutput::FinalResult { value: json!(42) });
+/// assert_eq!(output.to_string(), r#"{"type":"final_result","value":42}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ScriptOutput {
+    /// Fed back to the model; the run goes on.
+    Observation {
+        /// Any JSON value.
+        value: Value,
+    },
+    /// Fed back to the model; the run goes on.
+    Error {
+        /// What went wrong, verbatim from the engine where it came from one.
+        message: String,
+    },
+    /// Ends the run with this answer.
+    FinalResult {
+        /// Any JSON value.
+        value: Value,
+    },
+    /// Ends this agent's turn, handing control to the named agent.
+    TransferToAgent {
+        /// The agent to hand over to.
+        agent_name: String,
+    },
+}
+
+/// How to end a script, told to a model that returned something else. The helpers
+/// have the same names in every language.
+const HOW_TO_END: &str = "End the script with one of: observation(value) to see a value and take another turn; final_result(value) to finish with an answer; error(message) to report a failure; transfer_to_agent(name) to hand over to another agent. Each returns a tagged map such as {\"type\":\"final_result\",\"value\":...}; the script's last expression is what counts.";
+
+/// How much of a wrong value an error message quotes.
+const PREVIEW_CHARS: usize = 200;
+
+impl ScriptOutput {
+    /// Decodes a completion value. Never fails: a value that is not a `ScriptOutput`
+    /// becomes an [`ScriptOutput::Error`] saying what was returned and what to return
+    /// instead. Fields other than the variant's own are ignored.
+    pub fn decode(value: Value) -> ScriptOutput {
+        let Value::Object(mut map) = value else {
+            return not_an_output(&value);
+        };
+        let kind = match map.get("type") {
+            Some(Value::String(kind)) => kind.clone(),
+            _ => return not_an_output(&Value::Object(map)),
+        };
+        match kind.as_str() {
+            "observation" => match map.remove("value") {
+                Some(value) => ScriptOutput::Observation { value },
+                None => missing_field("observation", "value"),
+            },
+            "final_result" => match map.remove("value") {
+                Some(value) => ScriptOutput::FinalResult { value },
+                None => missing_field("final_result", "value"),
+            },
+            "error" => match map.remove("message") {
+                Some(Value::String(message)) => ScriptOutput::Error { message },
+                Some(other) => ScriptOutput::Error {
+                    message: other.to_string(),
+                },
+                None => missing_field("error", "message"),
+            },
+            "transfer_to_agent" => match map.remove("agent_name") {
+                Some(Value::String(name)) if !name.trim().is_empty() => {
+                    ScriptOutput::TransferToAgent { agent_name: name }
+                }
+                _ => ScriptOutput::Error {
+                    message: format!(
+                        "transfer_to_agent needs a non-empty agent_name string. {HOW_TO_END}"
+                    ),
+                },
+            },
+            other => ScriptOutput::Error {
+                message: format!(
+                    "the script returned a map of unknown type {:?}. {HOW_TO_END}",
+                    preview(other)
+                ),
+            },
+        }
+    }
+
+    /// The output of one run: the decoded completion value, or the script's error.
+    pub fn from_completion(completion: Result<Value, ScriptError>) -> ScriptOutput {
+        match completion {
+            Ok(value) => ScriptOutput::decode(value),
+            Err(error) => ScriptOutput::Error {
+                message: error.to_string(),
+            },
+        }
+    }
+
+    /// True for the variants that end a run (final result, transfer).
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            ScriptOutput::FinalResult { .. } | ScriptOutput::TransferToAgent { .. } => true,
+            ScriptOutput::Observation { .. } | ScriptOutput::Error { .. } => false,
+        }
+    }
+}
+
+impl fmt::Display for ScriptOutput {
+    /// The wire JSON, on one line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&serde_json::to_string(self).map_err(|_| fmt::Error)?)
+    }
+}
+
+fn not_an_output(value: &Value) -> ScriptOutput {
+    let what = match value {
+        Value::Null => "null (no value: did the script end with a statement or a `;`?)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => {
+            "a map without a \"type\" of observation, error, final_result or transfer_to_agent"
+        }
+    };
+    let shown = match value {
+        Value::Null => String::new(),
+        other => format!(" {}", preview(&other.to_string())),
+    };
+    ScriptOutput::Error {
+        message: format!(
+            "the script's completion value was{shown}, which is {what}, not a result. {HOW_TO_END}"
+        ),
+    }
+}
+
+fn missing_field(kind: &str, field: &str) -> ScriptOutput {
+    ScriptOutput::Error {
+        message: format!("a {kind} result needs a \"{field}\" field. {HOW_TO_END}"),
+    }
+}
+
+fn preview(text: &str) -> String {
+    if text.chars().count() <= PREVIEW_CHARS {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(PREVIEW_CHARS).collect();
+    format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip(wire: Value, expected: ScriptOutput) {
+        let decoded = ScriptOutput::decode(wire.clone());
+        assert_eq!(decoded, expected);
+        assert_eq!(serde_json::to_value(&decoded).expect("serializes"), wire);
+        let parsed: ScriptOutput = serde_json::from_value(wire).expect("deserializes");
+        assert_eq!(parsed, expected);
+    }
+
+    #[test]
+    fn observation_round_trips_on_the_wire() {
+        round_trip(
+            json!({"type": "observation", "value": {"rows": [1, 2]}}),
+            ScriptOutput::Observation {
+                value: json!({"rows": [1, 2]}),
+            },
+        );
+    }
+
+    #[test]
+    fn error_round_trips_on_the_wire() {
+        round_trip(
+            json!({"type": "error", "message": "no such file"}),
+            ScriptOutput::Error {
+                message: "no such file".into(),
+            },
+        );
+    }
+
+    #[test]
+    fn final_result_round_trips_on_the_wire() {
+        round_trip(
+            json!({"type": "final_result", "value": "done"}),
+            ScriptOutput::FinalResult {
+                value: json!("done"),
+            },
+        );
+    }
+
+    #[test]
+    fn transfer_round_trips_on_the_wire() {
+        round_trip(
+            json!({"type": "transfer_to_agent", "agent_name": "billing"}),
+            ScriptOutput::TransferToAgent {
+                agent_name: "billing".into(),
+            },
+        );
+    }
+
+    #[test]
+    fn display_is_the_exact_wire_line() {
+        let output = ScriptOutput::TransferToAgent {
+            agent_name: "billing".into(),
+        };
+        assert_eq!(
+            output.to_string(),
+            r#"{"type":"transfer_to_agent","agent_name":"billing"}"#
+        );
+    }
+
+    #[test]
+    fn a_plain_value_becomes_an_error_saying_what_to_return() {
+        let ScriptOutput::Error { message } = ScriptOutput::decode(json!(42)) else {
+            panic!("a number is not an output");
+        };
+        assert!(message.contains("was 42, which is a number"), "{message}");
+        assert!(message.contains("final_result(value)"), "{message}");
+    }
+
+    #[test]
+    fn null_is_explained_as_a_missing_value() {
+        let ScriptOutput::Error { message } = ScriptOutput::decode(Value::Null) else {
+            panic!("null is not an output");
+        };
+        assert!(message.contains("no value"), "{message}");
+    }
+
+    #[test]
+    fn a_map_with_an_unknown_type_is_an_error() {
+        let output = ScriptOutput::decode(json!({"type": "answer", "value": 1}));
+        assert!(
+            matches!(output, ScriptOutput::Error { message } if message.contains("unknown type \"answer\""))
+        );
+    }
+
+    #[test]
+    fn a_result_missing_its_field_is_an_error() {
+        let output = ScriptOutput::decode(json!({"type": "final_result"}));
+        assert!(
+            matches!(output, ScriptOutput::Error { message } if message.contains("\"value\" field"))
+        );
+    }
+
+    #[test]
+    fn a_transfer_without_a_name_is_an_error() {
+        for wire in [
+            json!({"type": "transfer_to_agent"}),
+            json!({"type": "transfer_to_agent", "agent_name": "  "}),
+            json!({"type": "transfer_to_agent", "agent_name": 7}),
+        ] {
+            assert!(matches!(
+                ScriptOutput::decode(wire),
+                ScriptOutput::Error { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn an_error_with_a_non_string_message_keeps_its_json_text() {
+        let output = ScriptOutput::decode(json!({"type": "error", "message": {"code": 7}}));
+        assert_eq!(
+            output,
+            ScriptOutput::Error {
+                message: r#"{"code":7}"#.into()
+            }
+        );
+    }
+
+    #[test]
+    fn long_wrong_values_are_quoted_only_in_part() {
+        let ScriptOutput::Error { message } = ScriptOutput::decode(json!("x".repeat(10_000)))
+        else {
+            panic!("a string is not an output");
+        };
+        assert!(message.len() < 1_000, "{} bytes", message.len());
+    }
+
+    #[test]
+    fn a_script_error_becomes_an_error_output_with_its_message() {
+        let output = ScriptOutput::from_completion(Err(ScriptError::Thrown {
+            message: "boom (line 1)".into(),
+        }));
+        assert_eq!(
+            output,
+            ScriptOutput::Error {
+                message: "boom (line 1)".into()
+            }
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! Prompt text rendered from the templates under `prompts/`, in strict mode: a
+//! variable the template uses but the host did not supply is an error, not a blank.
+
+use codeact_runtime::{Runtime, ToolSpec};
+use minijinja::{Environment, UndefinedBehavior, context};
+use serde::Serialize;
+
+/// A template failed to render (a bug in a template, caught by the snapshot tests).
+#[derive(Debug, thiserror::Error)]
+#[error("prompt template '{template}' failed: {source}")]
+pub struct PromptError {
+    template: String,
+    #[source]
+    source: minijinja::Error,
+}
+
+#[derive(Serialize)]
+struct ToolView<'a> {
+    name: &'a str,
+    description: &'a str,
+    signature: String,
+    parameters: String,
+}
+
+#[derive(Serialize)]
+struct LimitsView {
+    wall_time_ms: u128,
+    max_operations: u64,
+    max_memory_mb: usize,
+    max_call_depth: usize,
+    max_output_bytes: usize,
+}
+
+/// Renders `runtime`'s prompt card: how to return results, call `tools`, what
+/// persists, what is unavailable, and the limits. `transfer_targets` are the agents
+/// the script may hand over to; with none, transfers are not mentioned.
+pub fn render_card(
+    runtime: &dyn Runtime,
+    tools: &[ToolSpec],
+    transfer_targets: &[String],
+) -> Result<String, PromptError> {
+    let info = runtime.info();
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    let error = |source| PromptError {
+        template: info.name.to_string(),
+        source,
+    };
+    env.add_template(info.name, info.card_template)
+        .map_err(error)?;
+    let limits = runtime.limits();
+    let tools: Vec<ToolView<'_>> = tools
+        .iter()
+        .map(|tool| ToolView {
+            name: &tool.name,
+            description: &tool.description,
+            signature: runtime.tool_signature(tool),
+            parameters: tool.parameters.to_string(),
+        })
+        .collect();
+    let limits = LimitsView {
+        wall_time_ms: limits.wall_time.as_millis(),
+        max_operations: limits.max_operations,
+        max_memory_mb: limits.max_memory_bytes / (1024 * 1024),
+        max_call_depth: limits.max_call_depth,
+        max_output_bytes: limits.max_output_bytes,
+    };
+    let template = env.get_template(info.name).map_err(error)?;
+    template
+        .render(context! {
+            language => info.language,
+            fence => info.fence_tags.first().copied().unwrap_or(info.name),
+            tools => tools,
+            limits => limits,
+            transfer_targets => transfer_targets,
+        })
+        .map_err(error)
+}

@@ -1,0 +1,84 @@
+//! A runtime session driven from async code: each run happens on a blocking thread,
+//! and its completion value is decoded into a [`ScriptOutput`].
+
+use std::sync::Arc;
+
+use codeact_runtime::{HostError, LogBuffer, Runtime, Session, ToolDispatch};
+
+use crate::ScriptOutput;
+
+/// One script run as the host sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptRun {
+    /// The decoded completion value, or the script's error.
+    pub output: ScriptOutput,
+    /// What the script printed.
+    pub logs: LogBuffer,
+}
+
+/// A session of some runtime, plus the bookkeeping to run it from async code.
+pub struct ScriptSession {
+    runtime: &'static str,
+    session: Option<Box<dyn Session>>,
+}
+
+impl std::fmt::Debug for ScriptSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptSession")
+            .field("runtime", &self.runtime)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScriptSession {
+    /// Starts a session of `runtime` whose scripts can call `tools`.
+    pub fn start(runtime: &dyn Runtime, tools: Arc<dyn ToolDispatch>) -> Result<Self, HostError> {
+        Ok(Self {
+            runtime: runtime.info().name,
+            session: Some(runtime.new_session(tools)?),
+        })
+    }
+
+    /// Runs `script` on a blocking thread (tool calls block it) and decodes the result.
+    pub async fn run(&mut self, script: impl Into<String>) -> Result<ScriptRun, HostError> {
+        let mut session = self.take()?;
+        let script = script.into();
+        let (session, result) = tokio::task::spawn_blocking(move || {
+            let result = session.run(&script);
+            (session, result)
+        })
+        .await
+        .map_err(|e| HostError::SessionLost {
+            runtime: self.runtime,
+            reason: format!("a run panicked: {e}"),
+        })?;
+        self.session = Some(session);
+        Self::decode(result)
+    }
+
+    /// Runs `script` on this thread, for callers that are not async (and for
+    /// benchmarks). The thread must be allowed to block.
+    pub fn run_blocking(&mut self, script: &str) -> Result<ScriptRun, HostError> {
+        let mut session = self.take()?;
+        let result = session.run(script);
+        self.session = Some(session);
+        Self::decode(result)
+    }
+
+    fn take(&mut self) -> Result<Box<dyn Session>, HostError> {
+        self.session.take().ok_or_else(|| HostError::SessionLost {
+            runtime: self.runtime,
+            reason: "an earlier run panicked".into(),
+        })
+    }
+
+    fn decode(
+        result: Result<codeact_runtime::RunOutcome, HostError>,
+    ) -> Result<ScriptRun, HostError> {
+        let outcome = result?;
+        Ok(ScriptRun {
+            output: ScriptOutput::from_completion(outcome.completion),
+            logs: outcome.logs,
+        })
+    }
+}

@@ -1,0 +1,256 @@
+//! Tools: a name, a description, a JSON Schema for the arguments, and an async
+//! handler. A [`ToolBox`] holds a session's tools and serves a script's calls.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Waker};
+
+use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
+use serde_json::Value;
+use tokio::runtime::Handle;
+
+/// The future a tool handler returns.
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;
+
+type Handler = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
+
+/// A host function a script calls by name with a JSON arguments object.
+///
+/// ```
+/// use codeact::Tool;
+/// use serde_json::json;
+///
+/// let add = Tool::new("add", "Adds a and b.", |args| async move {
+///     Ok(json!(args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)))
+/// })
+/// .with_parameters(json!({"type": "object", "properties": {
+///     "a": {"type": "integer"}, "b": {"type": "integer"}}}));
+/// assert_eq!(add.spec().name, "add");
+/// ```
+#[derive(Clone)]
+pub struct Tool {
+    spec: ToolSpec,
+    handler: Handler,
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    /// A tool with an async handler; its arguments are any object until
+    /// [`with_parameters`](Self::with_parameters) says otherwise.
+    pub fn new<F, Fut>(name: impl Into<String>, description: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        Self {
+            spec: ToolSpec::new(name, description),
+            handler: Arc::new(move |args| Box::pin(handler(args))),
+        }
+    }
+
+    /// A tool with a synchronous handler, for work that never waits.
+    pub fn from_fn<F>(name: impl Into<String>, description: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Value) -> Result<Value, ToolError> + Send + Sync + 'static,
+    {
+        Self::new(name, description, move |args| {
+            std::future::ready(handler(args))
+        })
+    }
+
+    /// The same tool with this JSON Schema for its arguments object.
+    pub fn with_parameters(mut self, parameters: Value) -> Self {
+        self.spec.parameters = parameters;
+        self
+    }
+
+    /// What the model is told about the tool.
+    pub fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    /// Calls the handler.
+    pub fn call(&self, args: Value) -> ToolFuture {
+        (self.handler)(args)
+    }
+}
+
+/// Why a set of tools was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolBoxError {
+    /// Two tools share a name.
+    #[error("two tools are named '{0}'")]
+    Duplicate(String),
+    /// A name that is not an identifier in every language (letters, digits, `_`,
+    /// not starting with a digit).
+    #[error("tool name '{0}' must be letters, digits and '_', not starting with a digit")]
+    InvalidName(String),
+}
+
+/// The tools of a session, callable from a script's thread.
+///
+/// A call first polls the handler once; a handler that is ready at once (any
+/// synchronous tool) costs no runtime round trip. Otherwise the call blocks this
+/// thread on the ambient tokio runtime, or on a small shared one when there is none.
+/// So sessions must run on a thread that may block: in tokio, `spawn_blocking`.
+#[derive(Debug, Clone, Default)]
+pub struct ToolBox {
+    specs: Vec<ToolSpec>,
+    tools: BTreeMap<String, Tool>,
+}
+
+impl ToolBox {
+    /// A toolbox holding `tools`. Names must be unique identifiers.
+    pub fn new(tools: impl IntoIterator<Item = Tool>) -> Result<Self, ToolBoxError> {
+        let mut toolbox = Self::default();
+        for tool in tools {
+            let name = tool.spec.name.clone();
+            if !is_identifier(&name) {
+                return Err(ToolBoxError::InvalidName(name));
+            }
+            if toolbox.tools.contains_key(&name) {
+                return Err(ToolBoxError::Duplicate(name));
+            }
+            toolbox.specs.push(tool.spec.clone());
+            toolbox.tools.insert(name, tool);
+        }
+        Ok(toolbox)
+    }
+
+    fn unknown(&self, name: &str) -> ToolError {
+        if self.tools.is_empty() {
+            return ToolError::new(format!("unknown tool '{name}': no tools are available"));
+        }
+        let known: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+        ToolError::new(format!(
+            "unknown tool '{name}'; available tools: {}",
+            known.join(", ")
+        ))
+    }
+}
+
+impl ToolDispatch for ToolBox {
+    fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        let tool = self.tools.get(name).ok_or_else(|| self.unknown(name))?;
+        let handle = match Handle::try_current() {
+            Ok(handle) => handle,
+            Err(_) => fallback_runtime()
+                .ok_or_else(|| {
+                    ToolError::new("the host could not start a thread to run this tool")
+                })?
+                .clone(),
+        };
+        let mut future = {
+            let _context = handle.enter();
+            let mut future = tool.call(args);
+            let mut cx = Context::from_waker(Waker::noop());
+            if let Poll::Ready(result) = future.as_mut().poll(&mut cx) {
+                return result;
+            }
+            future
+        };
+        handle.block_on(&mut future)
+    }
+}
+
+/// A one-worker runtime for tool calls made outside any tokio runtime, started on
+/// first use. `None` only when the OS refuses a thread.
+fn fallback_runtime() -> Option<&'static Handle> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("codeact-tools")
+                .enable_all()
+                .build()
+                .ok()
+        })
+        .as_ref()
+        .map(tokio::runtime::Runtime::handle)
+}
+
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn add() -> Tool {
+        Tool::from_fn("add", "Adds a and b.", |args| {
+            Ok(json!(
+                args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
+            ))
+        })
+    }
+
+    #[test]
+    fn a_ready_tool_is_served_without_any_runtime() {
+        let toolbox = ToolBox::new([add()]).expect("valid tools");
+        assert_eq!(toolbox.call("add", json!({"a": 2, "b": 3})), Ok(json!(5)));
+    }
+
+    #[test]
+    fn a_waiting_tool_is_driven_to_completion_outside_a_runtime() {
+        let slow = Tool::new("slow", "Sleeps, then answers.", |_| async {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            Ok(json!("awake"))
+        });
+        let toolbox = ToolBox::new([slow]).expect("valid tools");
+        assert_eq!(toolbox.call("slow", json!({})), Ok(json!("awake")));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_waiting_tool_runs_on_the_ambient_runtime_from_a_blocking_thread() {
+        let slow = Tool::new("slow", "Sleeps, then answers.", |_| async {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            Ok(json!("awake"))
+        });
+        let toolbox = ToolBox::new([slow]).expect("valid tools");
+        let result = tokio::task::spawn_blocking(move || toolbox.call("slow", json!({})))
+            .await
+            .expect("blocking task finishes");
+        assert_eq!(result, Ok(json!("awake")));
+    }
+
+    #[test]
+    fn an_unknown_tool_error_lists_the_available_ones() {
+        let toolbox = ToolBox::new([add()]).expect("valid tools");
+        let err = toolbox.call("mul", json!({})).expect_err("no such tool");
+        assert_eq!(err.message, "unknown tool 'mul'; available tools: add");
+    }
+
+    #[test]
+    fn duplicate_and_invalid_names_are_refused() {
+        assert_eq!(
+            ToolBox::new([add(), add()]).err(),
+            Some(ToolBoxError::Duplicate("add".into()))
+        );
+        let bad = Tool::from_fn("my-tool", "", |_| Ok(Value::Null));
+        assert_eq!(
+            ToolBox::new([bad]).err(),
+            Some(ToolBoxError::InvalidName("my-tool".into()))
+        );
+    }
+}
