@@ -9,7 +9,7 @@ use rhai::{
     Dynamic, Engine, EvalAltResult, ImmutableString, Map, Module, NativeCallContext, Shared,
 };
 
-use crate::{convert, run_state};
+use crate::{convert, memory_meter, run_state};
 
 /// The value `on_progress` terminates a run with when its deadline passes.
 pub(crate) const DEADLINE_TOKEN: &str = "codeact:deadline";
@@ -51,7 +51,7 @@ pub(crate) const ENFORCEMENT: &[Enforcement] = &[
     },
     Enforcement {
         limit: LimitKind::Memory,
-        how: "per value: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values; Rhai has no global heap cap, so values in different variables add up to at most max_variables times these caps",
+        how: "per value, when an operation returns it: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values; and over all variables in view (the session's, or a function's own while it runs), scanned on variable reads at amortised cost, so a run overshoots by at most what it adds between two scans (about half the data held)",
     },
     Enforcement {
         limit: LimitKind::CallDepth,
@@ -116,6 +116,10 @@ pub(crate) fn build(limits: &Limits) -> Engine {
             None
         }
     });
+
+    let max_bytes = limits.max_memory_bytes;
+    engine
+        .on_var(move |_name, _index, context| memory_meter::on_variable_read(&context, max_bytes));
 
     register_helpers(&mut engine, limits.max_nesting_depth);
     engine

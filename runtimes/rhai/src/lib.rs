@@ -17,6 +17,7 @@ mod big_stack;
 mod convert;
 mod engine;
 mod errors;
+mod memory_meter;
 mod run_state;
 mod session;
 

@@ -16,6 +16,15 @@ pub(crate) struct RunState {
     pub deadline: Instant,
     pub tools: Arc<dyn ToolDispatch>,
     pub logs: LogBuffer,
+    pub meter: MeterSchedule,
+}
+
+/// When the memory meter scans next. Kept by the session across runs, so scanning
+/// stays amortised over all its reads rather than restarting with each run.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct MeterSchedule {
+    pub variable_reads: u64,
+    pub next_scan: u64,
 }
 
 thread_local! {
@@ -37,14 +46,11 @@ impl RunGuard {
         }
     }
 
-    /// Ends the run and hands back its logs.
-    pub fn finish(mut self) -> LogBuffer {
+    /// Ends the run and hands back its state.
+    pub fn finish(mut self) -> Option<RunState> {
         self.finished = true;
         let previous = self.previous.take();
-        CURRENT
-            .with(|slot| slot.replace(previous))
-            .map(|state| state.logs)
-            .unwrap_or_default()
+        CURRENT.with(|slot| slot.replace(previous))
     }
 }
 
@@ -78,4 +84,24 @@ pub(crate) fn log_line(line: &str) {
 /// The active run's tools. Cloned out so the slot is free while the tool runs.
 pub(crate) fn tools() -> Option<Arc<dyn ToolDispatch>> {
     CURRENT.with(|slot| slot.borrow().as_ref().map(|state| state.tools.clone()))
+}
+
+/// Counts a variable read; true when a memory scan is due.
+pub(crate) fn count_variable_read() -> bool {
+    CURRENT.with(|slot| match slot.borrow_mut().as_mut() {
+        Some(state) => {
+            state.meter.variable_reads += 1;
+            state.meter.variable_reads >= state.meter.next_scan
+        }
+        None => false,
+    })
+}
+
+/// Schedules the next memory scan `reads` variable reads from now.
+pub(crate) fn schedule_next_scan(reads: u64) {
+    CURRENT.with(|slot| {
+        if let Some(state) = slot.borrow_mut().as_mut() {
+            state.meter.next_scan = state.meter.variable_reads.saturating_add(reads);
+        }
+    });
 }

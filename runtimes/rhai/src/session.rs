@@ -8,8 +8,8 @@ use codeact_runtime::{
 };
 use rhai::{AST, Dynamic, Engine, Scope};
 
-use crate::run_state::{RunGuard, RunState};
-use crate::{big_stack, convert, errors};
+use crate::run_state::{MeterSchedule, RunGuard, RunState};
+use crate::{big_stack, convert, errors, memory_meter};
 
 /// A Rhai session: variables (`let x = …`) and functions (`fn f() {…}`) defined by one
 /// run are visible to the next. Built by [`RhaiRuntime`](crate::RhaiRuntime).
@@ -19,6 +19,7 @@ pub struct RhaiSession {
     tools: Arc<dyn ToolDispatch>,
     scope: Scope<'static>,
     functions: AST,
+    meter: MeterSchedule,
 }
 
 impl std::fmt::Debug for RhaiSession {
@@ -42,6 +43,7 @@ impl RhaiSession {
             tools,
             scope: Scope::new(),
             functions: AST::empty(),
+            meter: MeterSchedule::default(),
         }
     }
 
@@ -66,10 +68,34 @@ impl RhaiSession {
         } else if self.functions.has_functions() {
             ast = self.functions.merge(&ast);
         }
-        let value: Dynamic = self
+        let variables_before = self.scope.len();
+        let result = self
             .engine
-            .eval_ast_with_scope(&mut self.scope, &ast)
-            .map_err(|e| errors::from_eval(&e, limits))?;
+            .eval_ast_with_scope::<Dynamic>(&mut self.scope, &ast)
+            .map_err(|e| errors::from_eval(&e, limits));
+        // The meter checks during a run; this check covers the variables a run
+        // defined after its last scan, and frees memory after a hit so the session
+        // stays usable.
+        let hit_memory = matches!(
+            &result,
+            Err(ScriptError::LimitExceeded {
+                limit: LimitKind::Memory,
+                ..
+            })
+        );
+        if hit_memory || self.scope.len() > variables_before {
+            if let Some(removed) = memory_meter::relieve(&mut self.scope, limits.max_memory_bytes) {
+                return Err(ScriptError::limit(
+                    LimitKind::Memory,
+                    limits,
+                    Some(format!(
+                        "the values held in variables grew too large; removed to free memory: {}",
+                        removed.join(", ")
+                    )),
+                ));
+            }
+        }
+        let value = result?;
         convert::to_json(&value, limits.max_nesting_depth)
             .map_err(|message| ScriptError::Unrepresentable { message })
     }
@@ -90,9 +116,16 @@ impl Session for RhaiSession {
             deadline: Instant::now() + self.limits.wall_time,
             tools: self.tools.clone(),
             logs: LogBuffer::new(self.limits.max_output_bytes),
+            meter: self.meter,
         });
         let completion = big_stack::run(|| self.evaluate(script));
-        let logs = guard.finish();
+        let logs = match guard.finish() {
+            Some(state) => {
+                self.meter = state.meter;
+                state.logs
+            }
+            None => LogBuffer::default(),
+        };
         Ok(RunOutcome { completion, logs })
     }
 }

@@ -1,0 +1,202 @@
+//! Runs the fixture corpus: `fixtures/scripts/<language>/<area>__<case>.<ext>`.
+//!
+//! A fixture is one or more scripts run in order in one session, split by a line
+//! `// --- next run ---`. Lines starting with `// expect` state what the last run
+//! must produce:
+//!
+//! - `// expect: <ScriptOutput JSON>`: exactly this output;
+//! - `// expect error: <text>`: an `error` output whose message contains `<text>`;
+//! - `// expect logs: <text>`: the printed output contains `<text>`.
+//!
+//! An optional `// limits: <JSON>` line overrides fields of `Limits::default()`.
+//! After the last run the session must still run a trivial script: a limit hit or an
+//! error never wedges it. This binary holds one test, so the process's peak memory
+//! is the corpus's own and can be checked against the limits.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use codeact::{Limits, ScriptOutput, ScriptSession, Tool, ToolBox, ToolError, runtime_by_name};
+use serde_json::{Value, json};
+
+const RUN_SEPARATOR: &str = "// --- next run ---";
+
+struct Fixture {
+    name: String,
+    runs: Vec<String>,
+    limits: Limits,
+    expectations: Vec<Expectation>,
+}
+
+enum Expectation {
+    Output(ScriptOutput),
+    ErrorContaining(String),
+    LogsContaining(String),
+}
+
+fn parse_fixture(path: &Path) -> Result<Fixture, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("unreadable: {e}"))?;
+    let mut expectations = Vec::new();
+    let mut limits = json!({});
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(json_text) = line.strip_prefix("// expect:") {
+            let wire: Value = serde_json::from_str(json_text.trim())
+                .map_err(|e| format!("bad expect line: {e}"))?;
+            let output = serde_json::from_value(wire)
+                .map_err(|e| format!("expect line is not a ScriptOutput: {e}"))?;
+            expectations.push(Expectation::Output(output));
+        } else if let Some(text) = line.strip_prefix("// expect error:") {
+            expectations.push(Expectation::ErrorContaining(text.trim().to_string()));
+        } else if let Some(text) = line.strip_prefix("// expect logs:") {
+            expectations.push(Expectation::LogsContaining(text.trim().to_string()));
+        } else if let Some(json_text) = line.strip_prefix("// limits:") {
+            limits = serde_json::from_str(json_text.trim())
+                .map_err(|e| format!("bad limits line: {e}"))?;
+        }
+    }
+    if expectations.is_empty() {
+        return Err("has no `// expect` line".into());
+    }
+    let limits: Limits = serde_json::from_value(limits).map_err(|e| format!("bad limits: {e}"))?;
+    let runs = text.split(RUN_SEPARATOR).map(str::to_string).collect();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(Fixture {
+        name,
+        runs,
+        limits,
+        expectations,
+    })
+}
+
+fn test_tools() -> ToolBox {
+    let add = Tool::from_fn("add", "Adds a and b.", |args| {
+        Ok(json!(
+            args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
+        ))
+    });
+    let fail = Tool::from_fn("fail", "Always fails.", |_| {
+        Err(ToolError::new("the tool failed on purpose"))
+    });
+    let echo = Tool::from_fn("echo", "Returns its arguments.", Ok);
+    ToolBox::new([add, echo, fail]).expect("test tools are valid")
+}
+
+async fn check(runtime_name: &str, fixture: Fixture) -> Result<(), String> {
+    let runtime = runtime_by_name(runtime_name, fixture.limits).map_err(|e| e.to_string())?;
+    let mut session =
+        ScriptSession::start(&*runtime, Arc::new(test_tools())).map_err(|e| e.to_string())?;
+    let mut last = None;
+    for script in &fixture.runs {
+        last = Some(
+            session
+                .run(script.as_str())
+                .await
+                .map_err(|e| format!("host failed: {e}"))?,
+        );
+    }
+    let run = last.ok_or("no runs")?;
+    for expectation in &fixture.expectations {
+        match expectation {
+            Expectation::Output(expected) if &run.output != expected => {
+                return Err(format!("expected {expected}, got {}", run.output));
+            }
+            Expectation::ErrorContaining(text) => match &run.output {
+                ScriptOutput::Error { message } if message.contains(text.as_str()) => {}
+                other => {
+                    return Err(format!(
+                        "expected an error containing {text:?}, got {other}"
+                    ));
+                }
+            },
+            Expectation::LogsContaining(text) if !run.logs.render().contains(text.as_str()) => {
+                let logs = run.logs.render();
+                let tail: String = logs
+                    .chars()
+                    .rev()
+                    .take(300)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                return Err(format!(
+                    "expected logs containing {text:?}, logs end with {tail:?}"
+                ));
+            }
+            _ => {}
+        }
+    }
+    let after = session
+        .run("final_result(\"alive\")")
+        .await
+        .map_err(|e| format!("host failed: {e}"))?;
+    if after.output
+        != (ScriptOutput::FinalResult {
+            value: json!("alive"),
+        })
+    {
+        return Err(format!(
+            "the session is unusable afterwards: {}",
+            after.output
+        ));
+    }
+    Ok(())
+}
+
+fn fixture_paths(language: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/scripts")
+        .join(language);
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_file())
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// Peak resident memory of this process, from /proc (Linux only).
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The corpus is the behaviour contract of the Rhai backend: if this fails, a script
+/// gets a different output, a limit no longer holds, or a session is wedged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rhai_fixture_meets_its_expectation_and_memory_stays_bounded() {
+    let paths = fixture_paths("rhai");
+    assert!(paths.len() >= 30, "the corpus lost files: {}", paths.len());
+    let mut failures = Vec::new();
+    for path in &paths {
+        let result = match parse_fixture(path) {
+            Ok(fixture) => {
+                let name = fixture.name.clone();
+                check("rhai", fixture)
+                    .await
+                    .map_err(|e| format!("{name}: {e}"))
+            }
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        };
+        if let Err(failure) = result {
+            failures.push(failure);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} fixture(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // Each memory bomb is capped by a 64 MiB limit; a few copies may coexist during
+    // one operation. Far above that means a cap is not holding.
+    if let Some(peak) = peak_rss_bytes() {
+        assert!(peak < 512 << 20, "peak RSS {} MiB", peak >> 20);
+    }
+}
