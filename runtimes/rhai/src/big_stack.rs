@@ -1,11 +1,13 @@
 //! Runs Rhai evaluation on a large, reused stack.
 //!
-//! Rhai walks nested values recursively (cloning, size checks, dropping), and a
-//! script can build an array nested 20,000 deep in a few seconds
-//! (`for i in 0..20000 { a = [a]; }`), which overflows a 2 MiB thread stack and
+//! Rhai walks nested values recursively (cloning, size checks, access modes,
+//! dropping), and a script can build an array nested 20,000 deep within the default
+//! 5 s (`for i in 0..20000 { a = [a]; }`), which overflows a 2 MiB thread stack and
 //! aborts the whole process. No Rhai limit bounds value depth. So every run, and
-//! every session teardown, happens on a 64 MiB stack: enough for ~380,000 levels,
-//! which the quadratic cost of building such a value puts hours past any time limit.
+//! every session teardown, happens on a 256 MiB stack. A test walks a value 150,000
+//! deep on it; each level of depth costs the script time linear in the depth, so
+//! reaching that takes minutes of CPU, far past any sensible time limit (with
+//! [`Limits::unlimited`](codeact_runtime::Limits::unlimited) it is reachable).
 //!
 //! The stack is reserved address space (pages are committed only when touched) and
 //! is kept per thread for the next run, so switching to it costs nanoseconds, not an
@@ -17,7 +19,7 @@ use corosensei::stack::DefaultStack;
 use corosensei::{CoroutineResult, ScopedCoroutine, Yielder};
 
 /// Size of the per-thread evaluation stack.
-const STACK_BYTES: usize = 64 << 20;
+const STACK_BYTES: usize = 256 << 20;
 
 thread_local! {
     static SPARE: Cell<Option<DefaultStack>> = const { Cell::new(None) };

@@ -108,3 +108,43 @@ fn rhai_type(json_type: &str) -> &'static str {
         _ => "any",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use codeact_runtime::{LimitKind, ToolSpec};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn tool_signatures_use_rhai_map_syntax_with_argument_types() {
+        let runtime = RhaiRuntime::new(Limits::default());
+        let tool = ToolSpec::new("add", "Adds.").with_parameters(json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "number"}}
+        }));
+        assert_eq!(
+            runtime.tool_signature(&tool),
+            r#"call_tool("add", #{a: int, b: float})"#
+        );
+        assert_eq!(
+            runtime.tool_signature(&ToolSpec::new("now", "")),
+            r#"call_tool("now", #{})"#
+        );
+    }
+
+    #[test]
+    fn the_enforcement_table_covers_every_limit() {
+        let runtime = RhaiRuntime::new(Limits::default());
+        for kind in LimitKind::ALL {
+            assert!(
+                runtime
+                    .info()
+                    .enforcement
+                    .iter()
+                    .any(|row| row.limit == kind),
+                "{kind} has no enforcement row"
+            );
+        }
+    }
+}

@@ -129,3 +129,134 @@ impl Session for RhaiSession {
         Ok(RunOutcome { completion, logs })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use codeact_runtime::{NoTools, ToolError, ToolSpec};
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::RhaiRuntime;
+
+    fn session(limits: Limits) -> RhaiSession {
+        RhaiRuntime::new(limits).session(Arc::new(NoTools))
+    }
+
+    /// Deep enough to overflow a 2 MiB stack many times over.
+    const DEPTH: usize = 150_000;
+
+    fn nested(depth: usize) -> Dynamic {
+        let mut value = Dynamic::UNIT;
+        for _ in 0..depth {
+            value = Dynamic::from_array(vec![value]);
+        }
+        value
+    }
+
+    /// Rhai walks nested values recursively; on a 2 MiB thread stack a value 200,000
+    /// deep would abort the process unless runs and teardown use the large stack.
+    #[test]
+    fn a_value_nested_far_deeper_than_a_thread_stack_allows_is_used_and_dropped_safely() {
+        let worker = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(|| {
+                let mut session = session(Limits::default());
+                // Scope::push_dynamic walks the value too, so it needs the large stack.
+                let scope = &mut session.scope;
+                big_stack::run(|| scope.push_dynamic("deep", nested(DEPTH)));
+                let outcome = session
+                    .run("let copy = deep; copy = (); deep = (); final_result(1)")
+                    .expect("host ok");
+                assert_eq!(
+                    outcome.completion,
+                    Ok(json!({"type": "final_result", "value": 1}))
+                );
+                let scope = &mut session.scope;
+                big_stack::run(|| scope.push_dynamic("another", nested(DEPTH)));
+                drop(session);
+            })
+            .expect("thread starts");
+        worker.join().expect("no stack overflow");
+    }
+
+    #[test]
+    fn a_runaway_loop_stops_near_its_time_limit_and_the_session_goes_on() {
+        let mut limits = Limits::default();
+        limits.wall_time = Duration::from_millis(200);
+        limits.max_operations = u64::MAX;
+        let mut session = session(limits);
+        let started = Instant::now();
+        let outcome = session.run("let x = 0; loop { x += 1; }").expect("host ok");
+        let elapsed = started.elapsed();
+        assert!(
+            matches!(
+                outcome.completion,
+                Err(ScriptError::LimitExceeded {
+                    limit: LimitKind::WallTime,
+                    ..
+                })
+            ),
+            "{:?}",
+            outcome.completion
+        );
+        // Generous bound: this asserts the mechanism, the benchmark measures precision.
+        assert!(
+            elapsed < Duration::from_millis(1_000),
+            "stopped after {elapsed:?}"
+        );
+        let outcome = session.run("final_result(x > 0)").expect("host ok");
+        assert_eq!(
+            outcome.completion,
+            Ok(json!({"type": "final_result", "value": true}))
+        );
+    }
+
+    /// A tool that runs another script on the same thread: the inner run installs its
+    /// own state and must hand the outer run's back (its tools, deadline and logs).
+    #[test]
+    fn a_tool_may_run_another_session_on_the_same_thread() {
+        struct Nested(Arc<RhaiRuntime>);
+        impl ToolDispatch for Nested {
+            fn specs(&self) -> &[ToolSpec] {
+                &[]
+            }
+            fn call(&self, _name: &str, args: Value) -> Result<Value, ToolError> {
+                let mut inner = self.0.session(Arc::new(NoTools));
+                let script = args["script"].as_str().unwrap_or_default();
+                let outcome = inner
+                    .run(script)
+                    .map_err(|e| ToolError::new(e.to_string()))?;
+                outcome
+                    .completion
+                    .map_err(|e| ToolError::new(e.to_string()))
+            }
+        }
+        let runtime = Arc::new(RhaiRuntime::new(Limits::default()));
+        let mut outer = runtime.session(Arc::new(Nested(runtime.clone())));
+        let outcome = outer
+            .run(r#"print("before"); let r = call_tool("run", #{script: "print(\"inner\"); 7"}); print("after"); call_tool("run", #{script: "8"}) + r"#)
+            .expect("host ok");
+        assert_eq!(outcome.completion, Ok(json!(15)));
+        assert_eq!(outcome.logs.kept(), "before\nafter\n");
+    }
+
+    #[test]
+    fn printed_output_is_kept_per_run_not_accumulated() {
+        let mut session = session(Limits::default());
+        let first = session.run(r#"print("one"); 1"#).expect("host ok");
+        let second = session.run(r#"print("two"); 2"#).expect("host ok");
+        assert_eq!(first.logs.kept(), "one\n");
+        assert_eq!(second.logs.kept(), "two\n");
+    }
+
+    #[test]
+    fn a_function_redefined_in_a_later_run_replaces_the_earlier_one() {
+        let mut session = session(Limits::default());
+        session.run("fn f() { 1 }").expect("host ok");
+        session.run("fn f() { 2 }").expect("host ok");
+        let outcome = session.run("f()").expect("host ok");
+        assert_eq!(outcome.completion, Ok(json!(2)));
+    }
+}

@@ -1,0 +1,110 @@
+//! Prompt cards rendered from `prompts/`, compared with snapshots under
+//! `fixtures/snapshots/`. After an intended change, regenerate them with
+//! `UPDATE_SNAPSHOTS=1 cargo test --test prompts` and review the diff.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use codeact::{
+    HostError, Limits, RhaiRuntime, Runtime, RuntimeInfo, Session, ToolDispatch, ToolSpec,
+    render_card,
+};
+use serde_json::json;
+
+fn assert_snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).expect("snapshot is written");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with UPDATE_SNAPSHOTS=1 to create it",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual,
+        expected,
+        "{} differs; run with UPDATE_SNAPSHOTS=1 if intended",
+        path.display()
+    );
+}
+
+fn add_tool() -> ToolSpec {
+    ToolSpec::new("add", "Adds two integers.").with_parameters(json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"]
+    }))
+}
+
+/// If this fails, the text every Rhai model reads has changed.
+#[test]
+fn the_rhai_card_with_tools_matches_its_snapshot() {
+    let runtime = RhaiRuntime::new(Limits::default());
+    let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
+    assert_snapshot("rhai_card_with_tools.md", &card);
+}
+
+#[test]
+fn the_rhai_card_without_tools_says_there_are_none_and_mentions_no_transfer() {
+    let runtime = RhaiRuntime::new(Limits::default());
+    let card = render_card(&runtime, &[], &[]).expect("the card renders");
+    assert!(card.contains("No tools are available"));
+    assert!(!card.contains("transfer_to_agent"));
+    assert_snapshot("rhai_card_without_tools.md", &card);
+}
+
+#[test]
+fn transfer_targets_are_described_only_when_there_are_some() {
+    let runtime = RhaiRuntime::new(Limits::default());
+    let card = render_card(&runtime, &[], &["billing".into(), "support".into()])
+        .expect("the card renders");
+    assert!(
+        card.contains(
+            "`transfer_to_agent(name)`: hand the task to another agent: billing, support."
+        )
+    );
+}
+
+/// A runtime whose card uses a variable the host never supplies.
+struct BadCard(Limits);
+
+static BAD_INFO: RuntimeInfo = RuntimeInfo {
+    name: "bad",
+    language: "Bad",
+    fence_tags: &["bad"],
+    card_template: "Hello {{ no_such_variable }}",
+    enforcement: &[],
+};
+
+impl Runtime for BadCard {
+    fn info(&self) -> &RuntimeInfo {
+        &BAD_INFO
+    }
+    fn limits(&self) -> &Limits {
+        &self.0
+    }
+    fn tool_signature(&self, tool: &ToolSpec) -> String {
+        tool.name.clone()
+    }
+    fn new_session(&self, _tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
+        Err(HostError::SessionStart {
+            runtime: "bad",
+            reason: "test runtime".into(),
+        })
+    }
+}
+
+#[test]
+fn a_card_using_an_undefined_variable_is_an_error_not_a_blank() {
+    let err =
+        render_card(&BadCard(Limits::default()), &[], &[]).expect_err("strict mode refuses it");
+    assert!(
+        err.to_string().contains("prompt template 'bad' failed"),
+        "{err}"
+    );
+}
