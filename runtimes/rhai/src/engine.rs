@@ -118,6 +118,8 @@ pub(crate) fn build(limits: &Limits) -> Engine {
     });
 
     let max_bytes = limits.max_memory_bytes;
+    // `on_var` is marked deprecated only as "volatile"; rhai documents it as supported.
+    #[allow(deprecated)]
     engine
         .on_var(move |_name, _index, context| memory_meter::on_variable_read(&context, max_bytes));
 

@@ -114,7 +114,7 @@ pub(crate) fn relieve(scope: &mut Scope<'static>, max_bytes: usize) -> Option<Ve
     if total <= max_bytes {
         return None;
     }
-    sizes.sort_by(|a, b| b.1.cmp(&a.1));
+    sizes.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
     let mut removed = Vec::new();
     for (name, bytes) in sizes {
         if total <= max_bytes {

@@ -1,17 +1,21 @@
 //! Per-run state the shared engine's callbacks can find.
 //!
-//! Rhai's `on_print`, `on_progress` and registered functions belong to the engine,
-//! which every session shares. A run installs its own state (deadline, tools, log
-//! buffer) in a thread-local slot for its duration; the callbacks read that slot. The
-//! previous occupant is restored when the run ends, so a tool that runs another
-//! script on the same thread nests correctly.
+//! Rhai's `on_print`, `on_progress`, `on_var` and registered functions belong to the
+//! engine, which every session shares. A run installs its own state (deadline, tools,
+//! log buffer, memory-meter schedule) in thread-local slots for its duration; the
+//! callbacks read those slots. The previous occupant is restored when the run ends,
+//! so a tool that runs another script on the same thread nests correctly.
+//!
+//! The state read on every operation or variable read (deadline, meter counters)
+//! lives in `Cell`s; the rest behind a `RefCell`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
 use codeact_runtime::{LogBuffer, ToolDispatch};
 
+/// What a run installs.
 pub(crate) struct RunState {
     pub deadline: Instant,
     pub tools: Arc<dyn ToolDispatch>,
@@ -27,54 +31,77 @@ pub(crate) struct MeterSchedule {
     pub next_scan: u64,
 }
 
-thread_local! {
-    static CURRENT: RefCell<Option<RunState>> = const { RefCell::new(None) };
+struct ColdState {
+    tools: Arc<dyn ToolDispatch>,
+    logs: LogBuffer,
 }
 
-/// Installs `state` for the current thread until [`RunGuard::finish`] or drop.
+thread_local! {
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    static METER: Cell<Option<MeterSchedule>> = const { Cell::new(None) };
+    static COLD: RefCell<Option<ColdState>> = const { RefCell::new(None) };
+}
+
+/// Installs a run's state on this thread until [`RunGuard::finish`] or drop.
 pub(crate) struct RunGuard {
-    previous: Option<RunState>,
+    previous_deadline: Option<Instant>,
+    previous_meter: Option<MeterSchedule>,
+    previous_cold: Option<ColdState>,
     finished: bool,
 }
 
 impl RunGuard {
     pub fn install(state: RunState) -> Self {
-        let previous = CURRENT.with(|slot| slot.replace(Some(state)));
+        let cold = ColdState {
+            tools: state.tools,
+            logs: state.logs,
+        };
         Self {
-            previous,
+            previous_deadline: DEADLINE.replace(Some(state.deadline)),
+            previous_meter: METER.replace(Some(state.meter)),
+            previous_cold: COLD.with(|slot| slot.replace(Some(cold))),
             finished: false,
         }
     }
 
-    /// Ends the run and hands back its state.
-    pub fn finish(mut self) -> Option<RunState> {
+    /// Ends the run: restores the previous occupant and returns this run's logs and
+    /// meter schedule.
+    pub fn finish(mut self) -> (LogBuffer, MeterSchedule) {
         self.finished = true;
-        let previous = self.previous.take();
-        CURRENT.with(|slot| slot.replace(previous))
+        let (_deadline, meter, cold) = self.restore();
+        (
+            cold.map(|cold| cold.logs).unwrap_or_default(),
+            meter.unwrap_or_default(),
+        )
+    }
+
+    fn restore(&mut self) -> (Option<Instant>, Option<MeterSchedule>, Option<ColdState>) {
+        (
+            DEADLINE.replace(self.previous_deadline.take()),
+            METER.replace(self.previous_meter.take()),
+            COLD.with(|slot| slot.replace(self.previous_cold.take())),
+        )
     }
 }
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
         if !self.finished {
-            let previous = self.previous.take();
-            CURRENT.with(|slot| slot.replace(previous));
+            self.restore();
         }
     }
 }
 
 /// True when a run is active on this thread and its deadline has passed.
 pub(crate) fn deadline_passed() -> bool {
-    CURRENT.with(|slot| {
-        slot.borrow()
-            .as_ref()
-            .is_some_and(|state| Instant::now() >= state.deadline)
-    })
+    DEADLINE
+        .get()
+        .is_some_and(|deadline| Instant::now() >= deadline)
 }
 
 /// Appends a printed line to the active run's logs (dropped when no run is active).
 pub(crate) fn log_line(line: &str) {
-    CURRENT.with(|slot| {
+    COLD.with(|slot| {
         if let Some(state) = slot.borrow_mut().as_mut() {
             state.logs.push_line(line);
         }
@@ -83,25 +110,25 @@ pub(crate) fn log_line(line: &str) {
 
 /// The active run's tools. Cloned out so the slot is free while the tool runs.
 pub(crate) fn tools() -> Option<Arc<dyn ToolDispatch>> {
-    CURRENT.with(|slot| slot.borrow().as_ref().map(|state| state.tools.clone()))
+    COLD.with(|slot| slot.borrow().as_ref().map(|state| state.tools.clone()))
 }
 
 /// Counts a variable read; true when a memory scan is due.
 pub(crate) fn count_variable_read() -> bool {
-    CURRENT.with(|slot| match slot.borrow_mut().as_mut() {
-        Some(state) => {
-            state.meter.variable_reads += 1;
-            state.meter.variable_reads >= state.meter.next_scan
+    match METER.get() {
+        Some(mut meter) => {
+            meter.variable_reads += 1;
+            METER.set(Some(meter));
+            meter.variable_reads >= meter.next_scan
         }
         None => false,
-    })
+    }
 }
 
 /// Schedules the next memory scan `reads` variable reads from now.
 pub(crate) fn schedule_next_scan(reads: u64) {
-    CURRENT.with(|slot| {
-        if let Some(state) = slot.borrow_mut().as_mut() {
-            state.meter.next_scan = state.meter.variable_reads.saturating_add(reads);
-        }
-    });
+    if let Some(mut meter) = METER.get() {
+        meter.next_scan = meter.variable_reads.saturating_add(reads);
+        METER.set(Some(meter));
+    }
 }

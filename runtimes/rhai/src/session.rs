@@ -73,6 +73,8 @@ impl RhaiSession {
             .engine
             .eval_ast_with_scope::<Dynamic>(&mut self.scope, &ast)
             .map_err(|e| errors::from_eval(&e, limits));
+        let defined_variables = self.scope.len() > variables_before;
+        forget_shadowed(&mut self.scope, variables_before);
         // The meter checks during a run; this check covers the variables a run
         // defined after its last scan, and frees memory after a hit so the session
         // stays usable.
@@ -83,21 +85,78 @@ impl RhaiSession {
                 ..
             })
         );
-        if hit_memory || self.scope.len() > variables_before {
-            if let Some(removed) = memory_meter::relieve(&mut self.scope, limits.max_memory_bytes) {
-                return Err(ScriptError::limit(
-                    LimitKind::Memory,
-                    limits,
-                    Some(format!(
-                        "the values held in variables grew too large; removed to free memory: {}",
-                        removed.join(", ")
-                    )),
-                ));
-            }
+        if (hit_memory || defined_variables)
+            && let Some(removed) = memory_meter::relieve(&mut self.scope, limits.max_memory_bytes)
+        {
+            return Err(ScriptError::limit(
+                LimitKind::Memory,
+                limits,
+                Some(format!(
+                    "the values held in variables grew too large; removed to free memory: {}",
+                    removed.join(", ")
+                )),
+            ));
         }
         let value = result?;
         convert::to_json(&value, limits.max_nesting_depth)
             .map_err(|message| ScriptError::Unrepresentable { message })
+    }
+}
+
+/// A top-level `let x` for a name the session already holds adds a second entry that
+/// shadows the first. In a notebook that is a redefinition: left alone, every re-run
+/// of `let total = 0;` would grow the session until it hit `max_variables`. So the
+/// newest value moves into the oldest entry's slot and the extra entries go.
+fn forget_shadowed(scope: &mut Scope<'static>, first_new: usize) {
+    if scope.len() <= first_new {
+        return;
+    }
+    let mut shadowed: Vec<String> = Vec::new();
+    // `iter_raw` goes newest first, so the run's own entries come first.
+    for (name, _, _) in scope.iter_raw().take(scope.len() - first_new) {
+        let occurrences = scope
+            .iter_raw()
+            .filter(|(other, _, _)| *other == name)
+            .count();
+        if occurrences > 1 && !shadowed.iter().any(|seen| seen == name) {
+            shadowed.push(name.to_string());
+        }
+    }
+    for name in shadowed {
+        while scope
+            .iter_raw()
+            .filter(|(other, _, _)| *other == name)
+            .count()
+            > 1
+        {
+            let Some(newest) = scope.remove::<Dynamic>(&name) else {
+                break;
+            };
+            match scope.get_mut(&name) {
+                Some(slot) => *slot = newest,
+                // The older entry is a constant: its slot cannot be written, so
+                // rebuild the scope from each name's newest entry instead.
+                None => {
+                    scope.push_dynamic(name.as_str(), newest);
+                    keep_newest_entries(scope);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Rebuilds `scope` with only the newest entry of each name, in their order.
+fn keep_newest_entries(scope: &mut Scope<'static>) {
+    let entries: Vec<(String, Dynamic)> = std::mem::take(scope)
+        .into_iter()
+        .map(|(name, value, _aliases)| (name, value))
+        .collect();
+    for (index, (name, value)) in entries.iter().enumerate() {
+        let newest = !entries[index + 1..].iter().any(|(later, _)| later == name);
+        if newest {
+            scope.push_dynamic(name.as_str(), value.clone());
+        }
     }
 }
 
@@ -119,13 +178,8 @@ impl Session for RhaiSession {
             meter: self.meter,
         });
         let completion = big_stack::run(|| self.evaluate(script));
-        let logs = match guard.finish() {
-            Some(state) => {
-                self.meter = state.meter;
-                state.logs
-            }
-            None => LogBuffer::default(),
-        };
+        let (logs, meter) = guard.finish();
+        self.meter = meter;
         Ok(RunOutcome { completion, logs })
     }
 }
@@ -183,9 +237,11 @@ mod tests {
 
     #[test]
     fn a_runaway_loop_stops_near_its_time_limit_and_the_session_goes_on() {
-        let mut limits = Limits::default();
-        limits.wall_time = Duration::from_millis(200);
-        limits.max_operations = u64::MAX;
+        let limits = Limits {
+            wall_time: Duration::from_millis(200),
+            max_operations: u64::MAX,
+            ..Limits::default()
+        };
         let mut session = session(limits);
         let started = Instant::now();
         let outcome = session.run("let x = 0; loop { x += 1; }").expect("host ok");
@@ -249,6 +305,43 @@ mod tests {
         let second = session.run(r#"print("two"); 2"#).expect("host ok");
         assert_eq!(first.logs.kept(), "one\n");
         assert_eq!(second.logs.kept(), "two\n");
+    }
+
+    #[test]
+    fn redeclaring_a_variable_in_later_runs_replaces_it_instead_of_piling_up() {
+        let limits = Limits {
+            max_variables: 4,
+            ..Limits::default()
+        };
+        let mut session = session(limits);
+        for round in 0..20 {
+            let outcome = session
+                .run(&format!("let total = {round}; let other = total; total"))
+                .expect("host ok");
+            assert_eq!(outcome.completion, Ok(json!(round)));
+        }
+        assert_eq!(session.scope.len(), 2);
+    }
+
+    #[test]
+    fn redeclaring_a_constant_keeps_the_newest_value_and_its_constness() {
+        let mut session = session(Limits::default());
+        session
+            .run("const limit = 1; let keep = 7;")
+            .expect("host ok");
+        session.run("let limit = 2;").expect("host ok");
+        assert_eq!(
+            session.run("limit + keep").expect("host ok").completion,
+            Ok(json!(9))
+        );
+        session.run("const limit = 3;").expect("host ok");
+        assert_eq!(session.scope.len(), 2);
+        let outcome = session.run("limit = 4;").expect("host ok");
+        assert!(outcome.completion.is_err(), "a constant cannot be assigned");
+        assert_eq!(
+            session.run("limit").expect("host ok").completion,
+            Ok(json!(3))
+        );
     }
 
     #[test]
