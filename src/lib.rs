@@ -24,14 +24,20 @@
 //! # }
 //! ```
 
+pub mod agent;
+pub mod chat;
 pub mod cli;
 mod command_tool;
+pub mod model;
 mod output;
 mod prompts;
 mod registry;
 mod session;
 mod tools;
 
+pub use agent::{
+    Agent, AgentBuilder, AgentError, Event, LoopConfig, Outcome, RunResult, Transcript,
+};
 pub use codeact_rhai::RhaiRuntime;
 pub use codeact_runtime::{
     Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
@@ -39,7 +45,7 @@ pub use codeact_runtime::{
 };
 pub use command_tool::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
 pub use output::ScriptOutput;
-pub use prompts::{PromptError, render_card};
+pub use prompts::{PromptError, render_card, render_system_prompt};
 pub use registry::{RUNTIME_NAMES, UnknownRuntime, runtime_by_name};
 pub use session::{ScriptRun, ScriptSession};
 pub use tools::{Tool, ToolBox, ToolBoxError, ToolFuture};

@@ -78,3 +78,37 @@ pub fn render_card(
         })
         .map_err(error)
 }
+
+/// The system prompt template: CodeAct instructions around the runtime's card.
+const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md");
+
+/// Renders the system prompt: the CodeAct instructions, the agent's own
+/// `instructions` (omitted when blank), and the runtime's card with `tools` and
+/// `transfer_targets`.
+pub fn render_system_prompt(
+    runtime: &dyn Runtime,
+    tools: &[ToolSpec],
+    transfer_targets: &[String],
+    instructions: &str,
+) -> Result<String, PromptError> {
+    let card = render_card(runtime, tools, transfer_targets)?;
+    let info = runtime.info();
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    let error = |source| PromptError {
+        template: "system".to_string(),
+        source,
+    };
+    env.add_template("system", SYSTEM_TEMPLATE).map_err(error)?;
+    env.get_template("system")
+        .map_err(error)?
+        .render(context! {
+            language => info.language,
+            fence => info.fence_tags.first().copied().unwrap_or(info.name),
+            instructions => instructions.trim(),
+            card => card,
+        })
+        .map_err(error)
+}

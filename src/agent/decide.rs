@@ -1,0 +1,545 @@
+//! The loop's decisions, without I/O: what to send next, what a reply means, when to
+//! stop. The driver feeds it "the model replied" and "the script finished" and does
+//! what it says; every rule here is tested without a model or an engine.
+
+use codeact_runtime::LogBuffer;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::extract::{Extraction, extract_code};
+use super::feedback;
+use crate::ScriptOutput;
+use crate::chat::{Message, ModelResponse, StopReason, Usage};
+
+/// The loop's rules, with their defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopConfig {
+    /// Model calls per run; the run ends with [`Outcome::StepLimit`] after this
+    /// many. Default: 12.
+    pub max_steps: usize,
+    /// Errors in a row (script errors, replies without code) before the run ends
+    /// with [`Outcome::ErrorBudget`]. Default: 4.
+    pub max_consecutive_errors: usize,
+    /// Characters of one piece of feedback (a value, a message, the logs) kept;
+    /// longer ones lose their middle. Default: 8,000.
+    pub feedback_limit: usize,
+    /// Agents a script may transfer to; empty means transfers are unavailable.
+    pub transfer_targets: Vec<String>,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        Self {
+            max_steps: 12,
+            max_consecutive_errors: 4,
+            feedback_limit: 8_000,
+            transfer_targets: Vec::new(),
+        }
+    }
+}
+
+/// How a run ended. Matched exhaustively: a new way to end is a compile error
+/// wherever outcomes are handled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// A script returned `final_result(value)`.
+    FinalResult {
+        /// The answer.
+        value: Value,
+    },
+    /// A script handed over to a declared transfer target.
+    Transfer {
+        /// The target.
+        agent_name: String,
+    },
+    /// The step limit ran out first.
+    StepLimit {
+        /// Model calls made.
+        steps: usize,
+    },
+    /// Too many errors in a row.
+    ErrorBudget {
+        /// Errors in a row when the run stopped.
+        consecutive_errors: usize,
+        /// The last one.
+        last_error: String,
+    },
+    /// The model declined to answer.
+    Refused {
+        /// What it said.
+        text: String,
+    },
+    /// The conversation outgrew the model's context window.
+    ContextWindowExceeded,
+}
+
+impl Outcome {
+    /// The `ScriptOutput` that ended the run, for the two outcomes a script chose.
+    pub fn script_output(&self) -> Option<ScriptOutput> {
+        match self {
+            Outcome::FinalResult { value } => Some(ScriptOutput::FinalResult {
+                value: value.clone(),
+            }),
+            Outcome::Transfer { agent_name } => Some(ScriptOutput::TransferToAgent {
+                agent_name: agent_name.clone(),
+            }),
+            Outcome::StepLimit { .. }
+            | Outcome::ErrorBudget { .. }
+            | Outcome::Refused { .. }
+            | Outcome::ContextWindowExceeded => None,
+        }
+    }
+}
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Send the conversation to the model.
+    CallModel,
+    /// Run this script in the session.
+    RunScript {
+        /// The script.
+        code: String,
+    },
+    /// Stop with this outcome.
+    Finish(Outcome),
+}
+
+/// The conversation and the counters the rules need.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    config: LoopConfig,
+    fence_tags: Vec<String>,
+    messages: Vec<Message>,
+    steps: usize,
+    consecutive_errors: usize,
+    usage: Usage,
+    /// The feedback of the step in progress, when the reply itself was the error.
+    last_error: Option<String>,
+    /// A note to prepend to the next feedback (a truncated reply that still ran).
+    pending_note: Option<String>,
+}
+
+impl Conversation {
+    /// A conversation that starts with `task`, for a runtime accepting
+    /// `fence_tags` (its first tag is the one suggested to the model).
+    pub fn new(task: &str, fence_tags: &[&str], config: LoopConfig) -> Self {
+        Self {
+            config,
+            fence_tags: fence_tags.iter().map(|t| t.to_string()).collect(),
+            messages: vec![Message::user(task)],
+            steps: 0,
+            consecutive_errors: 0,
+            usage: Usage::default(),
+            last_error: None,
+            pending_note: None,
+        }
+    }
+
+    /// The messages so far, task first.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Model calls so far.
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+
+    /// Tokens used so far.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// The model replied.
+    pub fn on_reply(&mut self, response: &ModelResponse) -> Next {
+        self.steps += 1;
+        self.usage += response.usage;
+        self.messages.push(Message {
+            role: crate::chat::Role::Assistant,
+            content: response.content.clone(),
+        });
+        let text = response.text();
+        match response.stop_reason {
+            StopReason::Refused => return Next::Finish(Outcome::Refused { text }),
+            StopReason::ContextWindowExceeded => {
+                return Next::Finish(Outcome::ContextWindowExceeded);
+            }
+            StopReason::Pause => return self.continue_or_stop(),
+            _ => {}
+        }
+        let truncated = response.stop_reason == StopReason::OutputTruncated;
+        let tags: Vec<&str> = self.fence_tags.iter().map(String::as_str).collect();
+        let fence = tags.first().copied().unwrap_or("code");
+        match extract_code(&text, &tags) {
+            Extraction::Code { code, closed } if closed || !truncated => {
+                if truncated {
+                    self.pending_note = Some(
+                        "Note: your reply was cut off at the output limit after the code block; keep replies shorter.".into(),
+                    );
+                }
+                Next::RunScript { code }
+            }
+            Extraction::Code { .. } => self.reply_error(format!(
+                "Your reply was cut off at the output limit before the code block closed, so nothing ran. Write a shorter script in one ```{fence} block."
+            )),
+            Extraction::OtherLanguage { tag } => self.reply_error(format!(
+                "Your reply had a ```{tag} block, but this session runs {fence}. Reply with one ```{fence} code block."
+            )),
+            Extraction::NoCode if truncated => self.reply_error(format!(
+                "Your reply was cut off at the output limit and held no code. Reply with one short ```{fence} code block."
+            )),
+            Extraction::NoCode => self.reply_error(format!(
+                "Your reply had no code block, so nothing ran. Reply with one ```{fence} code block whose last expression is observation(...), final_result(...) or error(...)."
+            )),
+        }
+    }
+
+    /// The script finished with `output`, having printed `logs`.
+    pub fn on_script(&mut self, output: &ScriptOutput, logs: &LogBuffer) -> Next {
+        let limit = self.config.feedback_limit;
+        match output {
+            ScriptOutput::FinalResult { value } => Next::Finish(Outcome::FinalResult {
+                value: value.clone(),
+            }),
+            ScriptOutput::TransferToAgent { agent_name } => {
+                if self.config.transfer_targets.iter().any(|t| t == agent_name) {
+                    return Next::Finish(Outcome::Transfer {
+                        agent_name: agent_name.clone(),
+                    });
+                }
+                let message = if self.config.transfer_targets.is_empty() {
+                    format!(
+                        "there is no agent '{agent_name}' to transfer to: this agent cannot transfer"
+                    )
+                } else {
+                    format!(
+                        "there is no agent '{agent_name}' to transfer to; valid names: {}",
+                        self.config.transfer_targets.join(", ")
+                    )
+                };
+                let text = feedback::error(&message, logs, limit);
+                self.script_error(text, message)
+            }
+            ScriptOutput::Observation { value } => {
+                self.consecutive_errors = 0;
+                let text = feedback::observation(value, logs, limit);
+                self.push_feedback(text);
+                self.continue_or_stop()
+            }
+            ScriptOutput::Error { message } => {
+                let text = feedback::error(message, logs, limit);
+                self.script_error(text, message.clone())
+            }
+        }
+    }
+
+    /// The error of the step in progress, when there was one (for events).
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    fn push_feedback(&mut self, text: String) {
+        let text = match self.pending_note.take() {
+            Some(note) => format!("{note}\n\n{text}"),
+            None => text,
+        };
+        self.messages.push(Message::user(text));
+    }
+
+    fn reply_error(&mut self, message: String) -> Next {
+        let text = format!("Error:\n{message}");
+        self.script_error(text, message)
+    }
+
+    fn script_error(&mut self, text: String, message: String) -> Next {
+        self.push_feedback(text);
+        self.consecutive_errors += 1;
+        self.last_error = Some(message.clone());
+        if self.consecutive_errors >= self.config.max_consecutive_errors {
+            return Next::Finish(Outcome::ErrorBudget {
+                consecutive_errors: self.consecutive_errors,
+                last_error: message,
+            });
+        }
+        self.continue_or_stop()
+    }
+
+    fn continue_or_stop(&mut self) -> Next {
+        if self.steps >= self.config.max_steps {
+            Next::Finish(Outcome::StepLimit { steps: self.steps })
+        } else {
+            Next::CallModel
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::{ContentBlock, Role};
+    use serde_json::json;
+
+    fn reply(text: &str) -> ModelResponse {
+        reply_with(text, StopReason::EndTurn)
+    }
+
+    fn reply_with(text: &str, stop_reason: StopReason) -> ModelResponse {
+        ModelResponse {
+            content: vec![ContentBlock::text(text)],
+            stop_reason,
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 2,
+            },
+            model: "test".into(),
+        }
+    }
+
+    fn conversation(config: LoopConfig) -> Conversation {
+        Conversation::new("add 2 and 2", &["rhai"], config)
+    }
+
+    fn last_feedback(conversation: &Conversation) -> String {
+        let last = conversation.messages().last().expect("a message");
+        assert_eq!(last.role, Role::User);
+        last.joined_text()
+    }
+
+    #[test]
+    fn a_reply_with_code_runs_it() {
+        let mut c = conversation(LoopConfig::default());
+        assert_eq!(
+            c.on_reply(&reply("```rhai\nfinal_result(4)\n```")),
+            Next::RunScript {
+                code: "final_result(4)".into()
+            }
+        );
+        assert_eq!(c.messages().len(), 2);
+    }
+
+    #[test]
+    fn a_final_result_ends_the_run() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nfinal_result(4)\n```"));
+        let next = c.on_script(
+            &ScriptOutput::FinalResult { value: json!(4) },
+            &LogBuffer::new(10),
+        );
+        assert_eq!(next, Next::Finish(Outcome::FinalResult { value: json!(4) }));
+    }
+
+    #[test]
+    fn an_observation_is_fed_back_with_the_logs_and_the_loop_goes_on() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nobservation(2 + 2)\n```"));
+        let mut logs = LogBuffer::new(100);
+        logs.push_line("adding");
+        let next = c.on_script(&ScriptOutput::Observation { value: json!(4) }, &logs);
+        assert_eq!(next, Next::CallModel);
+        assert_eq!(
+            last_feedback(&c),
+            "Observation:\n4\n\nPrinted output:\nadding"
+        );
+    }
+
+    #[test]
+    fn a_script_error_is_fed_back_and_the_loop_goes_on() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nthrow 1\n```"));
+        let next = c.on_script(
+            &ScriptOutput::Error {
+                message: "Runtime error: 1".into(),
+            },
+            &LogBuffer::new(10),
+        );
+        assert_eq!(next, Next::CallModel);
+        assert_eq!(last_feedback(&c), "Error:\nRuntime error: 1");
+    }
+
+    #[test]
+    fn a_reply_without_code_gets_a_format_hint_and_costs_a_step() {
+        let mut c = conversation(LoopConfig::default());
+        assert_eq!(c.on_reply(&reply("The answer is 4.")), Next::CallModel);
+        assert_eq!(c.steps(), 1);
+        assert!(last_feedback(&c).contains("no code block"));
+        assert!(last_feedback(&c).contains("```rhai"));
+    }
+
+    #[test]
+    fn a_block_in_another_language_is_named_in_the_hint() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```python\nprint(4)\n```"));
+        assert!(last_feedback(&c).contains("a ```python block, but this session runs rhai"));
+    }
+
+    #[test]
+    fn the_step_limit_ends_the_run_with_its_own_outcome() {
+        let mut c = conversation(LoopConfig {
+            max_steps: 2,
+            ..LoopConfig::default()
+        });
+        c.on_reply(&reply("```rhai\nobservation(1)\n```"));
+        assert_eq!(
+            c.on_script(
+                &ScriptOutput::Observation { value: json!(1) },
+                &LogBuffer::new(1)
+            ),
+            Next::CallModel
+        );
+        c.on_reply(&reply("```rhai\nobservation(2)\n```"));
+        let next = c.on_script(
+            &ScriptOutput::Observation { value: json!(2) },
+            &LogBuffer::new(1),
+        );
+        assert_eq!(next, Next::Finish(Outcome::StepLimit { steps: 2 }));
+    }
+
+    #[test]
+    fn consecutive_errors_past_the_budget_end_the_run_and_an_observation_resets_them() {
+        let mut c = conversation(LoopConfig {
+            max_consecutive_errors: 2,
+            ..LoopConfig::default()
+        });
+        let error = ScriptOutput::Error {
+            message: "bad".into(),
+        };
+        c.on_reply(&reply("```rhai\nx\n```"));
+        assert_eq!(c.on_script(&error, &LogBuffer::new(1)), Next::CallModel);
+        c.on_reply(&reply("```rhai\nobservation(1)\n```"));
+        assert_eq!(
+            c.on_script(
+                &ScriptOutput::Observation { value: json!(1) },
+                &LogBuffer::new(1)
+            ),
+            Next::CallModel
+        );
+        c.on_reply(&reply("no code"));
+        c.on_reply(&reply("```rhai\nx\n```"));
+        let next = c.on_script(&error, &LogBuffer::new(1));
+        assert_eq!(
+            next,
+            Next::Finish(Outcome::ErrorBudget {
+                consecutive_errors: 2,
+                last_error: "bad".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_transfer_to_a_declared_target_ends_the_run() {
+        let mut c = conversation(LoopConfig {
+            transfer_targets: vec!["billing".into()],
+            ..LoopConfig::default()
+        });
+        c.on_reply(&reply("```rhai\ntransfer_to_agent(\"billing\")\n```"));
+        let next = c.on_script(
+            &ScriptOutput::TransferToAgent {
+                agent_name: "billing".into(),
+            },
+            &LogBuffer::new(1),
+        );
+        assert_eq!(
+            next,
+            Next::Finish(Outcome::Transfer {
+                agent_name: "billing".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_transfer_to_an_unknown_target_is_fed_back_listing_the_valid_names() {
+        let mut c = conversation(LoopConfig {
+            transfer_targets: vec!["billing".into(), "support".into()],
+            ..LoopConfig::default()
+        });
+        c.on_reply(&reply("```rhai\ntransfer_to_agent(\"sales\")\n```"));
+        let next = c.on_script(
+            &ScriptOutput::TransferToAgent {
+                agent_name: "sales".into(),
+            },
+            &LogBuffer::new(1),
+        );
+        assert_eq!(next, Next::CallModel);
+        assert_eq!(
+            last_feedback(&c),
+            "Error:\nthere is no agent 'sales' to transfer to; valid names: billing, support"
+        );
+    }
+
+    #[test]
+    fn a_truncated_reply_without_a_closed_block_is_told_to_the_model_and_not_run() {
+        let mut c = conversation(LoopConfig::default());
+        let next = c.on_reply(&reply_with(
+            "```rhai\nlet x = ",
+            StopReason::OutputTruncated,
+        ));
+        assert_eq!(next, Next::CallModel);
+        assert!(last_feedback(&c).contains("cut off at the output limit"));
+    }
+
+    #[test]
+    fn a_truncated_reply_with_a_complete_block_runs_and_the_cut_is_mentioned() {
+        let mut c = conversation(LoopConfig::default());
+        let next = c.on_reply(&reply_with(
+            "```rhai\nobservation(1)\n```\nAnd then I will",
+            StopReason::OutputTruncated,
+        ));
+        assert_eq!(
+            next,
+            Next::RunScript {
+                code: "observation(1)".into()
+            }
+        );
+        c.on_script(
+            &ScriptOutput::Observation { value: json!(1) },
+            &LogBuffer::new(1),
+        );
+        assert!(last_feedback(&c).starts_with("Note: your reply was cut off"));
+    }
+
+    #[test]
+    fn a_refusal_ends_the_run_with_its_own_outcome() {
+        let mut c = conversation(LoopConfig::default());
+        let next = c.on_reply(&reply_with("I can't help with that.", StopReason::Refused));
+        assert_eq!(
+            next,
+            Next::Finish(Outcome::Refused {
+                text: "I can't help with that.".into()
+            })
+        );
+    }
+
+    #[test]
+    fn usage_adds_up_over_the_run() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("no code"));
+        c.on_reply(&reply("still none"));
+        assert_eq!(
+            c.usage(),
+            Usage {
+                input_tokens: 20,
+                output_tokens: 4
+            }
+        );
+    }
+
+    #[test]
+    fn long_observations_are_cut_to_the_feedback_limit() {
+        let mut c = conversation(LoopConfig {
+            feedback_limit: 100,
+            ..LoopConfig::default()
+        });
+        c.on_reply(&reply("```rhai\nobservation(s)\n```"));
+        c.on_script(
+            &ScriptOutput::Observation {
+                value: json!("x".repeat(10_000)),
+            },
+            &LogBuffer::new(1),
+        );
+        let text = last_feedback(&c);
+        assert!(text.len() < 300, "{}", text.len());
+        assert!(text.contains("characters cut"));
+    }
+}

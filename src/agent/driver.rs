@@ -1,0 +1,373 @@
+//! The thin async driver: asks the model, runs scripts, reports events, and lets
+//! [`Conversation`] decide everything else.
+
+use std::sync::Arc;
+
+use codeact_runtime::{HostError, Runtime};
+use tracing::Instrument;
+
+use super::decide::{Conversation, LoopConfig, Next, Outcome};
+use super::events::{Event, Listener};
+use crate::chat::{Message, ModelRequest, StreamEvent, Usage};
+use crate::model::{ModelClient, ModelError};
+use crate::prompts::{PromptError, render_system_prompt};
+use crate::{ScriptOutput, ScriptSession, ToolBox};
+
+/// A CodeAct agent: a model, a runtime, tools, and the loop's rules.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use codeact::{Agent, Limits, Outcome, RhaiRuntime, Tool};
+/// use codeact::model::ReplayModel;
+///
+/// let model = ReplayModel::new(["```rhai\nfinal_result(call_tool(\"add\", #{a: 2, b: 2}))\n```"]);
+/// let add = Tool::from_fn("add", "Adds a and b.", |args| {
+///     Ok(serde_json::json!(args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)))
+/// });
+/// let agent = Agent::builder(Arc::new(model), Arc::new(RhaiRuntime::new(Limits::default())))
+///     .tool(add)
+///     .build()?;
+/// let run = agent.run("Add 2 and 2.").await?;
+/// assert_eq!(run.outcome, Outcome::FinalResult { value: serde_json::json!(4) });
+/// # Ok(())
+/// # }
+/// ```
+pub struct Agent {
+    name: String,
+    model: Arc<dyn ModelClient>,
+    runtime: Arc<dyn Runtime>,
+    tools: Arc<ToolBox>,
+    config: LoopConfig,
+    system_prompt: String,
+    max_tokens: u32,
+    temperature: f32,
+    stream: bool,
+    listeners: Vec<Listener>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.name)
+            .field("model", &self.model.label())
+            .field("runtime", &self.runtime.info().name)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`Agent`]; every setting has a default.
+pub struct AgentBuilder {
+    name: String,
+    model: Arc<dyn ModelClient>,
+    runtime: Arc<dyn Runtime>,
+    tools: Vec<crate::Tool>,
+    config: LoopConfig,
+    instructions: String,
+    max_tokens: u32,
+    temperature: f32,
+    stream: bool,
+    listeners: Vec<Listener>,
+}
+
+impl AgentBuilder {
+    /// The agent's name, in events and transcripts. Default: `main`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: crate::Tool) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Adds tools.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = crate::Tool>) -> Self {
+        self.tools.extend(tools);
+        self
+    }
+
+    /// Extra instructions for this agent, added to the system prompt. Default: none.
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.instructions = instructions.into();
+        self
+    }
+
+    /// The loop's rules. Default: [`LoopConfig::default`].
+    pub fn config(mut self, config: LoopConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Output token limit per reply. Default: 2,048.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Sampling temperature. Default: 0.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = temperature;
+        self
+    }
+
+    /// Stream replies, reporting text as it arrives. Default: true.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Calls `listener` with every event of every run.
+    pub fn on_event(mut self, listener: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.listeners.push(Arc::new(listener));
+        self
+    }
+
+    /// Adds a shared listener (e.g. [`Transcript::listener`](super::Transcript::listener)).
+    pub fn listener(mut self, listener: Listener) -> Self {
+        self.listeners.push(listener);
+        self
+    }
+
+    /// Checks the tools and renders the system prompt once.
+    pub fn build(self) -> Result<Agent, AgentError> {
+        let tools = ToolBox::new(self.tools).map_err(|e| AgentError::Setup(e.to_string()))?;
+        let system_prompt = render_system_prompt(
+            &*self.runtime,
+            codeact_runtime::ToolDispatch::specs(&tools),
+            &self.config.transfer_targets,
+            &self.instructions,
+        )?;
+        Ok(Agent {
+            name: self.name,
+            model: self.model,
+            runtime: self.runtime,
+            tools: Arc::new(tools),
+            config: self.config,
+            system_prompt,
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            stream: self.stream,
+            listeners: self.listeners,
+        })
+    }
+}
+
+/// What a finished run returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Model calls made.
+    pub steps: usize,
+    /// Tokens used.
+    pub usage: Usage,
+    /// The whole conversation, task first.
+    pub messages: Vec<Message>,
+}
+
+/// A run could not finish: the model or the host failed. Script errors never end
+/// up here; they are fed back to the model.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The model call failed after its retries.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The runtime failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// A prompt template failed to render.
+    #[error(transparent)]
+    Prompt(#[from] PromptError),
+    /// The agent is misconfigured (e.g. two tools with one name).
+    #[error("the agent cannot be built: {0}")]
+    Setup(String),
+}
+
+impl Agent {
+    /// Starts building an agent around `model` and `runtime`.
+    pub fn builder(model: Arc<dyn ModelClient>, runtime: Arc<dyn Runtime>) -> AgentBuilder {
+        AgentBuilder {
+            name: "main".into(),
+            model,
+            runtime,
+            tools: Vec::new(),
+            config: LoopConfig::default(),
+            instructions: String::new(),
+            max_tokens: 2_048,
+            temperature: 0.0,
+            stream: true,
+            listeners: Vec::new(),
+        }
+    }
+
+    /// The system prompt every request carries.
+    pub fn system_prompt(&self) -> &str {
+        &self.system_prompt
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn emit(&self, event: Event) {
+        for listener in &self.listeners {
+            listener(&event);
+        }
+    }
+
+    /// Runs `task` to an outcome in a fresh session.
+    pub async fn run(&self, task: &str) -> Result<RunResult, AgentError> {
+        let mut conversation =
+            Conversation::new(task, self.runtime.info().fence_tags, self.config.clone());
+        self.emit(Event::RunStarted {
+            agent: self.name.clone(),
+            model: self.model.label(),
+            runtime: self.runtime.info().name.to_string(),
+            system_prompt: self.system_prompt.clone(),
+        });
+        let result = self.drive(&mut conversation).await;
+        if let Err(error) = &result {
+            self.emit(Event::Failed {
+                step: conversation.steps() + 1,
+                error: error.to_string(),
+            });
+        }
+        let outcome = result?;
+        self.emit(Event::Finished {
+            outcome: outcome.clone(),
+            steps: conversation.steps(),
+            usage: conversation.usage(),
+        });
+        Ok(RunResult {
+            outcome,
+            steps: conversation.steps(),
+            usage: conversation.usage(),
+            messages: conversation.messages().to_vec(),
+        })
+    }
+
+    async fn drive(&self, conversation: &mut Conversation) -> Result<Outcome, AgentError> {
+        let mut session = ScriptSession::start(&*self.runtime, self.tools.clone())?;
+        let mut reported = 0;
+        let mut next = Next::CallModel;
+        loop {
+            let step = match next {
+                Next::RunScript { .. } => conversation.steps(),
+                _ => conversation.steps() + 1,
+            };
+            next = match next {
+                Next::Finish(outcome) => {
+                    self.report_messages(conversation, &mut reported);
+                    return Ok(outcome);
+                }
+                Next::CallModel => {
+                    self.report_messages(conversation, &mut reported);
+                    self.call_model(conversation, step)
+                        .instrument(tracing::info_span!("model", step))
+                        .await?
+                }
+                Next::RunScript { code } => {
+                    self.report_messages(conversation, &mut reported);
+                    self.emit(Event::ScriptStarted {
+                        step,
+                        code: code.clone(),
+                    });
+                    let run = session
+                        .run(code)
+                        .instrument(tracing::info_span!("script", step))
+                        .await?;
+                    let logs = run.logs.render();
+                    let next = conversation.on_script(&run.output, &run.logs);
+                    match &run.output {
+                        ScriptOutput::Observation { value } => self.emit(Event::Observation {
+                            step,
+                            value: value.clone(),
+                            logs,
+                        }),
+                        ScriptOutput::Error { message } => self.emit(Event::Error {
+                            step,
+                            message: message.clone(),
+                            logs,
+                        }),
+                        ScriptOutput::TransferToAgent { .. }
+                            if !matches!(next, Next::Finish(_)) =>
+                        {
+                            self.emit(Event::Error {
+                                step,
+                                message: conversation.last_error().unwrap_or_default().to_string(),
+                                logs,
+                            })
+                        }
+                        ScriptOutput::FinalResult { .. } | ScriptOutput::TransferToAgent { .. } => {
+                        }
+                    }
+                    next
+                }
+            };
+        }
+    }
+
+    async fn call_model(
+        &self,
+        conversation: &mut Conversation,
+        step: usize,
+    ) -> Result<Next, AgentError> {
+        let mut request =
+            ModelRequest::new(self.system_prompt.clone(), conversation.messages().to_vec());
+        request.max_tokens = self.max_tokens;
+        request.temperature = self.temperature;
+        self.emit(Event::ModelRequest {
+            step,
+            messages: request.messages.len(),
+        });
+        let response = if self.stream {
+            let mut on_event = |event: StreamEvent| {
+                if let StreamEvent::TextDelta { text } = event {
+                    self.emit(Event::TextDelta { step, text });
+                }
+            };
+            self.model.stream(&request, &mut on_event).await?
+        } else {
+            self.model.complete(&request).await?
+        };
+        self.emit(Event::ModelReply {
+            step,
+            stop_reason: response.stop_reason.clone(),
+        });
+        let before = conversation.messages().len();
+        let next = conversation.on_reply(&response);
+        self.emit(Event::Usage {
+            step,
+            call: response.usage,
+            total: conversation.usage(),
+        });
+        // A reply that could not run (no code, cut off) is an error of this step.
+        if matches!(
+            next,
+            Next::CallModel | Next::Finish(Outcome::ErrorBudget { .. })
+        ) && conversation.messages().len() > before + 1
+        {
+            self.emit(Event::Error {
+                step,
+                message: conversation.last_error().unwrap_or_default().to_string(),
+                logs: String::new(),
+            });
+        }
+        Ok(next)
+    }
+
+    fn report_messages(&self, conversation: &Conversation, reported: &mut usize) {
+        for message in &conversation.messages()[*reported..] {
+            self.emit(Event::Message {
+                message: message.clone(),
+            });
+        }
+        *reported = conversation.messages().len();
+    }
+}

@@ -1,0 +1,159 @@
+//! What a run reports as it goes, and the JSONL transcript built from it.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::decide::Outcome;
+use crate::chat::{Message, StopReason, Usage};
+
+/// One thing that happened in a run. Every message of the conversation is an
+/// [`Event::Message`], so the events alone rebuild the transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A run began.
+    RunStarted {
+        /// The agent's name.
+        agent: String,
+        /// The model's label.
+        model: String,
+        /// The runtime's name.
+        runtime: String,
+        /// The system prompt sent with every request.
+        system_prompt: String,
+    },
+    /// A message joined the conversation (the task, a reply, feedback).
+    Message {
+        /// The message.
+        message: Message,
+    },
+    /// The conversation is being sent to the model.
+    ModelRequest {
+        /// The step (1-based) this request starts.
+        step: usize,
+        /// Messages sent.
+        messages: usize,
+    },
+    /// Text streamed in from the model.
+    TextDelta {
+        /// The step.
+        step: usize,
+        /// The new text.
+        text: String,
+    },
+    /// The model's reply is complete.
+    ModelReply {
+        /// The step.
+        step: usize,
+        /// Why it stopped.
+        stop_reason: StopReason,
+    },
+    /// Tokens used by this call, and so far.
+    Usage {
+        /// The step.
+        step: usize,
+        /// This call.
+        call: Usage,
+        /// The run so far.
+        total: Usage,
+    },
+    /// A script is about to run.
+    ScriptStarted {
+        /// The step.
+        step: usize,
+        /// The script.
+        code: String,
+    },
+    /// A script returned an observation.
+    Observation {
+        /// The step.
+        step: usize,
+        /// The value.
+        value: Value,
+        /// What it printed.
+        logs: String,
+    },
+    /// A step ended in an error fed back to the model (a script error, a reply
+    /// without code, an unknown transfer target).
+    Error {
+        /// The step.
+        step: usize,
+        /// The error.
+        message: String,
+        /// What the script printed, if one ran.
+        logs: String,
+    },
+    /// The run ended.
+    Finished {
+        /// How.
+        outcome: Outcome,
+        /// Model calls made.
+        steps: usize,
+        /// Tokens used.
+        usage: Usage,
+    },
+    /// The run failed: the model or the host could not go on.
+    Failed {
+        /// The step in progress.
+        step: usize,
+        /// Why.
+        error: String,
+    },
+}
+
+/// Something that wants to hear about events. Called on the run's task, in order;
+/// keep it quick.
+pub type Listener = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// Appends every event to a JSONL file as it happens, one line each, written
+/// through at once (no buffer), so a crash loses nothing already done.
+#[derive(Debug, Clone)]
+pub struct Transcript {
+    file: Arc<Mutex<File>>,
+}
+
+impl Transcript {
+    /// Creates (or truncates) the transcript at `path`.
+    pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        Ok(Self {
+            file: Arc::new(Mutex::new(File::create(path)?)),
+        })
+    }
+
+    /// A listener writing to this transcript. A write error is reported once on
+    /// stderr and does not stop the run.
+    pub fn listener(&self) -> Listener {
+        let file = self.file.clone();
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        Arc::new(move |event: &Event| {
+            let Ok(mut line) = serde_json::to_vec(event) else {
+                return;
+            };
+            line.push(b'\n');
+            let result = match file.lock() {
+                Ok(mut file) => file.write_all(&line),
+                Err(_) => return,
+            };
+            if let Err(e) = result
+                && !failed.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::error!("cannot write the transcript: {e}");
+            }
+        })
+    }
+}
+
+/// Reads a transcript back, one event per line; a line that does not parse (a line
+/// cut short by a crash) ends the reading.
+pub fn read_transcript(path: impl AsRef<Path>) -> std::io::Result<Vec<Event>> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(text
+        .lines()
+        .map_while(|line| serde_json::from_str::<Event>(line).ok())
+        .collect())
+}

@@ -1,0 +1,162 @@
+//! Finding the script in a model's reply: the first fenced block whose tag the
+//! runtime accepts, or an untagged one.
+
+/// What a reply holds, as far as the loop cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extraction {
+    /// A block to run. `closed` is false when the reply ended inside it.
+    Code {
+        /// The block's text, without the fences.
+        code: String,
+        /// Whether the closing fence was there.
+        closed: bool,
+    },
+    /// Only blocks for other languages, e.g. ```python in a Rhai session.
+    OtherLanguage {
+        /// The first such block's tag.
+        tag: String,
+    },
+    /// No fenced block at all.
+    NoCode,
+}
+
+/// Extracts the first block tagged with one of `accepted` (compared without case)
+/// or untagged. Fences are three or more backticks or tildes, as in CommonMark.
+pub fn extract_code(reply: &str, accepted: &[&str]) -> Extraction {
+    let mut other_language: Option<String> = None;
+    let mut lines = reply.lines();
+    while let Some(line) = lines.next() {
+        let Some(fence) = Fence::open(line) else {
+            continue;
+        };
+        let mut body = Vec::new();
+        let mut closed = false;
+        for inner in lines.by_ref() {
+            if fence.closes(inner) {
+                closed = true;
+                break;
+            }
+            body.push(inner);
+        }
+        let tag = fence.tag.to_ascii_lowercase();
+        if tag.is_empty() || accepted.iter().any(|a| a.eq_ignore_ascii_case(&tag)) {
+            return Extraction::Code {
+                code: body.join("\n"),
+                closed,
+            };
+        }
+        other_language.get_or_insert(tag);
+    }
+    match other_language {
+        Some(tag) => Extraction::OtherLanguage { tag },
+        None => Extraction::NoCode,
+    }
+}
+
+struct Fence<'a> {
+    marker: char,
+    length: usize,
+    tag: &'a str,
+}
+
+impl<'a> Fence<'a> {
+    fn open(line: &'a str) -> Option<Self> {
+        let trimmed = line.trim_start();
+        let marker = trimmed.chars().next().filter(|c| *c == '`' || *c == '~')?;
+        let length = trimmed.chars().take_while(|c| *c == marker).count();
+        if length < 3 {
+            return None;
+        }
+        let info = trimmed[length..].trim();
+        if marker == '`' && info.contains('`') {
+            return None;
+        }
+        let tag = info
+            .split(|c: char| c.is_whitespace() || c == '{' || c == ',')
+            .next()
+            .unwrap_or("");
+        Some(Self {
+            marker,
+            length,
+            tag,
+        })
+    }
+
+    fn closes(&self, line: &str) -> bool {
+        let trimmed = line.trim();
+        trimmed.len() >= self.length && trimmed.chars().all(|c| c == self.marker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(text: &str) -> Extraction {
+        Extraction::Code {
+            code: text.into(),
+            closed: true,
+        }
+    }
+
+    #[test]
+    fn the_first_block_with_an_accepted_tag_is_taken() {
+        let reply =
+            "Plan first.\n```python\nprint(1)\n```\n```rhai\nlet x = 1;\nx\n```\n```rhai\n2\n```";
+        assert_eq!(extract_code(reply, &["rhai"]), code("let x = 1;\nx"));
+    }
+
+    #[test]
+    fn tags_match_without_case_and_untagged_fences_count() {
+        assert_eq!(extract_code("```RHAI\n1\n```", &["rhai"]), code("1"));
+        assert_eq!(extract_code("```\n2\n```", &["rhai"]), code("2"));
+        assert_eq!(extract_code("~~~~js\n3\n~~~~", &["js"]), code("3"));
+    }
+
+    #[test]
+    fn a_block_for_another_language_is_named() {
+        assert_eq!(
+            extract_code("```python\nprint(1)\n```", &["rhai"]),
+            Extraction::OtherLanguage {
+                tag: "python".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_reply_without_fences_has_no_code() {
+        assert_eq!(
+            extract_code("The answer is 4.", &["rhai"]),
+            Extraction::NoCode
+        );
+        assert_eq!(extract_code("use `x` here", &["rhai"]), Extraction::NoCode);
+    }
+
+    #[test]
+    fn a_reply_that_ends_inside_a_block_is_marked_unclosed() {
+        assert_eq!(
+            extract_code("```rhai\nlet x = 1;\nlet y", &["rhai"]),
+            Extraction::Code {
+                code: "let x = 1;\nlet y".into(),
+                closed: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_shorter_fence_inside_a_longer_one_does_not_close_it() {
+        let reply = "````rhai\nlet s = \"```\";\n```\ns\n````";
+        assert_eq!(
+            extract_code(reply, &["rhai"]),
+            code("let s = \"```\";\n```\ns")
+        );
+    }
+
+    #[test]
+    fn indented_fences_and_info_strings_with_attributes_work() {
+        assert_eq!(
+            extract_code("  ```rhai title=\"x\"\n  1\n  ```", &["rhai"]),
+            code("  1")
+        );
+    }
+}

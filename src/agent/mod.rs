@@ -1,0 +1,13 @@
+//! The CodeAct loop: decisions in [`decide`], the async driver in [`driver`].
+
+pub mod decide;
+mod driver;
+mod events;
+mod extract;
+mod feedback;
+
+pub use decide::{Conversation, LoopConfig, Next, Outcome};
+pub use driver::{Agent, AgentBuilder, AgentError, RunResult};
+pub use events::{Event, Listener, Transcript, read_transcript};
+pub use extract::{Extraction, extract_code};
+pub use feedback::cut_middle;

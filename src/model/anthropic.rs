@@ -1,0 +1,402 @@
+//! Anthropic messages API, streaming included.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::http::{self, AttemptError, Retrier, RetryPolicy};
+use super::{ModelClient, ModelError};
+use crate::chat::{
+    ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, Usage,
+};
+
+const PROVIDER: &str = "anthropic";
+const OFFICIAL_BASE_URL: &str = "https://api.anthropic.com";
+const API_VERSION: &str = "2023-06-01";
+const MAX_BODY_BYTES: usize = 32 << 20;
+
+/// Where and how to reach the Anthropic messages API.
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    /// Base URL without `/v1`. Default: `ANTHROPIC_BASE_URL`, else
+    /// `https://api.anthropic.com`.
+    pub base_url: String,
+    /// Default: `ANTHROPIC_API_KEY`.
+    pub api_key: Option<String>,
+    /// The model name, e.g. `claude-sonnet-4-5`.
+    pub model: String,
+    /// Longest wait for the response headers. Default: 120 s.
+    pub request_timeout: Duration,
+    /// Longest silence inside a streamed reply. Default: 60 s.
+    pub idle_timeout: Duration,
+    /// Retries for 429, 5xx (529 overloaded included) and timeouts.
+    pub retry: RetryPolicy,
+}
+
+impl AnthropicConfig {
+    /// A config for `model` read from `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`.
+    pub fn from_env(model: impl Into<String>) -> Self {
+        Self {
+            base_url: std::env::var("ANTHROPIC_BASE_URL")
+                .ok()
+                .filter(|url| !url.trim().is_empty())
+                .unwrap_or_else(|| OFFICIAL_BASE_URL.to_string()),
+            api_key: std::env::var("ANTHROPIC_API_KEY")
+                .ok()
+                .filter(|key| !key.trim().is_empty()),
+            model: model.into(),
+            request_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(60),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// The same config with this base URL.
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+}
+
+/// A client for `POST {base_url}/v1/messages`.
+#[derive(Debug, Clone)]
+pub struct AnthropicClient {
+    config: AnthropicConfig,
+    endpoint: String,
+    http: reqwest::Client,
+}
+
+impl AnthropicClient {
+    /// A client for `config`; the official endpoint needs a key.
+    pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
+        let base = config.base_url.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ModelError::Config {
+                provider: PROVIDER,
+                message: format!("base URL '{base}' must start with http:// or https://"),
+            });
+        }
+        if config.api_key.is_none() && base == OFFICIAL_BASE_URL {
+            return Err(ModelError::Config {
+                provider: PROVIDER,
+                message: "set ANTHROPIC_API_KEY".into(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| ModelError::Config {
+                provider: PROVIDER,
+                message: format!("cannot build an HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            endpoint: format!("{base}/v1/messages"),
+            config,
+            http,
+        })
+    }
+
+    fn body(&self, request: &ModelRequest, stream: bool) -> Value {
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .map(|message| {
+                let role = if message.role == Role::Assistant {
+                    "assistant"
+                } else {
+                    "user"
+                };
+                let content: Vec<Value> = message
+                    .content
+                    .iter()
+                    .map(|block| match block {
+                        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+                        ContentBlock::ToolUse { id, name, input } => {
+                            json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                        }
+                        ContentBlock::ToolResult {
+                            tool_use_id,
+                            content,
+                            is_error,
+                        } => json!({
+                            "type": "tool_result", "tool_use_id": tool_use_id,
+                            "content": content, "is_error": is_error
+                        }),
+                    })
+                    .collect();
+                json!({"role": role, "content": content})
+            })
+            .collect();
+        let mut body = json!({
+            "model": self.config.model,
+            "system": request.system,
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+        });
+        if !request.stop.is_empty() {
+            body["stop_sequences"] = json!(request.stop);
+        }
+        if stream {
+            body["stream"] = json!(true);
+        }
+        body
+    }
+
+    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        let request = self
+            .http
+            .post(&self.endpoint)
+            .header("anthropic-version", API_VERSION)
+            .json(body);
+        match &self.config.api_key {
+            Some(key) => request.header("x-api-key", key),
+            None => request,
+        }
+    }
+
+    async fn complete_once(&self, body: &Value) -> Result<ModelResponse, AttemptError> {
+        let response =
+            http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
+        let bytes = http::read_body(response, MAX_BODY_BYTES).await?;
+        let reply: WireMessage =
+            serde_json::from_slice(&bytes).map_err(|e| malformed(format!("{e}")))?;
+        let content = reply
+            .content
+            .into_iter()
+            .filter_map(|block| match block {
+                WireBlock::Text { text } => Some(ContentBlock::Text { text }),
+                WireBlock::ToolUse { id, name, input } => {
+                    Some(ContentBlock::ToolUse { id, name, input })
+                }
+                WireBlock::Other => None,
+            })
+            .collect();
+        Ok(ModelResponse {
+            content,
+            stop_reason: stop_reason(reply.stop_reason.as_deref()),
+            usage: reply.usage.map(Usage::from).unwrap_or_default(),
+            model: reply.model.unwrap_or_else(|| self.config.model.clone()),
+        })
+    }
+
+    async fn stream_once(
+        &self,
+        body: &Value,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+        emitted: &mut bool,
+    ) -> Result<ModelResponse, AttemptError> {
+        let response =
+            http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
+        let mut events = response.bytes_stream().eventsource();
+        let mut blocks: Vec<String> = Vec::new();
+        let mut usage = Usage::default();
+        let mut stop: Option<String> = None;
+        let mut model = None;
+        let mut stopped = false;
+        loop {
+            let next = tokio::time::timeout(self.config.idle_timeout, events.next())
+                .await
+                .map_err(|_| {
+                    stream_broke(
+                        *emitted,
+                        format!("no data for {} s", self.config.idle_timeout.as_secs()),
+                    )
+                })?;
+            let Some(event) = next else { break };
+            let event =
+                event.map_err(|e| stream_broke(*emitted, format!("the stream broke: {e}")))?;
+            if event.data.trim().is_empty() {
+                continue;
+            }
+            let data: Value = serde_json::from_str(&event.data).map_err(|e| {
+                malformed(format!(
+                    "bad stream event ({e}): {}",
+                    http::shorten(&event.data, 200)
+                ))
+            })?;
+            match data
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or(event.event.as_str())
+            {
+                "message_start" => {
+                    let message = &data["message"];
+                    model = message["model"].as_str().map(str::to_string);
+                    usage.input_tokens = message["usage"]["input_tokens"].as_u64().unwrap_or(0);
+                }
+                "content_block_start" => blocks.push(String::new()),
+                "content_block_delta" => {
+                    if let Some(text) = data["delta"]["text"].as_str().filter(|t| !t.is_empty()) {
+                        if blocks.is_empty() {
+                            blocks.push(String::new());
+                        }
+                        if let Some(last) = blocks.last_mut() {
+                            last.push_str(text);
+                        }
+                        *emitted = true;
+                        on_event(StreamEvent::TextDelta {
+                            text: text.to_string(),
+                        });
+                    }
+                }
+                "content_block_stop" => {
+                    let index = data["index"].as_u64().unwrap_or(0) as usize;
+                    on_event(StreamEvent::ContentBlockStop { index });
+                }
+                "message_delta" => {
+                    if let Some(reason) = data["delta"]["stop_reason"].as_str() {
+                        stop = Some(reason.to_string());
+                    }
+                    if let Some(output) = data["usage"]["output_tokens"].as_u64() {
+                        usage.output_tokens = output;
+                    }
+                }
+                "message_stop" => {
+                    stopped = true;
+                    break;
+                }
+                "error" => {
+                    let message = data["error"]["message"]
+                        .as_str()
+                        .unwrap_or("unknown error")
+                        .to_string();
+                    return Err(stream_broke(
+                        *emitted,
+                        format!("the server reported an error mid-stream: {message}"),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if !stopped {
+            return Err(stream_broke(
+                *emitted,
+                "the stream ended before message_stop".into(),
+            ));
+        }
+        let stop_reason = stop_reason(stop.as_deref());
+        on_event(StreamEvent::Final {
+            stop_reason: stop_reason.clone(),
+            usage,
+        });
+        on_event(StreamEvent::Done);
+        Ok(ModelResponse {
+            content: blocks.into_iter().map(ContentBlock::text).collect(),
+            stop_reason,
+            usage,
+            model: model.unwrap_or_else(|| self.config.model.clone()),
+        })
+    }
+}
+
+#[async_trait]
+impl ModelClient for AnthropicClient {
+    fn label(&self) -> String {
+        format!("anthropic:{}", self.config.model)
+    }
+
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let body = self.body(request, false);
+        let mut retrier = Retrier::new(PROVIDER, self.config.retry);
+        loop {
+            match self.complete_once(&body).await {
+                Ok(response) => return Ok(response),
+                Err(failure) => retrier.after(failure).await?,
+            }
+        }
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<ModelResponse, ModelError> {
+        let body = self.body(request, true);
+        let mut retrier = Retrier::new(PROVIDER, self.config.retry);
+        loop {
+            let mut emitted = false;
+            match self.stream_once(&body, on_event, &mut emitted).await {
+                Ok(response) => return Ok(response),
+                Err(failure) => retrier.after(failure).await?,
+            }
+        }
+    }
+}
+
+fn malformed(message: String) -> AttemptError {
+    AttemptError::Final(ModelError::Malformed {
+        provider: PROVIDER,
+        message,
+    })
+}
+
+fn stream_broke(emitted: bool, reason: String) -> AttemptError {
+    if emitted {
+        malformed(reason)
+    } else {
+        AttemptError::Retryable {
+            reason,
+            retry_after: None,
+        }
+    }
+}
+
+fn stop_reason(reason: Option<&str>) -> StopReason {
+    match reason {
+        None | Some("end_turn") => StopReason::EndTurn,
+        Some("stop_sequence") => StopReason::StopSequence,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("max_tokens") => StopReason::OutputTruncated,
+        Some("model_context_window_exceeded") => StopReason::ContextWindowExceeded,
+        Some("refusal") => StopReason::Refused,
+        Some("pause_turn") => StopReason::Pause,
+        Some(other) => StopReason::Other(other.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    #[serde(default)]
+    content: Vec<WireBlock>,
+    stop_reason: Option<String>,
+    usage: Option<WireUsage>,
+    model: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(usage: WireUsage) -> Self {
+        Usage {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! HTTP plumbing shared by the clients: bounded retries with backoff that honour
+//! `Retry-After`, and error bodies cut to a readable size.
+
+use std::time::Duration;
+
+use reqwest::{RequestBuilder, Response, StatusCode};
+
+use super::ModelError;
+
+/// How a client retries: 429, 5xx, timeouts and refused connections are retried;
+/// other 4xx are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt. Default: 3.
+    pub max_retries: u32,
+    /// Delay before the first retry, doubled for each next one. Default: 500 ms.
+    pub base_delay: Duration,
+    /// Longest wait between attempts, `Retry-After` included. Default: 30 s.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (0-based), unless the server said.
+    fn backoff(&self, retry: u32) -> Duration {
+        let factor = 1u32.checked_shl(retry.min(16)).unwrap_or(u32::MAX);
+        self.base_delay.saturating_mul(factor).min(self.max_delay)
+    }
+}
+
+/// What went wrong with one attempt, and whether another might succeed.
+pub(crate) enum AttemptError {
+    Retryable {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Final(ModelError),
+}
+
+/// Counts retries and waits between them, as a policy allows.
+pub(crate) struct Retrier {
+    provider: &'static str,
+    policy: RetryPolicy,
+    retries: u32,
+}
+
+impl Retrier {
+    pub fn new(provider: &'static str, policy: RetryPolicy) -> Self {
+        Self {
+            provider,
+            policy,
+            retries: 0,
+        }
+    }
+
+    /// Handles a failed attempt: waits and returns `Ok` when another attempt may be
+    /// made, or returns the error that ends the call.
+    pub async fn after(&mut self, failure: AttemptError) -> Result<(), ModelError> {
+        let (reason, retry_after) = match failure {
+            AttemptError::Final(error) => return Err(error),
+            AttemptError::Retryable {
+                reason,
+                retry_after,
+            } => (reason, retry_after),
+        };
+        if self.retries >= self.policy.max_retries {
+            return Err(ModelError::Unavailable {
+                provider: self.provider,
+                attempts: self.retries + 1,
+                last: reason,
+            });
+        }
+        let wait = retry_after
+            .unwrap_or_else(|| self.policy.backoff(self.retries))
+            .min(self.policy.max_delay);
+        tracing::warn!(provider = self.provider, %reason, wait_ms = wait.as_millis() as u64, "model call failed; retrying");
+        tokio::time::sleep(wait).await;
+        self.retries += 1;
+        Ok(())
+    }
+}
+
+/// Sends one request within `timeout` (until the response headers arrive); a
+/// success status returns the response with its body unread.
+pub(crate) async fn attempt(
+    provider: &'static str,
+    request: RequestBuilder,
+    timeout: Duration,
+) -> Result<Response, AttemptError> {
+    let response = match tokio::time::timeout(timeout, request.send()).await {
+        Ok(result) => result.map_err(|e| transport_error(&e))?,
+        Err(_) => {
+            return Err(AttemptError::Retryable {
+                reason: format!("no response within {} s", timeout.as_secs()),
+                retry_after: None,
+            });
+        }
+    };
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = retry_after(&response);
+    let body = response.text().await.unwrap_or_default();
+    let message = error_message(&body);
+    if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        return Err(AttemptError::Retryable {
+            reason: format!("{status}: {message}"),
+            retry_after,
+        });
+    }
+    Err(AttemptError::Final(ModelError::Rejected {
+        provider,
+        status: status.as_u16(),
+        message: if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            format!("the API key was not accepted: {message}")
+        } else {
+            message
+        },
+    }))
+}
+
+/// Reads a whole body, refusing more than `max` bytes.
+pub(crate) async fn read_body(response: Response, max: usize) -> Result<Vec<u8>, AttemptError> {
+    use futures_util::StreamExt;
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| transport_error(&e))?;
+        if body.len() + chunk.len() > max {
+            return Err(AttemptError::Retryable {
+                reason: format!("the reply is larger than {max} bytes"),
+                retry_after: None,
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A transport failure: always worth another try (refused, reset, timed out).
+pub(crate) fn transport_error(error: &reqwest::Error) -> AttemptError {
+    let kind = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "could not connect"
+    } else {
+        "transport error"
+    };
+    AttemptError::Retryable {
+        reason: format!("{kind}: {error}"),
+        retry_after: None,
+    }
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(response: &Response) -> Option<Duration> {
+    let value = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+/// The `error.message` of a JSON error body, or the body itself, cut to 500 chars.
+pub(crate) fn error_message(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let message = parsed
+        .as_ref()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("message"))
+                .or_else(|| v.get("error"))
+        })
+        .and_then(|m| m.as_str().map(str::to_string))
+        .unwrap_or_else(|| body.trim().to_string());
+    let message = if message.is_empty() {
+        "(empty body)".to_string()
+    } else {
+        message
+    };
+    shorten(&message, 500)
+}
+
+/// `text` cut to `max` characters with an ellipsis.
+pub(crate) fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let policy = RetryPolicy::default();
+        assert_eq!(policy.backoff(0), Duration::from_millis(500));
+        assert_eq!(policy.backoff(2), Duration::from_secs(2));
+        assert_eq!(policy.backoff(40), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn error_messages_come_from_json_bodies_when_there_is_one() {
+        assert_eq!(
+            error_message(r#"{"error":{"message":"bad key"}}"#),
+            "bad key"
+        );
+        assert_eq!(error_message("upstream down"), "upstream down");
+        assert_eq!(error_message(""), "(empty body)");
+        assert!(error_message(&"x".repeat(10_000)).chars().count() <= 501);
+    }
+}

@@ -1,0 +1,103 @@
+//! Model clients behind one async trait: OpenAI-compatible chat completions,
+//! Anthropic messages, and a replay model for tests and demos.
+
+mod anthropic;
+mod http;
+mod openai;
+mod replay;
+
+use async_trait::async_trait;
+
+use crate::chat::{ModelRequest, ModelResponse, StreamEvent};
+
+pub use anthropic::{AnthropicClient, AnthropicConfig};
+pub use http::RetryPolicy;
+pub use openai::{OpenAiClient, OpenAiConfig};
+pub use replay::ReplayModel;
+
+/// A model the loop can talk to.
+///
+/// `complete` returns the whole reply; `stream` also reports text as it arrives and
+/// returns the same assembled reply. A client without streaming keeps the default
+/// `stream`, which emits the whole text as one delta.
+#[async_trait]
+pub trait ModelClient: Send + Sync {
+    /// A label for logs and transcripts, e.g. `openai:gpt-4o-mini`.
+    fn label(&self) -> String;
+
+    /// Sends `request` and returns the reply.
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError>;
+
+    /// Sends `request`, calling `on_event` as the reply streams in, and returns it.
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<ModelResponse, ModelError> {
+        let response = self.complete(request).await?;
+        on_event(StreamEvent::TextDelta {
+            text: response.text(),
+        });
+        on_event(StreamEvent::ContentBlockStop { index: 0 });
+        on_event(StreamEvent::Final {
+            stop_reason: response.stop_reason.clone(),
+            usage: response.usage,
+        });
+        on_event(StreamEvent::Done);
+        Ok(response)
+    }
+}
+
+/// A model call failed; the run cannot go on without a reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The server refused the request (a 4xx other than 429): a bad key, an unknown
+    /// model, a malformed request. Retrying will not help.
+    #[error("{provider} refused the request ({status}): {message}")]
+    Rejected {
+        /// Which client.
+        provider: &'static str,
+        /// The HTTP status.
+        status: u16,
+        /// What the server said, shortened.
+        message: String,
+    },
+    /// The server stayed unavailable (429, 5xx, timeouts, refused connections)
+    /// through every retry.
+    #[error("{provider} unavailable after {attempts} attempt(s): {last}")]
+    Unavailable {
+        /// Which client.
+        provider: &'static str,
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: String,
+    },
+    /// The reply could not be understood (bad JSON, a stream cut short).
+    #[error("{provider} sent a reply that cannot be used: {message}")]
+    Malformed {
+        /// Which client.
+        provider: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// The client is not configured (no API key, a bad base URL).
+    #[error("{provider} is not configured: {message}")]
+    Config {
+        /// Which client.
+        provider: &'static str,
+        /// What is missing.
+        message: String,
+    },
+    /// A replay model was asked for more replies than it recorded.
+    #[error(
+        "the replay model ran out of replies: it had {replies} and was asked for reply {asked}"
+    )]
+    ReplayExhausted {
+        /// Replies recorded.
+        replies: usize,
+        /// The reply number asked for (1-based).
+        asked: usize,
+    },
+}

@@ -1,0 +1,361 @@
+//! OpenAI-compatible chat completions (OpenAI, vLLM, llama.cpp, Ollama, LiteLLM).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::http::{self, AttemptError, Retrier, RetryPolicy};
+use super::{ModelClient, ModelError};
+use crate::chat::{
+    ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, Usage,
+};
+
+const PROVIDER: &str = "openai";
+const OFFICIAL_BASE_URL: &str = "https://api.openai.com/v1";
+/// Largest reply body read, in bytes.
+const MAX_BODY_BYTES: usize = 32 << 20;
+
+/// Where and how to reach an OpenAI-compatible server.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// Base URL up to and including `/v1`. Default: `OPENAI_BASE_URL`, else
+    /// `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Bearer token. Default: `OPENAI_API_KEY`; local servers need none.
+    pub api_key: Option<String>,
+    /// The model name the server knows.
+    pub model: String,
+    /// Longest wait for the response headers. Default: 120 s.
+    pub request_timeout: Duration,
+    /// Longest silence inside a streamed reply. Default: 60 s.
+    pub idle_timeout: Duration,
+    /// Retries for 429, 5xx and timeouts. Default: [`RetryPolicy::default`].
+    pub retry: RetryPolicy,
+}
+
+impl OpenAiConfig {
+    /// A config for `model` read from `OPENAI_BASE_URL` and `OPENAI_API_KEY`.
+    pub fn from_env(model: impl Into<String>) -> Self {
+        Self {
+            base_url: std::env::var("OPENAI_BASE_URL")
+                .ok()
+                .filter(|url| !url.trim().is_empty())
+                .unwrap_or_else(|| OFFICIAL_BASE_URL.to_string()),
+            api_key: std::env::var("OPENAI_API_KEY")
+                .ok()
+                .filter(|key| !key.trim().is_empty()),
+            model: model.into(),
+            request_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(60),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// The same config with this base URL.
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+}
+
+/// A client for `POST {base_url}/chat/completions`, streaming over SSE.
+#[derive(Debug, Clone)]
+pub struct OpenAiClient {
+    config: OpenAiConfig,
+    endpoint: String,
+    http: reqwest::Client,
+}
+
+impl OpenAiClient {
+    /// A client for `config`. Fails when the official endpoint has no key or the
+    /// base URL is not http(s).
+    pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
+        let base = config.base_url.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ModelError::Config {
+                provider: PROVIDER,
+                message: format!("base URL '{base}' must start with http:// or https://"),
+            });
+        }
+        if config.api_key.is_none() && base == OFFICIAL_BASE_URL {
+            return Err(ModelError::Config {
+                provider: PROVIDER,
+                message: "set OPENAI_API_KEY, or OPENAI_BASE_URL for a local server".into(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| ModelError::Config {
+                provider: PROVIDER,
+                message: format!("cannot build an HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            endpoint: format!("{base}/chat/completions"),
+            config,
+            http,
+        })
+    }
+
+    fn body(&self, request: &ModelRequest, stream: bool) -> Value {
+        let mut messages = vec![json!({"role": "system", "content": request.system})];
+        for message in &request.messages {
+            let role = match message.role {
+                Role::System => "system",
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            messages.push(json!({"role": role, "content": message.joined_text()}));
+        }
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stream": stream,
+        });
+        if !request.stop.is_empty() {
+            body["stop"] = json!(request.stop);
+        }
+        if stream {
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        body
+    }
+
+    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        let request = self.http.post(&self.endpoint).json(body);
+        match &self.config.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    async fn complete_once(&self, body: &Value) -> Result<ModelResponse, AttemptError> {
+        let response =
+            http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
+        let bytes = http::read_body(response, MAX_BODY_BYTES).await?;
+        let reply: Completion =
+            serde_json::from_slice(&bytes).map_err(|e| malformed(format!("{e}")))?;
+        let choice = reply
+            .choices
+            .into_iter()
+            .next()
+            .ok_or_else(|| malformed("the reply has no choices".into()))?;
+        Ok(ModelResponse {
+            content: vec![ContentBlock::text(
+                choice.message.and_then(|m| m.content).unwrap_or_default(),
+            )],
+            stop_reason: stop_reason(choice.finish_reason.as_deref()),
+            usage: reply.usage.map(Usage::from).unwrap_or_default(),
+            model: reply.model.unwrap_or_else(|| self.config.model.clone()),
+        })
+    }
+
+    async fn stream_once(
+        &self,
+        body: &Value,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+        emitted: &mut bool,
+    ) -> Result<ModelResponse, AttemptError> {
+        let response =
+            http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
+        let mut events = response.bytes_stream().eventsource();
+        let mut text = String::new();
+        let mut finish: Option<String> = None;
+        let mut usage = Usage::default();
+        let mut model = None;
+        let mut done = false;
+        loop {
+            let next = tokio::time::timeout(self.config.idle_timeout, events.next())
+                .await
+                .map_err(|_| {
+                    stream_broke(
+                        *emitted,
+                        format!("no data for {} s", self.config.idle_timeout.as_secs()),
+                    )
+                })?;
+            let Some(event) = next else { break };
+            let event =
+                event.map_err(|e| stream_broke(*emitted, format!("the stream broke: {e}")))?;
+            let data = event.data.trim();
+            if data == "[DONE]" {
+                done = true;
+                break;
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+                malformed(format!(
+                    "bad stream chunk ({e}): {}",
+                    http::shorten(data, 200)
+                ))
+            })?;
+            if let Some(error) = chunk.error {
+                return Err(malformed(format!(
+                    "the server reported an error mid-stream: {}",
+                    http::error_message(&error.to_string())
+                )));
+            }
+            if let Some(choice) = chunk.choices.into_iter().next() {
+                if let Some(delta) = choice
+                    .delta
+                    .and_then(|d| d.content)
+                    .filter(|d| !d.is_empty())
+                {
+                    *emitted = true;
+                    text.push_str(&delta);
+                    on_event(StreamEvent::TextDelta { text: delta });
+                }
+                if choice.finish_reason.is_some() {
+                    finish = choice.finish_reason;
+                }
+            }
+            if let Some(chunk_usage) = chunk.usage {
+                usage = chunk_usage.into();
+            }
+            if chunk.model.is_some() {
+                model = chunk.model;
+            }
+        }
+        if !done && finish.is_none() {
+            return Err(stream_broke(
+                *emitted,
+                "the stream ended before the reply was complete".into(),
+            ));
+        }
+        let stop_reason = stop_reason(finish.as_deref());
+        on_event(StreamEvent::ContentBlockStop { index: 0 });
+        on_event(StreamEvent::Final {
+            stop_reason: stop_reason.clone(),
+            usage,
+        });
+        on_event(StreamEvent::Done);
+        Ok(ModelResponse {
+            content: vec![ContentBlock::text(text)],
+            stop_reason,
+            usage,
+            model: model.unwrap_or_else(|| self.config.model.clone()),
+        })
+    }
+}
+
+#[async_trait]
+impl ModelClient for OpenAiClient {
+    fn label(&self) -> String {
+        format!("openai:{}", self.config.model)
+    }
+
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let body = self.body(request, false);
+        let mut retrier = Retrier::new(PROVIDER, self.config.retry);
+        loop {
+            match self.complete_once(&body).await {
+                Ok(response) => return Ok(response),
+                Err(failure) => retrier.after(failure).await?,
+            }
+        }
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<ModelResponse, ModelError> {
+        let body = self.body(request, true);
+        let mut retrier = Retrier::new(PROVIDER, self.config.retry);
+        loop {
+            // Once text has reached the caller, a retry would repeat it: only a
+            // stream that failed before its first delta is retried.
+            let mut emitted = false;
+            match self.stream_once(&body, on_event, &mut emitted).await {
+                Ok(response) => return Ok(response),
+                Err(failure) => retrier.after(failure).await?,
+            }
+        }
+    }
+}
+
+fn malformed(message: String) -> AttemptError {
+    AttemptError::Final(ModelError::Malformed {
+        provider: PROVIDER,
+        message,
+    })
+}
+
+fn stream_broke(emitted: bool, reason: String) -> AttemptError {
+    if emitted {
+        malformed(reason)
+    } else {
+        AttemptError::Retryable {
+            reason,
+            retry_after: None,
+        }
+    }
+}
+
+fn stop_reason(finish_reason: Option<&str>) -> StopReason {
+    match finish_reason {
+        None | Some("stop") => StopReason::EndTurn,
+        Some("length") => StopReason::OutputTruncated,
+        Some("content_filter") => StopReason::Refused,
+        Some("tool_calls" | "function_call") => StopReason::ToolUse,
+        Some(other) => StopReason::Other(other.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct Completion {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    usage: Option<WireUsage>,
+    model: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: Option<WireMessage>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    usage: Option<WireUsage>,
+    model: Option<String>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    delta: Option<WireMessage>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(usage: WireUsage) -> Self {
+        Usage {
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! A model that returns recorded replies in order, and records what it was sent.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use super::{ModelClient, ModelError};
+use crate::chat::{ContentBlock, ModelRequest, ModelResponse, StopReason, Usage};
+
+/// Returns recorded assistant replies in order; asking for one more than it has is
+/// a [`ModelError::ReplayExhausted`] naming how many it had. Every request it gets
+/// is kept, so tests can assert on what the loop fed back.
+#[derive(Debug)]
+pub struct ReplayModel {
+    label: String,
+    replies: Vec<String>,
+    requests: Mutex<Vec<ModelRequest>>,
+}
+
+#[derive(Deserialize)]
+struct ReplayFile {
+    replies: Vec<String>,
+}
+
+impl ReplayModel {
+    /// A replay of `replies`.
+    pub fn new(replies: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            label: "replay".into(),
+            replies: replies.into_iter().map(Into::into).collect(),
+            requests: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Loads `{"replies": ["…", …]}` from `path`.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let config = |message: String| ModelError::Config {
+            provider: "replay",
+            message,
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| config(format!("cannot read '{}': {e}", path.display())))?;
+        let file: ReplayFile = serde_json::from_str(&text).map_err(|e| {
+            config(format!(
+                "'{}' is not {{\"replies\": [strings]}}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut model = Self::new(file.replies);
+        model.label = format!("replay:{}", path.display());
+        Ok(model)
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl ModelClient for ReplayModel {
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let asked = {
+            let mut requests = self
+                .requests
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            requests.push(request.clone());
+            requests.len()
+        };
+        let reply = self
+            .replies
+            .get(asked - 1)
+            .ok_or(ModelError::ReplayExhausted {
+                replies: self.replies.len(),
+                asked,
+            })?;
+        Ok(ModelResponse {
+            content: vec![ContentBlock::text(reply.clone())],
+            stop_reason: StopReason::EndTurn,
+            usage: Usage::default(),
+            model: self.label.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::Message;
+
+    #[tokio::test]
+    async fn replies_come_back_in_order_and_requests_are_recorded() {
+        let model = ReplayModel::new(["one", "two"]);
+        let request = ModelRequest::new("sys", vec![Message::user("task")]);
+        assert_eq!(model.complete(&request).await.expect("first").text(), "one");
+        assert_eq!(
+            model.complete(&request).await.expect("second").text(),
+            "two"
+        );
+        assert_eq!(model.requests().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn running_out_of_replies_names_how_many_there_were() {
+        let model = ReplayModel::new(["only"]);
+        let request = ModelRequest::new("sys", vec![]);
+        model.complete(&request).await.expect("first");
+        let err = model.complete(&request).await.expect_err("exhausted");
+        assert_eq!(
+            err.to_string(),
+            "the replay model ran out of replies: it had 1 and was asked for reply 2"
+        );
+    }
+}
