@@ -33,6 +33,7 @@ mod output;
 mod prompts;
 mod registry;
 mod session;
+mod tool_manifest;
 mod tools;
 
 pub use agent::{
@@ -48,4 +49,5 @@ pub use output::ScriptOutput;
 pub use prompts::{PromptError, render_card, render_system_prompt};
 pub use registry::{RUNTIME_NAMES, UnknownRuntime, runtime_by_name};
 pub use session::{ScriptRun, ScriptSession};
+pub use tool_manifest::load_tool_manifest;
 pub use tools::{Tool, ToolBox, ToolBoxError, ToolFuture};

@@ -5,6 +5,38 @@ use rhai::{EvalAltResult, ParseError, ParseErrorType};
 
 use crate::engine::DEADLINE_TOKEN;
 
+/// Sorts a parse error: limits by kind, anything else is a syntax error quoting the
+/// lines around the position, since a model fixes what it can see.
+pub(crate) fn from_parse_in(err: &ParseError, limits: &Limits, script: &str) -> ScriptError {
+    match from_parse(err, limits) {
+        ScriptError::Syntax { message } => ScriptError::Syntax {
+            message: match excerpt(script, err.position()) {
+                Some(lines) => format!("{message}\n{lines}"),
+                None => message,
+            },
+        },
+        other => other,
+    }
+}
+
+/// The line at `position` and the one before, numbered, with a caret under the
+/// column.
+fn excerpt(script: &str, position: rhai::Position) -> Option<String> {
+    let line = position.line()?;
+    let column = position.position().unwrap_or(1);
+    let lines: Vec<&str> = script.lines().collect();
+    let mut out = String::new();
+    for number in line.saturating_sub(1).max(1)..=line.min(lines.len()) {
+        let text = lines.get(number - 1)?;
+        let text: String = text.chars().take(200).collect();
+        out.push_str(&format!("{number:>4} | {text}\n"));
+    }
+    if line <= lines.len() {
+        out.push_str(&format!("     | {}^", " ".repeat(column.saturating_sub(1).min(200))));
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 /// Sorts a parse error: limits by kind, anything else is a syntax error.
 pub(crate) fn from_parse(err: &ParseError, limits: &Limits) -> ScriptError {
     match err.err_type() {
@@ -51,5 +83,21 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
         _ => ScriptError::Thrown {
             message: err.to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_syntax_error_quotes_the_lines_around_its_position() {
+        let script = "let sum = 0\nfor i in 1..10 { sum += i; }\nsum";
+        let engine = rhai::Engine::new_raw();
+        let err = engine.compile(script).expect_err("missing semicolon");
+        let ScriptError::Syntax { message } = from_parse_in(&err, &Limits::default(), script) else {
+            panic!("a syntax error");
+        };
+        assert!(message.ends_with("   1 | let sum = 0\n   2 | for i in 1..10 { sum += i; }\n     | ^"), "{message}");
     }
 }

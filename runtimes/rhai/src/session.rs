@@ -52,7 +52,7 @@ impl RhaiSession {
         let mut ast = self
             .engine
             .compile(script)
-            .map_err(|e| errors::from_parse(&e, limits))?;
+            .map_err(|e| errors::from_parse_in(&e, limits, script))?;
         if ast.has_functions() {
             let merged = self.functions.merge(&ast);
             let defined = merged.iter_functions().count();

@@ -1,22 +1,27 @@
 //! The `codeact` command line.
 
-use std::io::{Read, Write};
+mod exec;
+mod printer;
+mod run;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use codeact_runtime::Limits;
 
 use crate::command_tool::{CommandSpec, command_tool};
-use crate::{ScriptSession, Tool, ToolBox, runtime_by_name};
+use crate::{Tool, load_tool_manifest};
 
 /// Exit status for a run that produced a `ScriptOutput` (an error output included).
-const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// Exit status when the host itself failed.
-const EXIT_HOST_FAILURE: u8 = 1;
+pub(crate) const EXIT_HOST_FAILURE: u8 = 1;
+/// Exit status when a run's step or error budget ran out.
+pub(crate) const EXIT_BUDGET: u8 = 3;
 /// Exit status for usage errors: a bad flag, an unknown runtime, an unreadable file.
-const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,11 +38,14 @@ struct Cli {
 enum Command {
     /// Run one script and print its ScriptOutput as one JSON line on stdout; what the
     /// script printed goes to stderr.
-    Exec(ExecArgs),
+    Exec(exec::ExecArgs),
+    /// Run a CodeAct agent on a task: the model writes scripts until one returns a
+    /// final result. Steps go to stderr; the final ScriptOutput line to stdout.
+    Run(run::RunArgs),
 }
 
 #[derive(Debug, Args)]
-struct LimitArgs {
+pub(crate) struct LimitArgs {
     /// Wall-clock time per run, in milliseconds [default: 5000].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     timeout_ms: Option<u64>,
@@ -50,7 +58,7 @@ struct LimitArgs {
 }
 
 impl LimitArgs {
-    fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         let mut limits = Limits::default();
         if let Some(ms) = self.timeout_ms {
             limits.wall_time = Duration::from_millis(ms);
@@ -66,20 +74,28 @@ impl LimitArgs {
 }
 
 #[derive(Debug, Args)]
-struct ToolArgs {
+pub(crate) struct ToolArgs {
     /// A tool backed by a command, as NAME=COMMAND. The command is split like shell
     /// words but never run by a shell; each call writes its JSON arguments to the
     /// command's stdin and reads one JSON value from its stdout. Repeatable.
     #[arg(long = "tool", value_name = "NAME=COMMAND")]
     tools: Vec<String>,
+    /// A JSON manifest of command tools: an array of {"name", "description",
+    /// "parameters" (JSON Schema), "command": [program, args…]}.
+    #[arg(long = "tools", value_name = "FILE")]
+    manifest: Option<PathBuf>,
     /// Kill a tool command after this many milliseconds [default: 30000].
     #[arg(long, value_name = "N", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     tool_timeout_ms: u64,
 }
 
 impl ToolArgs {
-    fn toolbox(&self) -> Result<ToolBox, String> {
-        let mut tools: Vec<Tool> = Vec::new();
+    pub(crate) fn tools(&self) -> Result<Vec<Tool>, String> {
+        let mut tools: Vec<Tool> = match &self.manifest {
+            Some(path) => load_tool_manifest(path, Duration::from_millis(self.tool_timeout_ms))
+                .map_err(|e| format!("--tools: {e}"))?,
+            None => Vec::new(),
+        };
         for entry in &self.tools {
             let (name, command) = entry
                 .split_once('=')
@@ -93,22 +109,8 @@ impl ToolArgs {
             );
             tools.push(command_tool(name.trim(), description, spec));
         }
-        ToolBox::new(tools).map_err(|e| format!("--tool: {e}"))
+        Ok(tools)
     }
-}
-
-#[derive(Debug, Args)]
-struct ExecArgs {
-    /// The runtime to run the script in.
-    #[arg(long, default_value = "rhai")]
-    runtime: String,
-    #[command(flatten)]
-    limits: LimitArgs,
-    #[command(flatten)]
-    tools: ToolArgs,
-    /// The script file, or - for stdin.
-    #[arg(value_name = "FILE|-")]
-    file: String,
 }
 
 /// Runs the command line and returns the process exit status.
@@ -125,76 +127,25 @@ pub fn main() -> ExitCode {
             return usage_error(first.trim_start_matches("error: "));
         }
     };
+    init_tracing();
     match cli.command {
-        Command::Exec(args) => exec(&args),
+        Command::Exec(args) => exec::exec(&args),
+        Command::Run(args) => run::run(&args),
     }
 }
 
-fn usage_error(problem: &str) -> ExitCode {
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings and errors).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub(crate) fn usage_error(problem: &str) -> ExitCode {
     eprintln!("codeact: {problem}");
     ExitCode::from(EXIT_USAGE)
 }
 
-fn read_script(file: &str) -> Result<String, String> {
-    let bytes = if file == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read the script from stdin: {e}"))?;
-        bytes
-    } else {
-        std::fs::read(file).map_err(|e| format!("cannot read '{file}': {e}"))?
-    };
-    let name = if file == "-" { "stdin" } else { file };
-    String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "{name} is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
-    })
-}
-
-fn exec(args: &ExecArgs) -> ExitCode {
-    let runtime = match runtime_by_name(&args.runtime, args.limits.limits()) {
-        Ok(runtime) => runtime,
-        Err(e) => return usage_error(&e.to_string()),
-    };
-    let toolbox = match args.tools.toolbox() {
-        Ok(toolbox) => toolbox,
-        Err(e) => return usage_error(&e),
-    };
-    let script = match read_script(&args.file) {
-        Ok(script) => script,
-        Err(e) => return usage_error(&e),
-    };
-    let host = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(host) => host,
-        Err(e) => {
-            eprintln!("codeact: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_HOST_FAILURE);
-        }
-    };
-    let result = host.block_on(async {
-        let mut session = ScriptSession::start(&*runtime, Arc::new(toolbox))?;
-        session.run(script).await
-    });
-    match result {
-        Ok(run) => {
-            let mut stderr = std::io::stderr().lock();
-            let logs = run.logs.render();
-            let _ = stderr.write_all(logs.as_bytes());
-            if !logs.is_empty() && !logs.ends_with('\n') {
-                let _ = stderr.write_all(b"\n");
-            }
-            println!("{}", run.output);
-            ExitCode::from(EXIT_OK)
-        }
-        Err(e) => {
-            eprintln!("codeact: {e}");
-            ExitCode::from(EXIT_HOST_FAILURE)
-        }
-    }
-}

@@ -1,0 +1,88 @@
+//! `codeact exec`: run one script.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, usage_error};
+use crate::{ScriptSession, ToolBox, runtime_by_name};
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The runtime to run the script in.
+    #[arg(long, default_value = "rhai")]
+    runtime: String,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    tools: ToolArgs,
+    /// The script file, or - for stdin.
+    #[arg(value_name = "FILE|-")]
+    file: String,
+}
+
+pub(crate) fn read_script(file: &str) -> Result<String, String> {
+    let bytes = if file == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read the script from stdin: {e}"))?;
+        bytes
+    } else {
+        std::fs::read(file).map_err(|e| format!("cannot read '{file}': {e}"))?
+    };
+    let name = if file == "-" { "stdin" } else { file };
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{name} is not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
+    let runtime = match runtime_by_name(&args.runtime, args.limits.limits()) {
+        Ok(runtime) => runtime,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let toolbox = match args.tools.tools().and_then(|tools| ToolBox::new(tools).map_err(|e| format!("--tool: {e}"))) {
+        Ok(toolbox) => toolbox,
+        Err(e) => return usage_error(&e),
+    };
+    let script = match read_script(&args.file) {
+        Ok(script) => script,
+        Err(e) => return usage_error(&e),
+    };
+    let host = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(host) => host,
+        Err(e) => {
+            eprintln!("codeact: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_HOST_FAILURE);
+        }
+    };
+    let result = host.block_on(async {
+        let mut session = ScriptSession::start(&*runtime, Arc::new(toolbox))?;
+        session.run(script).await
+    });
+    match result {
+        Ok(run) => {
+            let mut stderr = std::io::stderr().lock();
+            let logs = run.logs.render();
+            let _ = stderr.write_all(logs.as_bytes());
+            if !logs.is_empty() && !logs.ends_with('\n') {
+                let _ = stderr.write_all(b"\n");
+            }
+            println!("{}", run.output);
+            ExitCode::from(EXIT_OK)
+        }
+        Err(e) => {
+            eprintln!("codeact: {e}");
+            ExitCode::from(EXIT_HOST_FAILURE)
+        }
+    }
+}
