@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::command_tool::{CommandSpec, command_tool};
 use crate::Tool;
+use crate::command_tool::{CommandSpec, command_tool};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,7 +33,8 @@ fn any_object() -> Value {
 /// Loads the tools of a manifest, each killed after `timeout`. A malformed manifest
 /// is an error naming the file and the entry.
 pub fn load_tool_manifest(path: &Path, timeout: Duration) -> Result<Vec<Tool>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
     let entries: Vec<Value> = serde_json::from_str(&text)
         .map_err(|e| format!("'{}' must be a JSON array of tools: {e}", path.display()))?;
     entries
@@ -48,10 +49,16 @@ pub fn load_tool_manifest(path: &Path, timeout: Duration) -> Result<Vec<Tool>, S
             let entry: Entry = serde_json::from_value(raw)
                 .map_err(|e| format!("'{}' {label}: {e}", path.display()))?;
             if entry.command.is_empty() {
-                return Err(format!("'{}' {label}: \"command\" is empty", path.display()));
+                return Err(format!(
+                    "'{}' {label}: \"command\" is empty",
+                    path.display()
+                ));
             }
             if !entry.parameters.is_object() {
-                return Err(format!("'{}' {label}: \"parameters\" must be a JSON Schema object", path.display()));
+                return Err(format!(
+                    "'{}' {label}: \"parameters\" must be a JSON Schema object",
+                    path.display()
+                ));
             }
             let spec = CommandSpec {
                 argv: entry.command,
@@ -79,7 +86,10 @@ mod tests {
         let tools = manifest(r#"[{"name": "add", "description": "Adds.", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}, "command": ["python3", "add.py"]}]"#)
             .expect("valid manifest");
         assert_eq!(tools[0].spec().name, "add");
-        assert_eq!(tools[0].spec().parameters["properties"]["a"]["type"], "integer");
+        assert_eq!(
+            tools[0].spec().parameters["properties"]["a"]["type"],
+            "integer"
+        );
     }
 
     #[test]
@@ -87,7 +97,10 @@ mod tests {
         let err = manifest(r#"[{"name": "ok", "description": "", "command": ["true"]}, {"name": "bad", "description": ""}]"#)
             .err()
             .expect("missing command");
-        assert!(err.contains("entry 1 ('bad')") && err.contains("command"), "{err}");
+        assert!(
+            err.contains("entry 1 ('bad')") && err.contains("command"),
+            "{err}"
+        );
         let err = manifest(r#"{"name": "x"}"#).err().expect("not an array");
         assert!(err.contains("must be a JSON array"), "{err}");
     }

@@ -16,14 +16,18 @@ pub fn observation(value: &Value, logs: &LogBuffer, limit: usize) -> String {
     )
 }
 
-/// The feedback for an error: the message, then what the script printed.
+/// The feedback for an error: the message, what the script printed, and what to do.
 pub fn error(message: &str, logs: &LogBuffer, limit: usize) -> String {
-    with_logs(
+    let text = with_logs(
         &format!("Error:\n{}", cut_middle(message, limit)),
         logs,
         limit,
-    )
+    );
+    format!("{text}\n\n{FIX_IT}")
 }
+
+/// Closes every error: small models otherwise tend to echo the error back.
+pub const FIX_IT: &str = "Fix the script and reply with a corrected one.";
 
 fn with_logs(head: &str, logs: &LogBuffer, limit: usize) -> String {
     if logs.is_empty() {
@@ -86,7 +90,7 @@ mod tests {
         logs.push_line("before the crash");
         assert_eq!(
             error("boom (line 2)", &logs, 100),
-            "Error:\nboom (line 2)\n\nPrinted output:\nbefore the crash"
+            format!("Error:\nboom (line 2)\n\nPrinted output:\nbefore the crash\n\n{FIX_IT}")
         );
     }
 }

@@ -47,7 +47,11 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return usage_error(&e.to_string()),
     };
-    let toolbox = match args.tools.tools().and_then(|tools| ToolBox::new(tools).map_err(|e| format!("--tool: {e}"))) {
+    let toolbox = match args
+        .tools
+        .tools()
+        .and_then(|tools| ToolBox::new(tools).map_err(|e| format!("--tool: {e}")))
+    {
         Ok(toolbox) => toolbox,
         Err(e) => return usage_error(&e),
     };

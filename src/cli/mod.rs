@@ -148,4 +148,3 @@ pub(crate) fn usage_error(problem: &str) -> ExitCode {
     eprintln!("codeact: {problem}");
     ExitCode::from(EXIT_USAGE)
 }
-

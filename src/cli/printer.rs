@@ -19,8 +19,16 @@ impl Printer {
         let mut err = std::io::stderr().lock();
         let mut streamed = self.streamed.lock().unwrap_or_else(|p| p.into_inner());
         let _ = match event {
-            Event::RunStarted { agent, model, runtime, .. } => {
-                writeln!(err, "── agent '{agent}' · model {model} · runtime {runtime}")
+            Event::RunStarted {
+                agent,
+                model,
+                runtime,
+                ..
+            } => {
+                writeln!(
+                    err,
+                    "── agent '{agent}' · model {model} · runtime {runtime}"
+                )
             }
             Event::ModelRequest { step, .. } => {
                 *streamed = false;
@@ -37,23 +45,33 @@ impl Printer {
                     writeln!(err, "{}", message.joined_text())
                 }
             }
-            Event::ScriptStarted { step, .. } => writeln!(err, "── step {step} · running the script"),
-            Event::Observation { value, logs, .. } => {
-                print_logs(&mut err, logs).and_then(|()| writeln!(err, "observation: {}", shorten(&value.to_string())))
+            Event::ScriptStarted { step, .. } => {
+                writeln!(err, "── step {step} · running the script")
             }
-            Event::Error { message, logs, .. } => {
-                print_logs(&mut err, logs).and_then(|()| writeln!(err, "error: {}", shorten(message)))
-            }
-            Event::Finished { outcome, steps, usage } => {
+            Event::Observation { value, logs, .. } => print_logs(&mut err, logs)
+                .and_then(|()| writeln!(err, "observation: {}", shorten(&value.to_string()))),
+            Event::Error { message, logs, .. } => print_logs(&mut err, logs)
+                .and_then(|()| writeln!(err, "error: {}", shorten(message))),
+            Event::Finished {
+                outcome,
+                steps,
+                usage,
+            } => {
                 let how = match outcome {
                     Outcome::FinalResult { .. } => "final result".to_string(),
                     Outcome::Transfer { agent_name } => format!("transfer to '{agent_name}'"),
-                    Outcome::StepLimit { steps } => format!("stopped: the step limit of {steps} ran out"),
-                    Outcome::ErrorBudget { consecutive_errors, .. } => {
+                    Outcome::StepLimit { steps } => {
+                        format!("stopped: the step limit of {steps} ran out")
+                    }
+                    Outcome::ErrorBudget {
+                        consecutive_errors, ..
+                    } => {
                         format!("stopped: {consecutive_errors} errors in a row")
                     }
                     Outcome::Refused { .. } => "stopped: the model refused".to_string(),
-                    Outcome::ContextWindowExceeded => "stopped: the conversation outgrew the model's context".to_string(),
+                    Outcome::ContextWindowExceeded => {
+                        "stopped: the conversation outgrew the model's context".to_string()
+                    }
                 };
                 writeln!(
                     err,

@@ -8,7 +8,10 @@ use clap::Args;
 
 use super::printer::Printer;
 use super::{EXIT_BUDGET, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, usage_error};
-use crate::model::{AnthropicClient, AnthropicConfig, ModelClient, ModelError, OpenAiClient, OpenAiConfig, ReplayModel};
+use crate::model::{
+    AnthropicClient, AnthropicConfig, ModelClient, ModelError, OpenAiClient, OpenAiConfig,
+    ReplayModel,
+};
 use crate::{Agent, LoopConfig, Outcome, Transcript, runtime_by_name};
 
 #[derive(Debug, Args)]
@@ -54,10 +57,15 @@ pub(crate) struct RunArgs {
 }
 
 /// Builds the model client a `--model` spec names.
-fn model_client(spec: &str, base_url: Option<&str>) -> Result<Arc<dyn ModelClient>, Result<String, ModelError>> {
-    let (provider, name) = spec
-        .split_once(':')
-        .ok_or_else(|| Ok(format!("--model '{spec}' must be openai:NAME, anthropic:NAME or replay:FILE")))?;
+fn model_client(
+    spec: &str,
+    base_url: Option<&str>,
+) -> Result<Arc<dyn ModelClient>, Result<String, ModelError>> {
+    let (provider, name) = spec.split_once(':').ok_or_else(|| {
+        Ok(format!(
+            "--model '{spec}' must be openai:NAME, anthropic:NAME or replay:FILE"
+        ))
+    })?;
     if name.trim().is_empty() {
         return Err(Ok(format!("--model '{spec}' names no model")));
     }
@@ -76,8 +84,12 @@ fn model_client(spec: &str, base_url: Option<&str>) -> Result<Arc<dyn ModelClien
             }
             Ok(Arc::new(AnthropicClient::new(config).map_err(Err)?))
         }
-        "replay" => Ok(Arc::new(ReplayModel::from_file(name).map_err(|e| Ok(e.to_string()))?)),
-        other => Err(Ok(format!("unknown model provider '{other}'; use openai, anthropic or replay"))),
+        "replay" => Ok(Arc::new(
+            ReplayModel::from_file(name).map_err(|e| Ok(e.to_string()))?,
+        )),
+        other => Err(Ok(format!(
+            "unknown model provider '{other}'; use openai, anthropic or replay"
+        ))),
     }
 }
 
@@ -114,14 +126,22 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
     if let Some(path) = &args.transcript {
         match Transcript::create(path) {
             Ok(transcript) => builder = builder.listener(transcript.listener()),
-            Err(e) => return usage_error(&format!("cannot create the transcript '{}': {e}", path.display())),
+            Err(e) => {
+                return usage_error(&format!(
+                    "cannot create the transcript '{}': {e}",
+                    path.display()
+                ));
+            }
         }
     }
     let agent = match builder.build() {
         Ok(agent) => agent,
         Err(e) => return usage_error(&e.to_string()),
     };
-    let host = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let host = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(host) => host,
         Err(e) => {
             eprintln!("codeact: cannot start the async runtime: {e}");

@@ -32,7 +32,10 @@ fn excerpt(script: &str, position: rhai::Position) -> Option<String> {
         out.push_str(&format!("{number:>4} | {text}\n"));
     }
     if line <= lines.len() {
-        out.push_str(&format!("     | {}^", " ".repeat(column.saturating_sub(1).min(200))));
+        out.push_str(&format!(
+            "     | {}^",
+            " ".repeat(column.saturating_sub(1).min(200))
+        ));
     }
     (!out.is_empty()).then_some(out)
 }
@@ -95,9 +98,13 @@ mod tests {
         let script = "let sum = 0\nfor i in 1..10 { sum += i; }\nsum";
         let engine = rhai::Engine::new_raw();
         let err = engine.compile(script).expect_err("missing semicolon");
-        let ScriptError::Syntax { message } = from_parse_in(&err, &Limits::default(), script) else {
+        let ScriptError::Syntax { message } = from_parse_in(&err, &Limits::default(), script)
+        else {
             panic!("a syntax error");
         };
-        assert!(message.ends_with("   1 | let sum = 0\n   2 | for i in 1..10 { sum += i; }\n     | ^"), "{message}");
+        assert!(
+            message.ends_with("   1 | let sum = 0\n   2 | for i in 1..10 { sum += i; }\n     | ^"),
+            "{message}"
+        );
     }
 }

@@ -19,6 +19,7 @@ mod engine;
 mod errors;
 mod memory_meter;
 mod run_state;
+mod semicolons;
 mod session;
 
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use codeact_runtime::{
 use rhai::{AST, Dynamic, Engine, Scope};
 
 use crate::run_state::{MeterSchedule, RunGuard, RunState};
-use crate::{big_stack, convert, errors, memory_meter};
+use crate::{big_stack, convert, errors, memory_meter, run_state, semicolons};
 
 /// A Rhai session: variables (`let x = …`) and functions (`fn f() {…}`) defined by one
 /// run are visible to the next. Built by [`RhaiRuntime`](crate::RhaiRuntime).
@@ -49,10 +49,15 @@ impl RhaiSession {
 
     fn evaluate(&mut self, script: &str) -> Result<serde_json::Value, ScriptError> {
         let limits = &*self.limits;
-        let mut ast = self
-            .engine
-            .compile(script)
+        let (mut ast, patched) = semicolons::compile_lenient(&self.engine, script)
             .map_err(|e| errors::from_parse_in(&e, limits, script))?;
+        if !patched.is_empty() {
+            let lines: Vec<String> = patched.iter().map(usize::to_string).collect();
+            run_state::log_line(&format!(
+                "[codeact: added a missing `;` at the end of line(s) {}]",
+                lines.join(", ")
+            ));
+        }
         if ast.has_functions() {
             let merged = self.functions.merge(&ast);
             let defined = merged.iter_functions().count();

@@ -1,0 +1,105 @@
+//! Missing statement semicolons, inserted where Rhai's parser asks for them.
+//!
+//! Models trained mostly on Python and JavaScript often end Rhai statements with a
+//! line break instead of `;` (`let sum = 0` ⏎ `for …`), and small ones repeat the
+//! mistake however the error is phrased. When the parser's only complaint is a
+//! missing `;` before a statement that starts a line, the `;` belongs at the end of
+//! the previous line: it is added there and the script parsed again, up to
+//! [`MAX_INSERTIONS`] times. A script that still fails reports its original error;
+//! one that parses is what the model meant. The run's logs say where `;` went.
+
+use rhai::{AST, Engine, ParseError, ParseErrorType};
+
+/// Semicolons inserted into one script at most.
+const MAX_INSERTIONS: usize = 64;
+
+/// Compiles `script`, inserting missing statement semicolons as described above.
+/// Returns the AST and the 1-based lines that got a `;`.
+pub(crate) fn compile_lenient(
+    engine: &Engine,
+    script: &str,
+) -> Result<(AST, Vec<usize>), ParseError> {
+    let original = match engine.compile(script) {
+        Ok(ast) => return Ok((ast, Vec::new())),
+        Err(err) => err,
+    };
+    let mut lines: Vec<String> = script.lines().map(str::to_string).collect();
+    let mut patched = Vec::new();
+    let mut error = original.clone();
+    for _ in 0..MAX_INSERTIONS {
+        let Some(line) = line_missing_semicolon(&error, &lines) else {
+            return Err(original);
+        };
+        lines[line - 1].push(';');
+        patched.push(line);
+        match engine.compile(lines.join("\n")) {
+            Ok(ast) => return Ok((ast, patched)),
+            Err(next) => error = next,
+        }
+    }
+    Err(original)
+}
+
+/// The line that needs a `;` when `error` is a missing `;` reported at the first
+/// token of a line: the nearest non-blank line above it, unless that line ends in
+/// a comment or already has the `;`.
+fn line_missing_semicolon(error: &ParseError, lines: &[String]) -> Option<usize> {
+    let ParseErrorType::MissingToken(token, _) = error.err_type() else {
+        return None;
+    };
+    if token != ";" {
+        return None;
+    }
+    let line = error.position().line()?;
+    let column = error.position().position()?;
+    let text = lines.get(line - 1)?;
+    let indent = text.chars().take_while(|c| c.is_whitespace()).count();
+    if column != indent + 1 {
+        return None;
+    }
+    let previous = (1..line).rev().find(|&n| !lines[n - 1].trim().is_empty())?;
+    let before = lines[previous - 1].trim_end();
+    if before.contains("//") || before.ends_with(';') {
+        return None;
+    }
+    Some(previous)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine() -> Engine {
+        Engine::new()
+    }
+
+    #[test]
+    fn statements_ended_by_line_breaks_get_their_semicolons() {
+        let script = "let sum = 0\nfor i in 1..=3 {\n    sum += i * i\n}\nsum";
+        let (ast, lines) = compile_lenient(&engine(), script).expect("parses once patched");
+        assert_eq!(lines, vec![1]);
+        assert_eq!(engine().eval_ast::<i64>(&ast).expect("runs"), 14);
+    }
+
+    #[test]
+    fn several_missing_semicolons_are_all_inserted() {
+        let script = "let a = 1\nlet b = 2\n\nlet c = a + b\nc";
+        let (ast, lines) = compile_lenient(&engine(), script).expect("parses once patched");
+        assert_eq!(lines, vec![1, 2, 4]);
+        assert_eq!(engine().eval_ast::<i64>(&ast).expect("runs"), 3);
+    }
+
+    #[test]
+    fn other_syntax_errors_keep_their_original_message() {
+        let script = "let x = (1 + \nlet y = 2";
+        let original = engine().compile(script).expect_err("broken");
+        let err = compile_lenient(&engine(), script).expect_err("still broken");
+        assert_eq!(err.to_string(), original.to_string());
+    }
+
+    #[test]
+    fn a_line_ending_in_a_comment_is_left_alone() {
+        let script = "let a = 1 // one\nlet b = 2\nb";
+        assert!(compile_lenient(&engine(), script).is_err());
+    }
+}
