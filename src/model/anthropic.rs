@@ -205,7 +205,7 @@ impl AnthropicClient {
                 .map_err(|_| {
                     stream_broke(
                         *emitted,
-                        format!("no data for {} s", self.config.idle_timeout.as_secs()),
+                        format!("no data for {} ms", self.config.idle_timeout.as_millis()),
                     )
                 })?;
             let Some(event) = next else { break };
