@@ -206,3 +206,177 @@ fn a_print_flood_reaches_stderr_truncated_with_a_marker() {
         &err[err.len() - 100..]
     );
 }
+
+fn replay_file(name: &str, replies: &[&str]) -> PathBuf {
+    let body = serde_json::json!({ "replies": replies }).to_string();
+    script_file(name, body.as_bytes())
+}
+
+#[test]
+fn run_with_a_replay_model_prints_the_final_line_and_writes_a_replayable_transcript() {
+    let replies = replay_file(
+        "replies-ok.json",
+        &[
+            "Look first.\n```rhai\nlet xs = [1, 2, 3];\nprint(\"three items\");\nobservation(xs.len())\n```",
+            "```rhai\nthrow \"oops\";\n```",
+            "```rhai\nfinal_result(xs.len() * 2)\n```",
+        ],
+    );
+    let transcript = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("run-ok.jsonl");
+    let model = format!("replay:{}", replies.display());
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &model,
+            "--transcript",
+            transcript.to_str().expect("utf-8"),
+            "Double the count.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "{\"type\":\"final_result\",\"value\":6}\n");
+    let err = stderr(&out);
+    assert!(
+        err.contains("│ three items") && err.contains("observation: 3"),
+        "{err}"
+    );
+    assert!(err.contains("error: Runtime error: oops"), "{err}");
+    assert!(err.contains("final result after 3 step(s)"), "{err}");
+
+    let events = codeact::agent::read_transcript(&transcript).expect("transcript reads");
+    assert!(matches!(
+        events.first(),
+        Some(codeact::Event::RunStarted { .. })
+    ));
+    assert!(matches!(
+        events.last(),
+        Some(codeact::Event::Finished { steps: 3, .. })
+    ));
+
+    let again = format!("replay:{}", transcript.display());
+    let out = codeact(&["run", "--model", &again, "Double the count."], None);
+    assert_eq!(
+        stdout(&out),
+        "{\"type\":\"final_result\",\"value\":6}\n",
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_run_whose_replay_runs_out_exits_one_naming_how_many_replies_there_were() {
+    let replies = replay_file("replies-short.json", &["```rhai\nobservation(1)\n```"]);
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "Go.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains(
+            "codeact: the replay model ran out of replies: it had 1 and was asked for reply 2"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_run_that_hits_its_step_limit_exits_three() {
+    let replies = replay_file("replies-loop.json", &["```rhai\nobservation(1)\n```"; 3]);
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--max-steps",
+            "2",
+            "Go.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("the step limit of 2 ran out"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_run_ends_on_a_transfer_to_a_declared_target() {
+    let replies = replay_file(
+        "replies-transfer.json",
+        &[
+            "```rhai\ntransfer_to_agent(\"sales\")\n```",
+            "```rhai\ntransfer_to_agent(\"billing\")\n```",
+        ],
+    );
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--transfer-target",
+            "billing",
+            "Go.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "{\"type\":\"transfer_to_agent\",\"agent_name\":\"billing\"}\n"
+    );
+    assert!(
+        stderr(&out).contains("there is no agent 'sales' to transfer to; valid names: billing")
+    );
+}
+
+#[test]
+fn run_usage_errors_exit_two() {
+    let out = codeact(&["run", "--model", "gpt-4o", "Go."], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "codeact: --model 'gpt-4o' must be openai:NAME, anthropic:NAME or replay:FILE\n"
+    );
+    let out = codeact(&["run", "--model", "replay:/no/such.json", "Go."], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("codeact: replay is not configured: cannot read '/no/such.json'"),
+        "{}",
+        stderr(&out)
+    );
+    let manifest = script_file(
+        "bad-manifest.json",
+        br#"[{"name": "x", "description": "d"}]"#,
+    );
+    let replies = replay_file("replies-unused.json", &["```rhai\nfinal_result(1)\n```"]);
+    let model = format!("replay:{}", replies.display());
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &model,
+            "--tools",
+            manifest.to_str().expect("utf-8"),
+            "Go.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("entry 0 ('x')") && stderr(&out).contains("command"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -12,7 +12,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use codeact::model::{
-    AnthropicClient, AnthropicConfig, ModelClient, ModelError, OpenAiClient, OpenAiConfig, RetryPolicy,
+    AnthropicClient, AnthropicConfig, ModelClient, ModelError, OpenAiClient, OpenAiConfig,
+    RetryPolicy,
 };
 use codeact::{Agent, Event, Limits, LoopConfig, Outcome, RhaiRuntime};
 use serde_json::{Value, json};
@@ -22,7 +23,11 @@ use serde_json::{Value, json};
 enum Reply {
     Json(Value),
     Sse(Vec<String>),
-    Status { status: u16, body: String, retry_after: Option<&'static str> },
+    Status {
+        status: u16,
+        body: String,
+        retry_after: Option<&'static str>,
+    },
     /// SSE lines, then silence with the connection held open.
     SseThenStall(Vec<String>),
 }
@@ -53,7 +58,9 @@ impl FakeServer {
         };
         let received = state.received.clone();
         let app = Router::new().fallback(handle).with_state(state);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds a port");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds a port");
         let url = format!("http://{}", listener.local_addr().expect("has an address"));
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -66,7 +73,12 @@ impl FakeServer {
     }
 }
 
-async fn handle(State(state): State<ServerState>, uri: axum::http::Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(state): State<ServerState>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     state.received.lock().expect("not poisoned").push(Received {
         path: uri.path().to_string(),
         headers,
@@ -75,14 +87,20 @@ async fn handle(State(state): State<ServerState>, uri: axum::http::Uri, headers:
     let reply = state.replies.lock().expect("not poisoned").pop();
     let builder = Response::builder();
     match reply {
-        None => builder.status(500).body(Body::from("the test server ran out of replies")),
+        None => builder
+            .status(500)
+            .body(Body::from("the test server ran out of replies")),
         Some(Reply::Json(value)) => builder
             .header("content-type", "application/json")
             .body(Body::from(value.to_string())),
         Some(Reply::Sse(events)) => builder
             .header("content-type", "text/event-stream")
             .body(Body::from(events.concat())),
-        Some(Reply::Status { status, body, retry_after }) => {
+        Some(Reply::Status {
+            status,
+            body,
+            retry_after,
+        }) => {
             let mut builder = builder.status(status);
             if let Some(after) = retry_after {
                 builder = builder.header("retry-after", after);
@@ -90,11 +108,17 @@ async fn handle(State(state): State<ServerState>, uri: axum::http::Uri, headers:
             builder.body(Body::from(body))
         }
         Some(Reply::SseThenStall(events)) => {
-            let first = futures_util::stream::iter(events.into_iter().map(|e| Ok::<_, Infallible>(Bytes::from(e))));
+            let first = futures_util::stream::iter(
+                events
+                    .into_iter()
+                    .map(|e| Ok::<_, Infallible>(Bytes::from(e))),
+            );
             let stall = futures_util::stream::pending::<Result<Bytes, Infallible>>();
             builder
                 .header("content-type", "text/event-stream")
-                .body(Body::from_stream(futures_util::StreamExt::chain(first, stall)))
+                .body(Body::from_stream(futures_util::StreamExt::chain(
+                    first, stall,
+                )))
         }
     }
     .unwrap_or_else(|_| Response::new(Body::from("bad scripted reply")))
@@ -109,7 +133,8 @@ fn fast_retries() -> RetryPolicy {
 }
 
 fn openai(server: &FakeServer) -> OpenAiClient {
-    let mut config = OpenAiConfig::from_env("test-model").with_base_url(format!("{}/v1", server.url));
+    let mut config =
+        OpenAiConfig::from_env("test-model").with_base_url(format!("{}/v1", server.url));
     config.api_key = Some("test-key".into());
     config.retry = fast_retries();
     config.idle_timeout = Duration::from_millis(300);
@@ -137,8 +162,14 @@ fn openai_stream(text_parts: &[&str]) -> Reply {
         .iter()
         .map(|part| format!("data: {}\n\n", json!({"model": "test-model", "choices": [{"index": 0, "delta": {"content": part}, "finish_reason": null}]})))
         .collect();
-    events.push(format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})));
-    events.push(format!("data: {}\n\n", json!({"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 7}})));
+    events.push(format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    ));
+    events.push(format!(
+        "data: {}\n\n",
+        json!({"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 7}})
+    ));
     events.push("data: [DONE]\n\n".into());
     Reply::Sse(events)
 }
@@ -154,21 +185,32 @@ fn anthropic_message(text: &str) -> Reply {
 fn anthropic_stream(text_parts: &[&str]) -> Reply {
     let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
     let mut events = vec![
-        event("message_start", json!({"type": "message_start", "message": {"model": "claude-test", "usage": {"input_tokens": 80, "output_tokens": 1}}})),
-        event("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+        event(
+            "message_start",
+            json!({"type": "message_start", "message": {"model": "claude-test", "usage": {"input_tokens": 80, "output_tokens": 1}}}),
+        ),
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
         event("ping", json!({"type": "ping"})),
     ];
     for part in text_parts {
         events.push(event("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": part}})));
     }
-    events.push(event("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+    events.push(event(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
     events.push(event("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}})));
     events.push(event("message_stop", json!({"type": "message_stop"})));
     Reply::Sse(events)
 }
 
-const OBSERVE: &str = "Let me look first.\n```rhai\nlet data = [3, 1, 2];\nobservation(data.len())\n```";
-const FAIL: &str = "```rhai\nlet total = data.reduce(|s, x| s + x, 0);\nthrow `not yet: ${total}`;\n```";
+const OBSERVE: &str =
+    "Let me look first.\n```rhai\nlet data = [3, 1, 2];\nobservation(data.len())\n```";
+const FAIL: &str =
+    "```rhai\nlet total = data.reduce(|s, x| s + x, 0);\nthrow `not yet: ${total}`;\n```";
 const FINISH: &str = "```rhai\nfinal_result(data.reduce(|s, x| s + x, 0))\n```";
 
 fn agent(model: Arc<dyn ModelClient>, stream: bool, events: Arc<Mutex<Vec<Event>>>) -> Agent {
@@ -190,7 +232,11 @@ fn user_messages(body: &Value) -> Vec<String> {
                 .filter(|m| m["role"] == "user")
                 .map(|m| match &m["content"] {
                     Value::String(text) => text.clone(),
-                    Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"),
+                    Value::Array(blocks) => blocks
+                        .iter()
+                        .filter_map(|b| b["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join("\n"),
                     _ => String::new(),
                 })
                 .collect()
@@ -200,9 +246,17 @@ fn user_messages(body: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn an_openai_run_feeds_back_the_observation_and_the_error_and_ends_on_the_final_result() {
-    let server = FakeServer::start(vec![completion(OBSERVE), completion(FAIL), completion(FINISH)]).await;
+    let server = FakeServer::start(vec![
+        completion(OBSERVE),
+        completion(FAIL),
+        completion(FINISH),
+    ])
+    .await;
     let events = Arc::new(Mutex::new(Vec::new()));
-    let run = agent(Arc::new(openai(&server)), false, events.clone()).run("Sum the data.").await.expect("run finishes");
+    let run = agent(Arc::new(openai(&server)), false, events.clone())
+        .run("Sum the data.")
+        .await
+        .expect("run finishes");
     assert_eq!(run.outcome, Outcome::FinalResult { value: json!(6) });
     assert_eq!(run.steps, 3);
     assert_eq!(run.usage.input_tokens, 300);
@@ -215,26 +269,54 @@ async fn an_openai_run_feeds_back_the_observation_and_the_error_and_ends_on_the_
     assert_eq!(first.body["model"], "test-model");
     assert_eq!(first.body["stream"], false);
     assert_eq!(first.body["messages"][0]["role"], "system");
-    assert!(first.body["messages"][0]["content"].as_str().unwrap_or_default().contains("```rhai"));
+    assert!(
+        first.body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("```rhai")
+    );
     assert_eq!(user_messages(&first.body), vec!["Sum the data."]);
     let second = user_messages(&received[1].body);
     assert_eq!(second[1], "Observation:\n3");
     let third = user_messages(&received[2].body);
-    assert!(third[2].starts_with("Error:\nRuntime error: not yet: 6"), "{}", third[2]);
+    assert!(
+        third[2].starts_with("Error:\nRuntime error: not yet: 6"),
+        "{}",
+        third[2]
+    );
     assert_eq!(received[2].body["messages"][4]["role"], "assistant");
     assert_eq!(received[2].body["messages"][4]["content"], FAIL);
 
     let events = events.lock().expect("not poisoned");
-    assert!(events.iter().any(|e| matches!(e, Event::Observation { value, .. } if value == &json!(3))));
-    assert!(events.iter().any(|e| matches!(e, Event::Error { message, .. } if message.contains("not yet"))));
-    assert!(matches!(events.last(), Some(Event::Finished { steps: 3, .. })));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Observation { value, .. } if value == &json!(3)))
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Error { message, .. } if message.contains("not yet")))
+    );
+    assert!(matches!(
+        events.last(),
+        Some(Event::Finished { steps: 3, .. })
+    ));
 }
 
 #[tokio::test]
 async fn an_openai_stream_reports_text_as_it_arrives_and_asks_for_usage() {
-    let server = FakeServer::start(vec![openai_stream(&["```rhai\nfinal_", "result(", "42)\n```"])]).await;
+    let server = FakeServer::start(vec![openai_stream(&[
+        "```rhai\nfinal_",
+        "result(",
+        "42)\n```",
+    ])])
+    .await;
     let events = Arc::new(Mutex::new(Vec::new()));
-    let run = agent(Arc::new(openai(&server)), true, events.clone()).run("Answer.").await.expect("run finishes");
+    let run = agent(Arc::new(openai(&server)), true, events.clone())
+        .run("Answer.")
+        .await
+        .expect("run finishes");
     assert_eq!(run.outcome, Outcome::FinalResult { value: json!(42) });
     assert_eq!(run.usage.output_tokens, 7);
     let body = &server.received()[0].body;
@@ -254,25 +336,46 @@ async fn an_openai_stream_reports_text_as_it_arrives_and_asks_for_usage() {
 
 #[tokio::test]
 async fn an_anthropic_run_sends_the_system_prompt_apart_and_the_key_in_its_header() {
-    let server = FakeServer::start(vec![anthropic_message(OBSERVE), anthropic_message(FINISH)]).await;
+    let server =
+        FakeServer::start(vec![anthropic_message(OBSERVE), anthropic_message(FINISH)]).await;
     let events = Arc::new(Mutex::new(Vec::new()));
-    let run = agent(Arc::new(anthropic(&server)), false, events).run("Sum the data.").await.expect("run finishes");
+    let run = agent(Arc::new(anthropic(&server)), false, events)
+        .run("Sum the data.")
+        .await
+        .expect("run finishes");
     assert_eq!(run.outcome, Outcome::FinalResult { value: json!(6) });
     let received = server.received();
     assert_eq!(received[0].path, "/v1/messages");
     assert_eq!(received[0].headers["x-api-key"], "sk-ant-test");
     assert_eq!(received[0].headers["anthropic-version"], "2023-06-01");
-    assert!(received[0].body["system"].as_str().unwrap_or_default().contains("```rhai"));
+    assert!(
+        received[0].body["system"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("```rhai")
+    );
     assert_eq!(received[0].body["messages"][0]["role"], "user");
     assert_eq!(user_messages(&received[1].body)[1], "Observation:\n3");
 }
 
 #[tokio::test]
 async fn an_anthropic_stream_assembles_the_reply_and_its_usage() {
-    let server = FakeServer::start(vec![anthropic_stream(&["```rhai\nfinal_result(", "\"done\")\n```"])]).await;
+    let server = FakeServer::start(vec![anthropic_stream(&[
+        "```rhai\nfinal_result(",
+        "\"done\")\n```",
+    ])])
+    .await;
     let events = Arc::new(Mutex::new(Vec::new()));
-    let run = agent(Arc::new(anthropic(&server)), true, events).run("Finish.").await.expect("run finishes");
-    assert_eq!(run.outcome, Outcome::FinalResult { value: json!("done") });
+    let run = agent(Arc::new(anthropic(&server)), true, events)
+        .run("Finish.")
+        .await
+        .expect("run finishes");
+    assert_eq!(
+        run.outcome,
+        Outcome::FinalResult {
+            value: json!("done")
+        }
+    );
     assert_eq!((run.usage.input_tokens, run.usage.output_tokens), (80, 9));
     assert_eq!(server.received()[0].body["stream"], true);
 }
@@ -280,27 +383,49 @@ async fn an_anthropic_stream_assembles_the_reply_and_its_usage() {
 #[tokio::test]
 async fn a_429_with_retry_after_and_a_500_are_retried() {
     let server = FakeServer::start(vec![
-        Reply::Status { status: 429, body: r#"{"error":{"message":"slow down"}}"#.into(), retry_after: Some("0") },
-        Reply::Status { status: 503, body: "overloaded".into(), retry_after: None },
+        Reply::Status {
+            status: 429,
+            body: r#"{"error":{"message":"slow down"}}"#.into(),
+            retry_after: Some("0"),
+        },
+        Reply::Status {
+            status: 503,
+            body: "overloaded".into(),
+            retry_after: None,
+        },
         completion(FINISH.replace("data.reduce(|s, x| s + x, 0)", "1").as_str()),
     ])
     .await;
-    let run = agent(Arc::new(openai(&server)), false, Arc::default()).run("Go.").await.expect("run finishes");
+    let run = agent(Arc::new(openai(&server)), false, Arc::default())
+        .run("Go.")
+        .await
+        .expect("run finishes");
     assert_eq!(run.outcome, Outcome::FinalResult { value: json!(1) });
     assert_eq!(server.received().len(), 3);
 }
 
 #[tokio::test]
 async fn a_server_that_keeps_failing_ends_in_a_clear_error_after_bounded_retries() {
-    let failing = Reply::Status { status: 500, body: "boom".into(), retry_after: None };
+    let failing = Reply::Status {
+        status: 500,
+        body: "boom".into(),
+        retry_after: None,
+    };
     let server = FakeServer::start(vec![failing; 10]).await;
     let err = openai(&server)
-        .complete(&codeact::chat::ModelRequest::new("s", vec![codeact::chat::Message::user("t")]))
+        .complete(&codeact::chat::ModelRequest::new(
+            "s",
+            vec![codeact::chat::Message::user("t")],
+        ))
         .await
         .expect_err("never succeeds");
     assert_eq!(
         err,
-        ModelError::Unavailable { provider: "openai", attempts: 4, last: "500 Internal Server Error: boom".into() }
+        ModelError::Unavailable {
+            provider: "openai",
+            attempts: 4,
+            last: "500 Internal Server Error: boom".into()
+        }
     );
     assert_eq!(server.received().len(), 4);
 }
@@ -313,7 +438,10 @@ async fn a_bad_key_is_a_clear_error_without_retries() {
         retry_after: None,
     }])
     .await;
-    let err = agent(Arc::new(openai(&server)), false, Arc::default()).run("Go.").await.expect_err("refused");
+    let err = agent(Arc::new(openai(&server)), false, Arc::default())
+        .run("Go.")
+        .await
+        .expect_err("refused");
     assert_eq!(
         err.to_string(),
         "openai refused the request (401): the API key was not accepted: Incorrect API key provided"
@@ -323,10 +451,16 @@ async fn a_bad_key_is_a_clear_error_without_retries() {
 
 #[tokio::test]
 async fn a_stream_that_stalls_after_sending_text_is_an_error_not_a_hang() {
-    let first = format!("data: {}\n\n", json!({"choices": [{"index": 0, "delta": {"content": "```rhai\n"}}]}));
+    let first = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": "```rhai\n"}}]})
+    );
     let server = FakeServer::start(vec![Reply::SseThenStall(vec![first])]).await;
     let started = std::time::Instant::now();
-    let err = agent(Arc::new(openai(&server)), true, Arc::default()).run("Go.").await.expect_err("stalls");
+    let err = agent(Arc::new(openai(&server)), true, Arc::default())
+        .run("Go.")
+        .await
+        .expect_err("stalls");
     assert!(err.to_string().contains("no data for 300 ms"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
@@ -334,8 +468,15 @@ async fn a_stream_that_stalls_after_sending_text_is_an_error_not_a_hang() {
 #[tokio::test]
 async fn a_stream_cut_before_it_finished_is_retried_when_nothing_was_shown_yet() {
     let truncated = Reply::Sse(vec![format!("data: {}\n\n", json!({"choices": []}))]);
-    let server = FakeServer::start(vec![truncated, openai_stream(&["```rhai\nfinal_result(1)\n```"])]).await;
-    let run = agent(Arc::new(openai(&server)), true, Arc::default()).run("Go.").await.expect("second try works");
+    let server = FakeServer::start(vec![
+        truncated,
+        openai_stream(&["```rhai\nfinal_result(1)\n```"]),
+    ])
+    .await;
+    let run = agent(Arc::new(openai(&server)), true, Arc::default())
+        .run("Go.")
+        .await
+        .expect("second try works");
     assert_eq!(run.outcome, Outcome::FinalResult { value: json!(1) });
     assert_eq!(server.received().len(), 2);
 }
@@ -343,12 +484,23 @@ async fn a_stream_cut_before_it_finished_is_retried_when_nothing_was_shown_yet()
 #[tokio::test]
 async fn a_reply_with_no_choices_or_no_content_is_handled() {
     let server = FakeServer::start(vec![Reply::Json(json!({"choices": []}))]).await;
-    let err = agent(Arc::new(openai(&server)), false, Arc::default()).run("Go.").await.expect_err("no choices");
-    assert!(err.to_string().contains("the reply has no choices"), "{err}");
+    let err = agent(Arc::new(openai(&server)), false, Arc::default())
+        .run("Go.")
+        .await
+        .expect_err("no choices");
+    assert!(
+        err.to_string().contains("the reply has no choices"),
+        "{err}"
+    );
 
-    let empty = Reply::Json(json!({"choices": [{"message": {"role": "assistant", "content": null}, "finish_reason": "stop"}]}));
+    let empty = Reply::Json(
+        json!({"choices": [{"message": {"role": "assistant", "content": null}, "finish_reason": "stop"}]}),
+    );
     let server = FakeServer::start(vec![empty, completion("```rhai\nfinal_result(2)\n```")]).await;
-    let run = agent(Arc::new(openai(&server)), false, Arc::default()).run("Go.").await.expect("recovers");
+    let run = agent(Arc::new(openai(&server)), false, Arc::default())
+        .run("Go.")
+        .await
+        .expect("recovers");
     assert_eq!(run.outcome, Outcome::FinalResult { value: json!(2) });
     assert!(user_messages(&server.received()[1].body)[1].contains("no code block"));
 }
@@ -366,5 +518,8 @@ async fn a_refused_connection_is_retried_then_reported() {
         .complete(&codeact::chat::ModelRequest::new("s", vec![]))
         .await
         .expect_err("nothing listens");
-    assert!(matches!(&err, ModelError::Unavailable { attempts: 4, last, .. } if last.starts_with("could not connect")), "{err}");
+    assert!(
+        matches!(&err, ModelError::Unavailable { attempts: 4, last, .. } if last.starts_with("could not connect")),
+        "{err}"
+    );
 }

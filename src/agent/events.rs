@@ -151,9 +151,12 @@ impl Transcript {
 /// Reads a transcript back, one event per line; a line that does not parse (a line
 /// cut short by a crash) ends the reading.
 pub fn read_transcript(path: impl AsRef<Path>) -> std::io::Result<Vec<Event>> {
-    let text = std::fs::read_to_string(path)?;
-    Ok(text
-        .lines()
+    Ok(parse_transcript(&std::fs::read_to_string(path)?))
+}
+
+/// Parses transcript text, stopping at the first line that is not an event.
+pub fn parse_transcript(text: &str) -> Vec<Event> {
+    text.lines()
         .map_while(|line| serde_json::from_str::<Event>(line).ok())
-        .collect())
+        .collect()
 }

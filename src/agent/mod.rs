@@ -8,6 +8,6 @@ mod feedback;
 
 pub use decide::{Conversation, LoopConfig, Next, Outcome};
 pub use driver::{Agent, AgentBuilder, AgentError, RunResult};
-pub use events::{Event, Listener, Transcript, read_transcript};
+pub use events::{Event, Listener, Transcript, parse_transcript, read_transcript};
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;

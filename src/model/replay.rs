@@ -34,7 +34,8 @@ impl ReplayModel {
         }
     }
 
-    /// Loads `{"replies": ["…", …]}` from `path`.
+    /// Loads replies from `path`: either `{"replies": ["…", …]}`, or a JSONL
+    /// transcript written by a run, whose assistant messages are replayed in order.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
         let config = |message: String| ModelError::Config {
@@ -43,13 +44,20 @@ impl ReplayModel {
         };
         let text = std::fs::read_to_string(path)
             .map_err(|e| config(format!("cannot read '{}': {e}", path.display())))?;
-        let file: ReplayFile = serde_json::from_str(&text).map_err(|e| {
-            config(format!(
-                "'{}' is not {{\"replies\": [strings]}}: {e}",
-                path.display()
-            ))
-        })?;
-        let mut model = Self::new(file.replies);
+        let replies = match serde_json::from_str::<ReplayFile>(&text) {
+            Ok(file) => file.replies,
+            Err(json_error) => {
+                let replies = transcript_replies(&text);
+                if replies.is_empty() {
+                    return Err(config(format!(
+                        "'{}' is neither {{\"replies\": [strings]}} ({json_error}) nor a transcript with assistant messages",
+                        path.display()
+                    )));
+                }
+                replies
+            }
+        };
+        let mut model = Self::new(replies);
         model.label = format!("replay:{}", path.display());
         Ok(model)
     }
@@ -58,6 +66,21 @@ impl ReplayModel {
     pub fn requests(&self) -> Vec<ModelRequest> {
         self.requests.lock().map(|r| r.clone()).unwrap_or_default()
     }
+}
+
+/// The assistant messages of a JSONL transcript, in order.
+fn transcript_replies(text: &str) -> Vec<String> {
+    crate::agent::parse_transcript(text)
+        .into_iter()
+        .filter_map(|event| match event {
+            crate::agent::Event::Message { message }
+                if message.role == crate::chat::Role::Assistant =>
+            {
+                Some(message.joined_text())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 #[async_trait]
