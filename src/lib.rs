@@ -2,7 +2,38 @@
 //! script each turn, the host runs it in a sandboxed engine, and the script's
 //! completion value, decoded into a [`ScriptOutput`], decides what happens next.
 //!
-//! Run a script in a Rhai session with one tool:
+//! An agent from a model client, a runtime and a tool (an async closure), run on a
+//! task (the model here is a replay of recorded replies; see
+//! `examples/embed.rs` for a real server):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use codeact::model::ReplayModel;
+//! use codeact::{Agent, Event, Limits, Outcome, RhaiRuntime, Tool, ToolError};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = ReplayModel::new([
+//!     "```rhai\nlet p = call_tool(\"prices\", #{});\nobservation(p)\n```",
+//!     "```rhai\nfinal_result(p.apple + p.milk)\n```",
+//! ]);
+//! let prices = Tool::new("prices", "Prices in euros.", |_args| async {
+//!     Ok::<_, ToolError>(json!({"apple": 0.5, "milk": 1.25}))
+//! });
+//! let agent = Agent::builder(Arc::new(model), Arc::new(RhaiRuntime::new(Limits::default())))
+//!     .tool(prices)
+//!     .on_event(|event| if let Event::Observation { value, .. } = event { println!("saw {value}") })
+//!     .build()?;
+//!
+//! let run = agent.run("What do an apple and milk cost together?").await?;
+//! assert_eq!(run.outcome, Outcome::FinalResult { value: json!(1.75) });
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Below the loop, a [`ScriptSession`] runs scripts directly, keeping variables
+//! between runs:
 //!
 //! ```
 //! use std::sync::Arc;

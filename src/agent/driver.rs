@@ -215,7 +215,13 @@ impl Agent {
         &self.name
     }
 
-    fn emit(&self, event: Event) {
+    /// Builds the event only when someone listens: events clone messages and
+    /// values, which a run without listeners should not pay for.
+    fn emit(&self, event: impl FnOnce() -> Event) {
+        if self.listeners.is_empty() {
+            return;
+        }
+        let event = event();
         for listener in &self.listeners {
             listener(&event);
         }
@@ -225,7 +231,7 @@ impl Agent {
     pub async fn run(&self, task: &str) -> Result<RunResult, AgentError> {
         let mut conversation =
             Conversation::new(task, self.runtime.info().fence_tags, self.config.clone());
-        self.emit(Event::RunStarted {
+        self.emit(|| Event::RunStarted {
             agent: self.name.clone(),
             model: self.model.label(),
             runtime: self.runtime.info().name.to_string(),
@@ -233,13 +239,13 @@ impl Agent {
         });
         let result = self.drive(&mut conversation).await;
         if let Err(error) = &result {
-            self.emit(Event::Failed {
+            self.emit(|| Event::Failed {
                 step: conversation.steps() + 1,
                 error: error.to_string(),
             });
         }
         let outcome = result?;
-        self.emit(Event::Finished {
+        self.emit(|| Event::Finished {
             outcome: outcome.clone(),
             steps: conversation.steps(),
             usage: conversation.usage(),
@@ -274,7 +280,7 @@ impl Agent {
                 }
                 Next::RunScript { code } => {
                     self.report_messages(conversation, &mut reported);
-                    self.emit(Event::ScriptStarted {
+                    self.emit(|| Event::ScriptStarted {
                         step,
                         code: code.clone(),
                     });
@@ -285,12 +291,12 @@ impl Agent {
                     let logs = run.logs.render();
                     let next = conversation.on_script(&run.output, &run.logs);
                     match &run.output {
-                        ScriptOutput::Observation { value } => self.emit(Event::Observation {
+                        ScriptOutput::Observation { value } => self.emit(|| Event::Observation {
                             step,
                             value: value.clone(),
                             logs,
                         }),
-                        ScriptOutput::Error { message } => self.emit(Event::Error {
+                        ScriptOutput::Error { message } => self.emit(|| Event::Error {
                             step,
                             message: message.clone(),
                             logs,
@@ -298,7 +304,7 @@ impl Agent {
                         ScriptOutput::TransferToAgent { .. }
                             if !matches!(next, Next::Finish(_)) =>
                         {
-                            self.emit(Event::Error {
+                            self.emit(|| Event::Error {
                                 step,
                                 message: conversation.last_error().unwrap_or_default().to_string(),
                                 logs,
@@ -322,27 +328,27 @@ impl Agent {
             ModelRequest::new(self.system_prompt.clone(), conversation.messages().to_vec());
         request.max_tokens = self.max_tokens;
         request.temperature = self.temperature;
-        self.emit(Event::ModelRequest {
+        self.emit(|| Event::ModelRequest {
             step,
             messages: request.messages.len(),
         });
         let response = if self.stream {
             let mut on_event = |event: StreamEvent| {
                 if let StreamEvent::TextDelta { text } = event {
-                    self.emit(Event::TextDelta { step, text });
+                    self.emit(|| Event::TextDelta { step, text });
                 }
             };
             self.model.stream(&request, &mut on_event).await?
         } else {
             self.model.complete(&request).await?
         };
-        self.emit(Event::ModelReply {
+        self.emit(|| Event::ModelReply {
             step,
             stop_reason: response.stop_reason.clone(),
         });
         let before = conversation.messages().len();
         let next = conversation.on_reply(&response);
-        self.emit(Event::Usage {
+        self.emit(|| Event::Usage {
             step,
             call: response.usage,
             total: conversation.usage(),
@@ -353,7 +359,7 @@ impl Agent {
             Next::CallModel | Next::Finish(Outcome::ErrorBudget { .. })
         ) && conversation.messages().len() > before + 1
         {
-            self.emit(Event::Error {
+            self.emit(|| Event::Error {
                 step,
                 message: conversation.last_error().unwrap_or_default().to_string(),
                 logs: String::new(),
@@ -364,7 +370,7 @@ impl Agent {
 
     fn report_messages(&self, conversation: &Conversation, reported: &mut usize) {
         for message in &conversation.messages()[*reported..] {
-            self.emit(Event::Message {
+            self.emit(|| Event::Message {
                 message: message.clone(),
             });
         }

@@ -12,11 +12,16 @@ use crate::chat::{ContentBlock, ModelRequest, ModelResponse, StopReason, Usage};
 /// Returns recorded assistant replies in order; asking for one more than it has is
 /// a [`ModelError::ReplayExhausted`] naming how many it had. Every request it gets
 /// is kept, so tests can assert on what the loop fed back.
+///
+/// Which reply comes next is read off the request: a conversation holding `n`
+/// assistant messages gets reply `n + 1`. So one replay serves any number of runs,
+/// one after another or at once.
 #[derive(Debug)]
 pub struct ReplayModel {
     label: String,
     replies: Vec<String>,
     requests: Mutex<Vec<ModelRequest>>,
+    record: bool,
 }
 
 #[derive(Deserialize)]
@@ -31,7 +36,15 @@ impl ReplayModel {
             label: "replay".into(),
             replies: replies.into_iter().map(Into::into).collect(),
             requests: Mutex::new(Vec::new()),
+            record: true,
         }
+    }
+
+    /// The same replay without keeping requests, for long benchmarks where the
+    /// recordings would pile up.
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
+        self
     }
 
     /// Loads replies from `path`: either `{"replies": ["…", …]}`, or a JSONL
@@ -90,14 +103,17 @@ impl ModelClient for ReplayModel {
     }
 
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
-        let asked = {
-            let mut requests = self
-                .requests
+        if self.record {
+            self.requests
                 .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            requests.push(request.clone());
-            requests.len()
-        };
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(request.clone());
+        }
+        let asked = 1 + request
+            .messages
+            .iter()
+            .filter(|m| m.role == crate::chat::Role::Assistant)
+            .count();
         let reply = self
             .replies
             .get(asked - 1)
@@ -122,20 +138,31 @@ mod tests {
     #[tokio::test]
     async fn replies_come_back_in_order_and_requests_are_recorded() {
         let model = ReplayModel::new(["one", "two"]);
-        let request = ModelRequest::new("sys", vec![Message::user("task")]);
+        let mut request = ModelRequest::new("sys", vec![Message::user("task")]);
         assert_eq!(model.complete(&request).await.expect("first").text(), "one");
+        request.messages.push(Message::assistant("one"));
+        request.messages.push(Message::user("Observation:\n1"));
         assert_eq!(
             model.complete(&request).await.expect("second").text(),
             "two"
         );
         assert_eq!(model.requests().len(), 2);
+        let fresh = ModelRequest::new("sys", vec![Message::user("another run")]);
+        assert_eq!(
+            model
+                .complete(&fresh)
+                .await
+                .expect("a new run starts over")
+                .text(),
+            "one"
+        );
     }
 
     #[tokio::test]
     async fn running_out_of_replies_names_how_many_there_were() {
         let model = ReplayModel::new(["only"]);
-        let request = ModelRequest::new("sys", vec![]);
-        model.complete(&request).await.expect("first");
+        let request =
+            ModelRequest::new("sys", vec![Message::user("t"), Message::assistant("only")]);
         let err = model.complete(&request).await.expect_err("exhausted");
         assert_eq!(
             err.to_string(),

@@ -9,14 +9,42 @@ use crate::engine::DEADLINE_TOKEN;
 /// lines around the position, since a model fixes what it can see.
 pub(crate) fn from_parse_in(err: &ParseError, limits: &Limits, script: &str) -> ScriptError {
     match from_parse(err, limits) {
-        ScriptError::Syntax { message } => ScriptError::Syntax {
-            message: match excerpt(script, err.position()) {
+        ScriptError::Syntax { message } => {
+            let mut message = match excerpt(script, err.position()) {
                 Some(lines) => format!("{message}\n{lines}"),
                 None => message,
-            },
-        },
+            };
+            let line = err
+                .position()
+                .line()
+                .and_then(|n| script.lines().nth(n - 1));
+            if line.is_some_and(has_bare_map_literal) {
+                message.push_str(
+                    "\nHint: a Rhai map literal starts with `#{`, as in `#{name: \"x\", n: 1}`.",
+                );
+            }
+            ScriptError::Syntax { message }
+        }
         other => other,
     }
+}
+
+/// True when `line` holds `{key:` without the `#` Rhai map literals need: the
+/// JavaScript habit models bring most often.
+fn has_bare_map_literal(line: &str) -> bool {
+    let chars: Vec<char> = line.chars().collect();
+    chars.iter().enumerate().any(|(i, &c)| {
+        if c != '{' || (i > 0 && chars[i - 1] == '#') {
+            return false;
+        }
+        let rest: String = chars[i + 1..].iter().collect();
+        let rest = rest.trim_start();
+        let key_len = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '"')
+            .count();
+        key_len > 0 && rest[key_len..].trim_start().starts_with(':')
+    })
 }
 
 /// The line at `position` and the one before, numbered, with a caret under the
@@ -92,6 +120,14 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_javascript_style_map_gets_a_hint() {
+        assert!(has_bare_map_literal("final_result({a: a})"));
+        assert!(has_bare_map_literal("let m = { \"k\": 1 };"));
+        assert!(!has_bare_map_literal("let m = #{a: 1};"));
+        assert!(!has_bare_map_literal("if x { y }"));
+    }
 
     #[test]
     fn a_syntax_error_quotes_the_lines_around_its_position() {

@@ -13,22 +13,31 @@ use rhai::{AST, Engine, ParseError, ParseErrorType};
 /// Semicolons inserted into one script at most.
 const MAX_INSERTIONS: usize = 64;
 
+/// A script that did not parse even with the semicolons it was missing.
+#[derive(Debug)]
+pub(crate) struct StillBroken {
+    /// The error of the last attempt: the first problem that is not a missing `;`.
+    pub error: ParseError,
+    /// The source that error's position refers to (the script with the `;` added;
+    /// lines and columns are those of the original up to each line's end).
+    pub source: String,
+}
+
 /// Compiles `script`, inserting missing statement semicolons as described above.
 /// Returns the AST and the 1-based lines that got a `;`.
 pub(crate) fn compile_lenient(
     engine: &Engine,
     script: &str,
-) -> Result<(AST, Vec<usize>), ParseError> {
-    let original = match engine.compile(script) {
+) -> Result<(AST, Vec<usize>), StillBroken> {
+    let mut error = match engine.compile(script) {
         Ok(ast) => return Ok((ast, Vec::new())),
         Err(err) => err,
     };
     let mut lines: Vec<String> = script.lines().map(str::to_string).collect();
     let mut patched = Vec::new();
-    let mut error = original.clone();
     for _ in 0..MAX_INSERTIONS {
         let Some(line) = line_missing_semicolon(&error, &lines) else {
-            return Err(original);
+            break;
         };
         lines[line - 1].push(';');
         patched.push(line);
@@ -37,7 +46,12 @@ pub(crate) fn compile_lenient(
             Err(next) => error = next,
         }
     }
-    Err(original)
+    let source = if patched.is_empty() {
+        script.to_string()
+    } else {
+        lines.join("\n")
+    };
+    Err(StillBroken { error, source })
 }
 
 /// The line that needs a `;` when `error` is a missing `;` reported at the first
@@ -93,8 +107,21 @@ mod tests {
     fn other_syntax_errors_keep_their_original_message() {
         let script = "let x = (1 + \nlet y = 2";
         let original = engine().compile(script).expect_err("broken");
-        let err = compile_lenient(&engine(), script).expect_err("still broken");
-        assert_eq!(err.to_string(), original.to_string());
+        let Err(broken) = compile_lenient(&engine(), script) else {
+            panic!("still broken")
+        };
+        assert_eq!(broken.error.to_string(), original.to_string());
+        assert_eq!(broken.source, script);
+    }
+
+    #[test]
+    fn past_the_missing_semicolons_the_next_real_error_is_reported() {
+        let script = "let a = 1\nfinal_result({a: a})";
+        let Err(broken) = compile_lenient(&engine(), script) else {
+            panic!("still broken")
+        };
+        assert_eq!(broken.error.position().line(), Some(2));
+        assert_eq!(broken.source, "let a = 1;\nfinal_result({a: a})");
     }
 
     #[test]

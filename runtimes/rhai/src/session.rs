@@ -50,7 +50,7 @@ impl RhaiSession {
     fn evaluate(&mut self, script: &str) -> Result<serde_json::Value, ScriptError> {
         let limits = &*self.limits;
         let (mut ast, patched) = semicolons::compile_lenient(&self.engine, script)
-            .map_err(|e| errors::from_parse_in(&e, limits, script))?;
+            .map_err(|broken| errors::from_parse_in(&broken.error, limits, &broken.source))?;
         if !patched.is_empty() {
             let lines: Vec<String> = patched.iter().map(usize::to_string).collect();
             run_state::log_line(&format!(
