@@ -78,6 +78,10 @@ fn test_tools() -> ToolBox {
             args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
         ))
     });
+    let add = add.with_parameters(json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}
+    }));
     let fail = Tool::from_fn("fail", "Always fails.", |_| {
         Err(ToolError::new("the tool failed on purpose"))
     });

@@ -21,6 +21,7 @@ mod memory_meter;
 mod run_state;
 mod semicolons;
 mod session;
+mod tool_functions;
 
 use std::sync::Arc;
 
@@ -84,11 +85,7 @@ impl Runtime for RhaiRuntime {
             .into_iter()
             .map(|(name, ty)| format!("{name}: {}", rhai_type(&ty)))
             .collect();
-        if fields.is_empty() {
-            format!("call_tool(\"{}\", #{{}})", tool.name)
-        } else {
-            format!("call_tool(\"{}\", #{{{}}})", tool.name, fields.join(", "))
-        }
+        format!("{}(#{{{}}})", tool.name, fields.join(", "))
     }
 
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
@@ -124,13 +121,10 @@ mod tests {
             "type": "object",
             "properties": {"a": {"type": "integer"}, "b": {"type": "number"}}
         }));
-        assert_eq!(
-            runtime.tool_signature(&tool),
-            r#"call_tool("add", #{a: int, b: float})"#
-        );
+        assert_eq!(runtime.tool_signature(&tool), "add(#{a: int, b: float})");
         assert_eq!(
             runtime.tool_signature(&ToolSpec::new("now", "")),
-            r#"call_tool("now", #{})"#
+            "now(#{})"
         );
     }
 

@@ -6,7 +6,8 @@
 //! missing `;` before a statement that starts a line, the `;` belongs at the end of
 //! the previous line: it is added there and the script parsed again, up to
 //! [`MAX_INSERTIONS`] times. A script that still fails reports its original error;
-//! one that parses is what the model meant. The run's logs say where `;` went.
+//! one that parses is what the model meant. The insertion is silent: told about it,
+//! small models took the note for an error and rewrote working scripts.
 
 use rhai::{AST, Engine, ParseError, ParseErrorType};
 

@@ -9,7 +9,7 @@ use codeact_runtime::{
 use rhai::{AST, Dynamic, Engine, Scope};
 
 use crate::run_state::{MeterSchedule, RunGuard, RunState};
-use crate::{big_stack, convert, errors, memory_meter, run_state, semicolons};
+use crate::{big_stack, convert, errors, memory_meter, semicolons, tool_functions};
 
 /// A Rhai session: variables (`let x = …`) and functions (`fn f() {…}`) defined by one
 /// run are visible to the next. Built by [`RhaiRuntime`](crate::RhaiRuntime).
@@ -19,6 +19,9 @@ pub struct RhaiSession {
     tools: Arc<dyn ToolDispatch>,
     scope: Scope<'static>,
     functions: AST,
+    /// Tool wrapper functions in `functions`, once compiled (on the first run);
+    /// they do not count toward `max_functions`.
+    tool_functions: Option<usize>,
     meter: MeterSchedule,
 }
 
@@ -43,24 +46,41 @@ impl RhaiSession {
             tools,
             scope: Scope::new(),
             functions: AST::empty(),
+            tool_functions: None,
             meter: MeterSchedule::default(),
         }
     }
 
-    fn evaluate(&mut self, script: &str) -> Result<serde_json::Value, ScriptError> {
-        let limits = &*self.limits;
-        let (mut ast, patched) = semicolons::compile_lenient(&self.engine, script)
-            .map_err(|broken| errors::from_parse_in(&broken.error, limits, &broken.source))?;
-        if !patched.is_empty() {
-            let lines: Vec<String> = patched.iter().map(usize::to_string).collect();
-            run_state::log_line(&format!(
-                "[codeact: added a missing `;` at the end of line(s) {}]",
-                lines.join(", ")
-            ));
+    /// Compiles the tool wrappers into the session's functions, once.
+    fn ensure_tool_functions(&mut self) -> Result<usize, ScriptError> {
+        if let Some(count) = self.tool_functions {
+            return Ok(count);
         }
+        let (source, count) = tool_functions::wrapper_source(self.tools.specs());
+        if count > 0 {
+            // A bare engine: the wrappers must not count toward the script limits
+            // (`max_functions` is checked while parsing) and call nothing at parse time.
+            let wrappers = Engine::new_raw()
+                .compile(&source)
+                .map_err(|e| ScriptError::Thrown {
+                    message: format!("the host could not define the tool functions: {e}"),
+                })?;
+            self.functions = wrappers.merge(&self.functions);
+        }
+        self.tool_functions = Some(count);
+        Ok(count)
+    }
+
+    fn evaluate(&mut self, script: &str) -> Result<serde_json::Value, ScriptError> {
+        let wrappers = self.ensure_tool_functions()?;
+        let limits = &*self.limits;
+        // Inserted semicolons are not reported to the model: told about them, small
+        // models took the note for an error and "fixed" working scripts.
+        let (mut ast, _patched_lines) = semicolons::compile_lenient(&self.engine, script)
+            .map_err(|broken| errors::from_parse_in(&broken.error, limits, &broken.source))?;
         if ast.has_functions() {
             let merged = self.functions.merge(&ast);
-            let defined = merged.iter_functions().count();
+            let defined = merged.iter_functions().count().saturating_sub(wrappers);
             if defined > limits.max_functions {
                 return Err(ScriptError::limit(
                     LimitKind::Functions,

@@ -1,0 +1,119 @@
+//! Each tool as a Rhai function, so `list_orders(#{customer: "ada"})` and
+//! `list_orders("ada")` work as well as `call_tool("list_orders", …)`. Models reach
+//! for a plain function call first; a small one never recovered from "Function
+//! not found: list_orders" here.
+//!
+//! The wrappers are script functions compiled once per session, on its first run:
+//! `name()` sends `#{}`, `name(map)` sends the map, and `name(a, b, …)` sends the
+//! arguments positionally under the schema's property names, in schema order (up to
+//! [`MAX_POSITIONAL`]). A function the script defines with the same name and arity
+//! replaces the wrapper. Tools named like a codeact helper get no wrapper.
+
+use std::fmt::Write as _;
+
+use codeact_runtime::ToolSpec;
+
+/// Positional arguments a wrapper accepts at most.
+const MAX_POSITIONAL: usize = 8;
+
+/// Names a wrapper must never shadow.
+const RESERVED: &[&str] = &[
+    "observation",
+    "final_result",
+    "error",
+    "transfer_to_agent",
+    "call_tool",
+    "print",
+    "debug",
+    "type_of",
+];
+
+/// The Rhai source of the wrappers for `tools`, and how many functions it defines.
+pub(crate) fn wrapper_source(tools: &[ToolSpec]) -> (String, usize) {
+    let mut source = String::new();
+    let mut count = 0;
+    for tool in tools {
+        let name = tool.name.as_str();
+        if !is_identifier(name) || RESERVED.contains(&name) {
+            continue;
+        }
+        let properties: Vec<String> = tool.argument_names().into_iter().map(|(p, _)| p).collect();
+        let _ = writeln!(source, "fn {name}() {{ call_tool(\"{name}\", #{{}}) }}");
+        match properties.first() {
+            Some(first) => {
+                let _ = writeln!(
+                    source,
+                    "fn {name}(a1) {{ if type_of(a1) == \"map\" {{ call_tool(\"{name}\", a1) }} else {{ call_tool(\"{name}\", #{{{}: a1}}) }} }}",
+                    key(first)
+                );
+            }
+            None => {
+                let _ = writeln!(source, "fn {name}(a1) {{ call_tool(\"{name}\", a1) }}");
+            }
+        }
+        count += 2;
+        for arity in 2..=properties.len().min(MAX_POSITIONAL) {
+            let params: Vec<String> = (1..=arity).map(|i| format!("a{i}")).collect();
+            let fields: Vec<String> = properties[..arity]
+                .iter()
+                .zip(&params)
+                .map(|(property, param)| format!("{}: {param}", key(property)))
+                .collect();
+            let _ = writeln!(
+                source,
+                "fn {name}({}) {{ call_tool(\"{name}\", #{{{}}}) }}",
+                params.join(", "),
+                fields.join(", ")
+            );
+            count += 1;
+        }
+    }
+    (source, count)
+}
+
+/// A map-literal key: bare when an identifier, quoted otherwise.
+fn key(property: &str) -> String {
+    if is_identifier(property) {
+        property.to_string()
+    } else {
+        serde_json::to_string(property).unwrap_or_else(|_| "\"\"".into())
+    }
+}
+
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn wrappers_cover_no_arguments_a_map_and_positional_arguments() {
+        let tool = ToolSpec::new("add", "").with_parameters(json!({
+            "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}
+        }));
+        let (source, count) = wrapper_source(&[tool]);
+        assert_eq!(count, 3);
+        assert!(source.contains("fn add() { call_tool(\"add\", #{}) }"));
+        assert!(source.contains("fn add(a1, a2) { call_tool(\"add\", #{a: a1, b: a2}) }"));
+    }
+
+    #[test]
+    fn helpers_and_odd_names_get_no_wrapper_and_odd_keys_are_quoted() {
+        let tools = [
+            ToolSpec::new("final_result", ""),
+            ToolSpec::new("my-tool", ""),
+            ToolSpec::new("get", "").with_parameters(json!({"properties": {"the key": {}}})),
+        ];
+        let (source, count) = wrapper_source(&tools);
+        assert_eq!(count, 2);
+        assert!(source.contains("#{\"the key\": a1}"), "{source}");
+    }
+}
