@@ -37,10 +37,10 @@ pub(crate) fn compile_lenient(
     let mut lines: Vec<String> = script.lines().map(str::to_string).collect();
     let mut patched = Vec::new();
     for _ in 0..MAX_INSERTIONS {
-        let Some(line) = line_missing_semicolon(&error, &lines) else {
+        let Some((line, at)) = line_missing_semicolon(&error, &lines) else {
             break;
         };
-        lines[line - 1].push(';');
+        lines[line - 1].insert(at, ';');
         patched.push(line);
         match engine.compile(lines.join("\n")) {
             Ok(ast) => return Ok((ast, patched)),
@@ -55,10 +55,11 @@ pub(crate) fn compile_lenient(
     Err(StillBroken { error, source })
 }
 
-/// The line that needs a `;` when `error` is a missing `;` reported at the first
-/// token of a line: the nearest non-blank line above it, unless that line ends in
-/// a comment or already has the `;`.
-fn line_missing_semicolon(error: &ParseError, lines: &[String]) -> Option<usize> {
+/// Where the `;` goes when `error` is a missing `;` reported at the first token of a
+/// line: the end of the nearest line above holding code (blank and comment-only lines
+/// are skipped), before a trailing `//` comment if it has one. `None` when that line
+/// already ends in `;` or its comment cannot be told apart from a string.
+fn line_missing_semicolon(error: &ParseError, lines: &[String]) -> Option<(usize, usize)> {
     let ParseErrorType::MissingToken(token, _) = error.err_type() else {
         return None;
     };
@@ -72,12 +73,22 @@ fn line_missing_semicolon(error: &ParseError, lines: &[String]) -> Option<usize>
     if column != indent + 1 {
         return None;
     }
-    let previous = (1..line).rev().find(|&n| !lines[n - 1].trim().is_empty())?;
-    let before = lines[previous - 1].trim_end();
-    if before.contains("//") || before.ends_with(';') {
+    let previous = (1..line).rev().find(|&n| {
+        let code = lines[n - 1].trim_start();
+        !code.is_empty() && !code.starts_with("//")
+    })?;
+    let text = &lines[previous - 1];
+    let code_end = match text.find("//") {
+        // A `//` after a quote may sit inside a string: leave such lines alone.
+        Some(at) if text[..at].contains(['"', '`', '\'']) => return None,
+        Some(at) => at,
+        None => text.len(),
+    };
+    let code = text[..code_end].trim_end();
+    if code.ends_with(';') {
         return None;
     }
-    Some(previous)
+    Some((previous, code.len()))
 }
 
 #[cfg(test)]
@@ -126,8 +137,16 @@ mod tests {
     }
 
     #[test]
-    fn a_line_ending_in_a_comment_is_left_alone() {
-        let script = "let a = 1 // one\nlet b = 2\nb";
+    fn comment_lines_are_skipped_and_trailing_comments_kept_after_the_semicolon() {
+        let script = "let a = 1 // one\n// the next one\nlet b = 2\nb + a";
+        let (ast, lines) = compile_lenient(&engine(), script).expect("parses once patched");
+        assert_eq!(lines, vec![1, 3]);
+        assert_eq!(engine().eval_ast::<i64>(&ast).expect("runs"), 3);
+    }
+
+    #[test]
+    fn a_comment_marker_after_a_quote_is_left_alone() {
+        let script = "let url = \"http://x\"\nurl";
         assert!(compile_lenient(&engine(), script).is_err());
     }
 }
