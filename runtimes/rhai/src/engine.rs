@@ -135,6 +135,11 @@ fn tagged(kind: &str, field: &str, value: Dynamic) -> Map {
 }
 
 fn register_helpers(engine: &mut Engine, max_depth: usize) {
+    // `xs.length` is the JavaScript spelling models reach for; Rhai's is `xs.len()`.
+    engine.register_get("length", |array: &mut rhai::Array| array.len() as rhai::INT);
+    engine.register_get("length", |text: &mut ImmutableString| {
+        text.chars().count() as rhai::INT
+    });
     engine.register_fn("observation", |value: Dynamic| {
         tagged("observation", "value", value)
     });
