@@ -39,19 +39,36 @@ impl ScriptSession {
         })
     }
 
-    /// Runs `script` on a blocking thread (tool calls block it) and decodes the result.
+    /// Runs `script` where blocking is allowed (tool calls block the thread) and
+    /// decodes the result. On a multi-threaded tokio runtime the script runs in
+    /// place (`block_in_place`: the worker's other tasks move to another thread,
+    /// and this task skips a round trip through the blocking pool); elsewhere on a
+    /// blocking-pool thread. A panic inside the engine or a tool loses the session
+    /// (later runs say so) but never the caller.
     pub async fn run(&mut self, script: impl Into<String>) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
         let script = script.into();
-        let (session, result) = tokio::task::spawn_blocking(move || {
-            let result = session.run(&script);
-            (session, result)
-        })
-        .await
-        .map_err(|e| HostError::SessionLost {
-            runtime: self.runtime,
-            reason: format!("a run panicked: {e}"),
-        })?;
+        let runtime = self.runtime;
+        let lost = |reason: String| HostError::SessionLost { runtime, reason };
+        let in_place = tokio::runtime::Handle::try_current().is_ok_and(|handle| {
+            handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        });
+        let (session, result) = if in_place {
+            let result = tokio::task::block_in_place(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.run(&script)))
+            });
+            match result {
+                Ok(result) => (session, result),
+                Err(_) => return Err(lost("a run panicked".into())),
+            }
+        } else {
+            tokio::task::spawn_blocking(move || {
+                let result = session.run(&script);
+                (session, result)
+            })
+            .await
+            .map_err(|e| lost(format!("a run panicked: {e}")))?
+        };
         self.session = Some(session);
         Self::decode(result)
     }

@@ -94,14 +94,12 @@ mod tests {
 
     #[test]
     fn a_malformed_entry_is_named_in_the_error() {
-        let err = manifest(r#"[{"name": "ok", "description": "", "command": ["true"]}, {"name": "bad", "description": ""}]"#)
-            .err()
-            .expect("missing command");
+        let err = manifest(r#"[{"name": "ok", "description": "", "command": ["true"]}, {"name": "bad", "description": ""}]"#).expect_err("missing command");
         assert!(
             err.contains("entry 1 ('bad')") && err.contains("command"),
             "{err}"
         );
-        let err = manifest(r#"{"name": "x"}"#).err().expect("not an array");
+        let err = manifest(r#"{"name": "x"}"#).expect_err("not an array");
         assert!(err.contains("must be a JSON array"), "{err}");
     }
 }
