@@ -123,7 +123,7 @@ impl AgentBuilder {
 
     /// Calls `listener` with every event of every run.
     pub fn on_event(mut self, listener: impl Fn(&Event) + Send + Sync + 'static) -> Self {
-        self.listeners.push(Arc::new(listener));
+        self.listeners.push(Arc::new(move |_agent: &str, event: &Event| listener(event)));
         self
     }
 
@@ -223,7 +223,7 @@ impl Agent {
         }
         let event = event();
         for listener in &self.listeners {
-            listener(&event);
+            listener(&self.name, &event);
         }
     }
 
@@ -232,7 +232,6 @@ impl Agent {
         let mut conversation =
             Conversation::new(task, self.runtime.info().fence_tags, self.config.clone());
         self.emit(|| Event::RunStarted {
-            agent: self.name.clone(),
             model: self.model.label(),
             runtime: self.runtime.info().name.to_string(),
             system_prompt: self.system_prompt.clone(),

@@ -16,10 +16,8 @@ use crate::chat::{Message, StopReason, Usage};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    /// A run began.
+    /// A run began (the agent's name is given with every event).
     RunStarted {
-        /// The agent's name.
-        agent: String,
         /// The model's label.
         model: String,
         /// The runtime's name.
@@ -106,12 +104,21 @@ pub enum Event {
     },
 }
 
-/// Something that wants to hear about events. Called on the run's task, in order;
-/// keep it quick.
-pub type Listener = Arc<dyn Fn(&Event) + Send + Sync>;
+/// Something that wants to hear about events, with the name of the agent each
+/// happened in. Called on the run's task, in order; keep it quick.
+pub type Listener = Arc<dyn Fn(&str, &Event) + Send + Sync>;
 
-/// Appends every event to a JSONL file as it happens, one line each, written
-/// through at once (no buffer), so a crash loses nothing already done.
+/// One transcript line: the agent, then the event's own fields.
+#[derive(Serialize)]
+struct Line<'a> {
+    agent: &'a str,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+/// Appends every event to a JSONL file as it happens, one line each (the event's
+/// fields plus `"agent"`), written through at once (no buffer), so a crash loses
+/// nothing already done.
 #[derive(Debug, Clone)]
 pub struct Transcript {
     file: Arc<Mutex<File>>,
@@ -130,8 +137,8 @@ impl Transcript {
     pub fn listener(&self) -> Listener {
         let file = self.file.clone();
         let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        Arc::new(move |event: &Event| {
-            let Ok(mut line) = serde_json::to_vec(event) else {
+        Arc::new(move |agent: &str, event: &Event| {
+            let Ok(mut line) = serde_json::to_vec(&Line { agent, event }) else {
                 return;
             };
             line.push(b'\n');

@@ -15,12 +15,11 @@ pub(crate) struct Printer {
 }
 
 impl Printer {
-    pub fn print(&self, event: &Event) {
+    pub fn print(&self, agent: &str, event: &Event) {
         let mut err = std::io::stderr().lock();
         let mut streamed = self.streamed.lock().unwrap_or_else(|p| p.into_inner());
         let _ = match event {
             Event::RunStarted {
-                agent,
                 model,
                 runtime,
                 ..

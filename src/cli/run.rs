@@ -122,7 +122,7 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
         .max_tokens(args.max_tokens)
         .temperature(args.temperature)
         .stream(!args.no_stream)
-        .on_event(move |event| printer.print(event));
+        .listener(Arc::new(move |agent: &str, event: &crate::Event| printer.print(agent, event)));
     if let Some(path) = &args.transcript {
         match Transcript::create(path) {
             Ok(transcript) => builder = builder.listener(transcript.listener()),
