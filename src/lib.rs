@@ -64,11 +64,13 @@ mod output;
 mod prompts;
 mod registry;
 mod session;
+mod team_config;
 mod tool_manifest;
 mod tools;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentError, Event, LoopConfig, Outcome, RunResult, Transcript,
+    Agent, AgentBuilder, AgentError, Event, Handover, LoopConfig, Outcome, RunResult, Team,
+    TeamBuilder, TeamOutcome, TeamRun, Transcript,
 };
 pub use codeact_rhai::RhaiRuntime;
 pub use codeact_runtime::{
@@ -77,8 +79,9 @@ pub use codeact_runtime::{
 };
 pub use command_tool::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
 pub use output::ScriptOutput;
-pub use prompts::{PromptError, render_card, render_system_prompt};
+pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
 pub use registry::{RUNTIME_NAMES, UnknownRuntime, runtime_by_name};
 pub use session::{ScriptRun, ScriptSession};
+pub use team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use tool_manifest::load_tool_manifest;
 pub use tools::{Tool, ToolBox, ToolBoxError, ToolFuture};

@@ -14,6 +14,26 @@ pub struct PromptError {
     source: minijinja::Error,
 }
 
+/// An agent a script may hand over to, as the model is told about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct TransferTarget {
+    /// The name `transfer_to_agent` takes.
+    pub name: String,
+    /// What that agent does. Default: empty (only the name is shown).
+    #[serde(default)]
+    pub description: String,
+}
+
+impl TransferTarget {
+    /// A target with a description.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct ToolView<'a> {
     name: &'a str,
@@ -37,7 +57,7 @@ struct LimitsView {
 pub fn render_card(
     runtime: &dyn Runtime,
     tools: &[ToolSpec],
-    transfer_targets: &[String],
+    transfer_targets: &[TransferTarget],
 ) -> Result<String, PromptError> {
     let info = runtime.info();
     let mut env = Environment::new();
@@ -88,7 +108,7 @@ const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md");
 pub fn render_system_prompt(
     runtime: &dyn Runtime,
     tools: &[ToolSpec],
-    transfer_targets: &[String],
+    transfer_targets: &[TransferTarget],
     instructions: &str,
 ) -> Result<String, PromptError> {
     let card = render_card(runtime, tools, transfer_targets)?;

@@ -380,3 +380,63 @@ fn run_usage_errors_exit_two() {
         stderr(&out)
     );
 }
+
+#[test]
+fn run_with_a_team_file_hands_over_and_names_the_agent_that_answered() {
+    let transcript = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("team.jsonl");
+    let out = codeact(
+        &[
+            "run",
+            "--agents",
+            "fixtures/teams/refund.toml",
+            "--transcript",
+            transcript.to_str().expect("utf-8"),
+            "Refund everything ada bought.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "{\"type\":\"final_result\",\"value\":{\"customer\":\"ada\",\"refund\":49.75}}\n"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("'triage' hands over to 'billing', carrying 4 message(s)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the result comes from agent 'billing' after 1 handover(s)"),
+        "{err}"
+    );
+    let lines = std::fs::read_to_string(&transcript).expect("transcript written");
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.contains("\"event\":\"handover\"") && l.contains("\"agent\":\"triage\""))
+    );
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.contains("\"event\":\"finished\"") && l.contains("\"agent\":\"billing\""))
+    );
+}
+
+#[test]
+fn a_team_file_naming_an_undeclared_target_is_a_usage_error() {
+    replay_file("team-a.json", &["```rhai\nfinal_result(1)\n```"]);
+    let file = script_file(
+        "bad-team.toml",
+        b"[[agent]]\nname = \"a\"\nmodel = \"replay:team-a.json\"\ntargets = [\"ghost\"]\n",
+    );
+    let out = codeact(
+        &["run", "--agents", file.to_str().expect("utf-8"), "Go."],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("agent 'a' names target 'ghost', which is not declared"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use codeact::{
     HostError, Limits, RhaiRuntime, Runtime, RuntimeInfo, Session, ToolDispatch, ToolSpec,
-    render_card,
+    TransferTarget, render_card,
 };
 use serde_json::json;
 
@@ -61,12 +61,18 @@ fn the_rhai_card_without_tools_says_there_are_none_and_mentions_no_transfer() {
 #[test]
 fn transfer_targets_are_described_only_when_there_are_some() {
     let runtime = RhaiRuntime::new(Limits::default());
-    let card = render_card(&runtime, &[], &["billing".into(), "support".into()])
-        .expect("the card renders");
+    let targets = [
+        TransferTarget::new("billing", "Invoices and refunds."),
+        TransferTarget::new("support", ""),
+    ];
+    let card = render_card(&runtime, &[], &targets).expect("the card renders");
     assert!(
-        card.contains(
-            "`transfer_to_agent(name)`: hand the task to another agent: billing, support."
-        )
+        card.contains("`transfer_to_agent(name)`: hand the task to another agent"),
+        "{card}"
+    );
+    assert!(
+        card.contains("  - `billing`: Invoices and refunds.\n  - `support`\n"),
+        "{card}"
     );
 }
 

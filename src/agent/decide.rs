@@ -23,8 +23,6 @@ pub struct LoopConfig {
     /// Characters of one piece of feedback (a value, a message, the logs) kept;
     /// longer ones lose their middle. Default: 8,000.
     pub feedback_limit: usize,
-    /// Agents a script may transfer to; empty means transfers are unavailable.
-    pub transfer_targets: Vec<String>,
 }
 
 impl Default for LoopConfig {
@@ -33,7 +31,6 @@ impl Default for LoopConfig {
             max_steps: 12,
             max_consecutive_errors: 4,
             feedback_limit: 8_000,
-            transfer_targets: Vec::new(),
         }
     }
 }
@@ -110,6 +107,10 @@ pub enum Next {
 #[derive(Debug, Clone)]
 pub struct Conversation {
     config: LoopConfig,
+    /// Agents a script may transfer to; empty means transfers are unavailable.
+    transfer_targets: Vec<String>,
+    /// This agent's own name, so a transfer to itself is refused by name.
+    agent_name: String,
     fence_tags: Vec<String>,
     messages: Vec<Message>,
     steps: usize,
@@ -127,6 +128,8 @@ impl Conversation {
     pub fn new(task: &str, fence_tags: &[&str], config: LoopConfig) -> Self {
         Self {
             config,
+            transfer_targets: Vec::new(),
+            agent_name: String::new(),
             fence_tags: fence_tags.iter().map(|t| t.to_string()).collect(),
             messages: vec![Message::user(task)],
             steps: 0,
@@ -135,6 +138,17 @@ impl Conversation {
             last_error: None,
             pending_note: None,
         }
+    }
+
+    /// Declares the agents a script may transfer to, and this agent's own name.
+    pub fn with_transfer_targets(
+        mut self,
+        targets: Vec<String>,
+        agent_name: impl Into<String>,
+    ) -> Self {
+        self.transfer_targets = targets;
+        self.agent_name = agent_name.into();
+        self
     }
 
     /// The messages so far, task first.
@@ -204,20 +218,22 @@ impl Conversation {
                 value: value.clone(),
             }),
             ScriptOutput::TransferToAgent { agent_name } => {
-                if self.config.transfer_targets.iter().any(|t| t == agent_name) {
+                if self.transfer_targets.iter().any(|t| t == agent_name) {
                     return Next::Finish(Outcome::Transfer {
                         agent_name: agent_name.clone(),
                     });
                 }
-                let message = if self.config.transfer_targets.is_empty() {
+                let valid = if self.transfer_targets.is_empty() {
+                    "this agent cannot transfer".to_string()
+                } else {
+                    format!("valid names: {}", self.transfer_targets.join(", "))
+                };
+                let message = if !self.agent_name.is_empty() && *agent_name == self.agent_name {
                     format!(
-                        "there is no agent '{agent_name}' to transfer to: this agent cannot transfer"
+                        "'{agent_name}' is this agent: a transfer to itself is refused; {valid}"
                     )
                 } else {
-                    format!(
-                        "there is no agent '{agent_name}' to transfer to; valid names: {}",
-                        self.config.transfer_targets.join(", ")
-                    )
+                    format!("there is no agent '{agent_name}' to transfer to; {valid}")
                 };
                 let text = feedback::error(&message, logs, limit);
                 self.script_error(text, message)
@@ -432,10 +448,8 @@ mod tests {
 
     #[test]
     fn a_transfer_to_a_declared_target_ends_the_run() {
-        let mut c = conversation(LoopConfig {
-            transfer_targets: vec!["billing".into()],
-            ..LoopConfig::default()
-        });
+        let mut c = conversation(LoopConfig::default())
+            .with_transfer_targets(vec!["billing".into()], "triage");
         c.on_reply(&reply("```rhai\ntransfer_to_agent(\"billing\")\n```"));
         let next = c.on_script(
             &ScriptOutput::TransferToAgent {
@@ -453,10 +467,8 @@ mod tests {
 
     #[test]
     fn a_transfer_to_an_unknown_target_is_fed_back_listing_the_valid_names() {
-        let mut c = conversation(LoopConfig {
-            transfer_targets: vec!["billing".into(), "support".into()],
-            ..LoopConfig::default()
-        });
+        let mut c = conversation(LoopConfig::default())
+            .with_transfer_targets(vec!["billing".into(), "support".into()], "triage");
         c.on_reply(&reply("```rhai\ntransfer_to_agent(\"sales\")\n```"));
         let next = c.on_script(
             &ScriptOutput::TransferToAgent {
@@ -467,6 +479,20 @@ mod tests {
         assert_eq!(next, Next::CallModel);
         assert!(last_feedback(&c).starts_with(
             "Error:\nthere is no agent 'sales' to transfer to; valid names: billing, support\n"
+        ));
+    }
+
+    #[test]
+    fn a_transfer_to_itself_is_refused_by_name() {
+        let mut c = conversation(LoopConfig::default())
+            .with_transfer_targets(vec!["billing".into()], "triage");
+        c.on_reply(&reply("```rhai\ntransfer_to_agent(\"triage\")\n```"));
+        let output = ScriptOutput::TransferToAgent {
+            agent_name: "triage".into(),
+        };
+        assert_eq!(c.on_script(&output, &LogBuffer::new(1)), Next::CallModel);
+        assert!(last_feedback(&c).starts_with(
+            "Error:\n'triage' is this agent: a transfer to itself is refused; valid names: billing\n"
         ));
     }
 

@@ -10,7 +10,7 @@ use super::decide::{Conversation, LoopConfig, Next, Outcome};
 use super::events::{Event, Listener};
 use crate::chat::{Message, ModelRequest, StreamEvent, Usage};
 use crate::model::{ModelClient, ModelError};
-use crate::prompts::{PromptError, render_system_prompt};
+use crate::prompts::{PromptError, TransferTarget, render_system_prompt};
 use crate::{ScriptOutput, ScriptSession, ToolBox};
 
 /// A CodeAct agent: a model, a runtime, tools, and the loop's rules.
@@ -36,6 +36,9 @@ use crate::{ScriptOutput, ScriptSession, ToolBox};
 /// ```
 pub struct Agent {
     name: String,
+    description: String,
+    instructions: String,
+    targets: Vec<TransferTarget>,
     model: Arc<dyn ModelClient>,
     runtime: Arc<dyn Runtime>,
     tools: Arc<ToolBox>,
@@ -44,7 +47,7 @@ pub struct Agent {
     max_tokens: u32,
     temperature: f32,
     stream: bool,
-    listeners: Vec<Listener>,
+    pub(crate) listeners: Vec<Listener>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -61,6 +64,8 @@ impl std::fmt::Debug for Agent {
 /// Builds an [`Agent`]; every setting has a default.
 pub struct AgentBuilder {
     name: String,
+    description: String,
+    targets: Vec<TransferTarget>,
     model: Arc<dyn ModelClient>,
     runtime: Arc<dyn Runtime>,
     tools: Vec<crate::Tool>,
@@ -76,6 +81,19 @@ impl AgentBuilder {
     /// The agent's name, in events and transcripts. Default: `main`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// What this agent does, for other agents' prompts. Default: empty.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// An agent a script may hand over to; the run ends on the transfer (a
+    /// [`Team`](super::Team) then starts that agent). Default: none.
+    pub fn transfer_target(mut self, target: TransferTarget) -> Self {
+        self.targets.push(target);
         self
     }
 
@@ -123,7 +141,8 @@ impl AgentBuilder {
 
     /// Calls `listener` with every event of every run.
     pub fn on_event(mut self, listener: impl Fn(&Event) + Send + Sync + 'static) -> Self {
-        self.listeners.push(Arc::new(move |_agent: &str, event: &Event| listener(event)));
+        self.listeners
+            .push(Arc::new(move |_agent: &str, event: &Event| listener(event)));
         self
     }
 
@@ -139,11 +158,14 @@ impl AgentBuilder {
         let system_prompt = render_system_prompt(
             &*self.runtime,
             codeact_runtime::ToolDispatch::specs(&tools),
-            &self.config.transfer_targets,
+            &self.targets,
             &self.instructions,
         )?;
         Ok(Agent {
             name: self.name,
+            description: self.description,
+            instructions: self.instructions,
+            targets: self.targets,
             model: self.model,
             runtime: self.runtime,
             tools: Arc::new(tools),
@@ -193,6 +215,8 @@ impl Agent {
     pub fn builder(model: Arc<dyn ModelClient>, runtime: Arc<dyn Runtime>) -> AgentBuilder {
         AgentBuilder {
             name: "main".into(),
+            description: String::new(),
+            targets: Vec::new(),
             model,
             runtime,
             tools: Vec::new(),
@@ -227,16 +251,54 @@ impl Agent {
         }
     }
 
+    /// What this agent does.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The agents it may hand over to.
+    pub fn transfer_targets(&self) -> &[TransferTarget] {
+        &self.targets
+    }
+
     /// Runs `task` to an outcome in a fresh session.
     pub async fn run(&self, task: &str) -> Result<RunResult, AgentError> {
-        let mut conversation =
-            Conversation::new(task, self.runtime.info().fence_tags, self.config.clone());
+        self.run_with(task, &self.targets).await
+    }
+
+    /// Runs a conversation that opens with `first_message`, offering `targets` as
+    /// the agents to hand over to (a team narrows them per handover; the system
+    /// prompt is re-rendered only when they differ from the agent's own).
+    pub(crate) async fn run_with(
+        &self,
+        first_message: &str,
+        targets: &[TransferTarget],
+    ) -> Result<RunResult, AgentError> {
+        let system_prompt = if targets == self.targets.as_slice() {
+            self.system_prompt.clone()
+        } else {
+            render_system_prompt(
+                &*self.runtime,
+                codeact_runtime::ToolDispatch::specs(&*self.tools),
+                targets,
+                &self.instructions,
+            )?
+        };
+        let mut conversation = Conversation::new(
+            first_message,
+            self.runtime.info().fence_tags,
+            self.config.clone(),
+        )
+        .with_transfer_targets(
+            targets.iter().map(|t| t.name.clone()).collect(),
+            self.name.clone(),
+        );
         self.emit(|| Event::RunStarted {
             model: self.model.label(),
             runtime: self.runtime.info().name.to_string(),
-            system_prompt: self.system_prompt.clone(),
+            system_prompt: system_prompt.clone(),
         });
-        let result = self.drive(&mut conversation).await;
+        let result = self.drive(&mut conversation, &system_prompt).await;
         if let Err(error) = &result {
             self.emit(|| Event::Failed {
                 step: conversation.steps() + 1,
@@ -257,7 +319,11 @@ impl Agent {
         })
     }
 
-    async fn drive(&self, conversation: &mut Conversation) -> Result<Outcome, AgentError> {
+    async fn drive(
+        &self,
+        conversation: &mut Conversation,
+        system_prompt: &str,
+    ) -> Result<Outcome, AgentError> {
         let mut session = ScriptSession::start(&*self.runtime, self.tools.clone())?;
         let mut reported = 0;
         let mut next = Next::CallModel;
@@ -273,7 +339,7 @@ impl Agent {
                 }
                 Next::CallModel => {
                     self.report_messages(conversation, &mut reported);
-                    self.call_model(conversation, step)
+                    self.call_model(conversation, system_prompt, step)
                         .instrument(tracing::info_span!("model", step))
                         .await?
                 }
@@ -321,10 +387,10 @@ impl Agent {
     async fn call_model(
         &self,
         conversation: &mut Conversation,
+        system_prompt: &str,
         step: usize,
     ) -> Result<Next, AgentError> {
-        let mut request =
-            ModelRequest::new(self.system_prompt.clone(), conversation.messages().to_vec());
+        let mut request = ModelRequest::new(system_prompt, conversation.messages().to_vec());
         request.max_tokens = self.max_tokens;
         request.temperature = self.temperature;
         self.emit(|| Event::ModelRequest {

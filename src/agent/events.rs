@@ -95,6 +95,15 @@ pub enum Event {
         /// Tokens used.
         usage: Usage,
     },
+    /// An agent handed the task to another (emitted by a [`Team`](super::Team)).
+    Handover {
+        /// Who handed over.
+        from: String,
+        /// To whom.
+        to: String,
+        /// The messages carried over, oldest first.
+        carried: Vec<Message>,
+    },
     /// The run failed: the model or the host could not go on.
     Failed {
         /// The step in progress.

@@ -5,9 +5,11 @@ mod driver;
 mod events;
 mod extract;
 mod feedback;
+mod team;
 
 pub use decide::{Conversation, LoopConfig, Next, Outcome};
 pub use driver::{Agent, AgentBuilder, AgentError, RunResult};
 pub use events::{Event, Listener, Transcript, parse_transcript, read_transcript};
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;
+pub use team::{Handover, Team, TeamBuilder, TeamOutcome, TeamRun};

@@ -19,11 +19,7 @@ impl Printer {
         let mut err = std::io::stderr().lock();
         let mut streamed = self.streamed.lock().unwrap_or_else(|p| p.into_inner());
         let _ = match event {
-            Event::RunStarted {
-                model,
-                runtime,
-                ..
-            } => {
+            Event::RunStarted { model, runtime, .. } => {
                 writeln!(
                     err,
                     "── agent '{agent}' · model {model} · runtime {runtime}"
@@ -74,10 +70,15 @@ impl Printer {
                 };
                 writeln!(
                     err,
-                    "\n── {how} after {steps} step(s) · {} tokens in, {} out",
+                    "\n── agent '{agent}': {how} after {steps} step(s) · {} tokens in, {} out",
                     usage.input_tokens, usage.output_tokens
                 )
             }
+            Event::Handover { from, to, carried } => writeln!(
+                err,
+                "\n── '{from}' hands over to '{to}', carrying {} message(s)",
+                carried.len()
+            ),
             Event::Failed { step, error } => writeln!(err, "\n── failed at step {step}: {error}"),
             Event::Message { .. } | Event::ModelReply { .. } | Event::Usage { .. } => Ok(()),
         };

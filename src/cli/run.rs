@@ -8,18 +8,34 @@ use clap::Args;
 
 use super::printer::Printer;
 use super::{EXIT_BUDGET, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, usage_error};
-use crate::model::{
-    AnthropicClient, AnthropicConfig, ModelClient, ModelError, OpenAiClient, OpenAiConfig,
-    ReplayModel,
+use crate::model::{ModelSpecError, model_from_spec};
+use std::time::Duration;
+
+use crate::agent::{AgentBuilder, Listener, TeamOutcome};
+use crate::{
+    Agent, AgentError, Event, LoopConfig, Outcome, TeamConfigError, Transcript, TransferTarget,
+    load_team, runtime_by_name,
 };
-use crate::{Agent, LoopConfig, Outcome, Transcript, runtime_by_name};
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The model: openai:NAME (OPENAI_BASE_URL, OPENAI_API_KEY), anthropic:NAME
     /// (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL) or replay:FILE ({"replies": […]}).
-    #[arg(long, value_name = "PROVIDER:NAME")]
-    model: String,
+    #[arg(
+        long,
+        value_name = "PROVIDER:NAME",
+        required_unless_present = "agents",
+        conflicts_with = "agents"
+    )]
+    model: Option<String>,
+    /// A team of agents declared in a TOML file (each with its model, runtime,
+    /// tools and transfer targets); the run goes on across handovers.
+    #[arg(long, value_name = "FILE")]
+    agents: Option<PathBuf>,
+    /// The agent that starts, with --agents [default: the file's entry, else its
+    /// first agent].
+    #[arg(long, value_name = "NAME", requires = "agents")]
+    agent: Option<String>,
     /// Overrides OPENAI_BASE_URL / ANTHROPIC_BASE_URL.
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
@@ -56,48 +72,65 @@ pub(crate) struct RunArgs {
     task: String,
 }
 
-/// Builds the model client a `--model` spec names.
-fn model_client(
-    spec: &str,
-    base_url: Option<&str>,
-) -> Result<Arc<dyn ModelClient>, Result<String, ModelError>> {
-    let (provider, name) = spec.split_once(':').ok_or_else(|| {
-        Ok(format!(
-            "--model '{spec}' must be openai:NAME, anthropic:NAME or replay:FILE"
-        ))
-    })?;
-    if name.trim().is_empty() {
-        return Err(Ok(format!("--model '{spec}' names no model")));
+pub(crate) fn run(args: &RunArgs) -> ExitCode {
+    let host = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(host) => host,
+        Err(e) => {
+            eprintln!("codeact: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_HOST_FAILURE);
+        }
+    };
+    let printer = Arc::new(Printer::default());
+    let mut listeners: Vec<Listener> = vec![Arc::new(move |agent: &str, event: &Event| {
+        printer.print(agent, event)
+    })];
+    if let Some(path) = &args.transcript {
+        match Transcript::create(path) {
+            Ok(transcript) => listeners.push(transcript.listener()),
+            Err(e) => {
+                return usage_error(&format!(
+                    "cannot create the transcript '{}': {e}",
+                    path.display()
+                ));
+            }
+        }
     }
-    match provider {
-        "openai" => {
-            let mut config = OpenAiConfig::from_env(name);
-            if let Some(url) = base_url {
-                config = config.with_base_url(url);
-            }
-            Ok(Arc::new(OpenAiClient::new(config).map_err(Err)?))
-        }
-        "anthropic" => {
-            let mut config = AnthropicConfig::from_env(name);
-            if let Some(url) = base_url {
-                config = config.with_base_url(url);
-            }
-            Ok(Arc::new(AnthropicClient::new(config).map_err(Err)?))
-        }
-        "replay" => Ok(Arc::new(
-            ReplayModel::from_file(name).map_err(|e| Ok(e.to_string()))?,
-        )),
-        other => Err(Ok(format!(
-            "unknown model provider '{other}'; use openai, anthropic or replay"
-        ))),
+    match (&args.agents, &args.model) {
+        (Some(file), _) => run_team(args, file, &host, listeners),
+        (None, Some(model)) => run_agent(args, model, &host, listeners),
+        (None, None) => usage_error("--model or --agents is required"),
     }
 }
 
-pub(crate) fn run(args: &RunArgs) -> ExitCode {
-    let model = match model_client(&args.model, args.base_url.as_deref()) {
+/// What every agent of the run shares: limits, replies, streaming, listeners.
+fn configure(args: &RunArgs, listeners: &[Listener]) -> impl Fn(AgentBuilder) -> AgentBuilder {
+    let listeners = listeners.to_vec();
+    let (max_tokens, temperature, stream) = (args.max_tokens, args.temperature, !args.no_stream);
+    move |mut builder: AgentBuilder| {
+        builder = builder
+            .max_tokens(max_tokens)
+            .temperature(temperature)
+            .stream(stream);
+        for listener in &listeners {
+            builder = builder.listener(listener.clone());
+        }
+        builder
+    }
+}
+
+fn run_agent(
+    args: &RunArgs,
+    model: &str,
+    host: &tokio::runtime::Runtime,
+    listeners: Vec<Listener>,
+) -> ExitCode {
+    let model = match model_from_spec(model, args.base_url.as_deref()) {
         Ok(model) => model,
-        Err(Ok(usage)) => return usage_error(&usage),
-        Err(Err(model_error)) => {
+        Err(ModelSpecError::Usage(usage)) => return usage_error(&usage),
+        Err(ModelSpecError::Model(model_error)) => {
             eprintln!("codeact: {model_error}");
             return ExitCode::from(EXIT_HOST_FAILURE);
         }
@@ -110,58 +143,90 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
         Ok(tools) => tools,
         Err(e) => return usage_error(&e),
     };
-    let printer = Arc::new(Printer::default());
     let mut builder = Agent::builder(model, runtime)
         .tools(tools)
         .config(LoopConfig {
             max_steps: args.max_steps as usize,
             max_consecutive_errors: args.max_errors as usize,
-            transfer_targets: args.transfer_targets.clone(),
             ..LoopConfig::default()
-        })
-        .max_tokens(args.max_tokens)
-        .temperature(args.temperature)
-        .stream(!args.no_stream)
-        .listener(Arc::new(move |agent: &str, event: &crate::Event| printer.print(agent, event)));
-    if let Some(path) = &args.transcript {
-        match Transcript::create(path) {
-            Ok(transcript) => builder = builder.listener(transcript.listener()),
-            Err(e) => {
-                return usage_error(&format!(
-                    "cannot create the transcript '{}': {e}",
-                    path.display()
-                ));
-            }
-        }
+        });
+    for target in &args.transfer_targets {
+        builder = builder.transfer_target(TransferTarget::new(target, ""));
     }
-    let agent = match builder.build() {
+    let agent = match configure(args, &listeners)(builder).build() {
         Ok(agent) => agent,
         Err(e) => return usage_error(&e.to_string()),
     };
-    let host = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(host) => host,
-        Err(e) => {
-            eprintln!("codeact: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_HOST_FAILURE);
-        }
-    };
     match host.block_on(agent.run(&args.task)) {
-        Ok(result) => {
-            if let Some(output) = result.outcome.script_output() {
-                println!("{output}");
-            }
-            ExitCode::from(match result.outcome {
-                Outcome::FinalResult { .. } | Outcome::Transfer { .. } => EXIT_OK,
-                Outcome::StepLimit { .. } | Outcome::ErrorBudget { .. } => EXIT_BUDGET,
-                Outcome::Refused { .. } | Outcome::ContextWindowExceeded => EXIT_HOST_FAILURE,
-            })
-        }
+        Ok(result) => finish(&result.outcome),
         Err(e) => {
             eprintln!("codeact: {e}");
             ExitCode::from(EXIT_HOST_FAILURE)
         }
     }
+}
+
+fn run_team(
+    args: &RunArgs,
+    file: &std::path::Path,
+    host: &tokio::runtime::Runtime,
+    listeners: Vec<Listener>,
+) -> ExitCode {
+    let timeout = Duration::from_millis(args.tools.tool_timeout_ms);
+    let loaded = match load_team(
+        file,
+        &args.limits.limits(),
+        timeout,
+        configure(args, &listeners),
+    ) {
+        Ok(loaded) => loaded,
+        Err(TeamConfigError::Invalid(message)) => return usage_error(&message),
+        Err(TeamConfigError::Model(error)) => {
+            eprintln!("codeact: {error}");
+            return ExitCode::from(EXIT_HOST_FAILURE);
+        }
+    };
+    let mut builder = loaded.builder;
+    for listener in &listeners {
+        builder = builder.team_listener(listener.clone());
+    }
+    let team = match builder.build() {
+        Ok(team) => team,
+        Err(e) => return usage_error(&format!("'{}': {e}", file.display())),
+    };
+    let entry = args.agent.clone().or(loaded.entry).unwrap_or(loaded.first);
+    match host.block_on(team.run(&entry, &args.task)) {
+        Ok(run) => match run.outcome {
+            TeamOutcome::Finished { agent, outcome } => {
+                eprintln!(
+                    "── the result comes from agent '{agent}' after {} handover(s)",
+                    run.handovers.len()
+                );
+                finish(&outcome)
+            }
+            TeamOutcome::TransferLimit { transfers, agent } => {
+                eprintln!(
+                    "── stopped: '{agent}' asked for a handover after {transfers}, the most this team allows"
+                );
+                ExitCode::from(EXIT_BUDGET)
+            }
+        },
+        Err(AgentError::Setup(message)) => usage_error(&message),
+        Err(e) => {
+            eprintln!("codeact: {e}");
+            ExitCode::from(EXIT_HOST_FAILURE)
+        }
+    }
+}
+
+/// Prints a terminal outcome's `ScriptOutput` line and maps it to an exit status.
+fn finish(outcome: &Outcome) -> ExitCode {
+    if let Some(output) = outcome.script_output() {
+        println!("{output}");
+    }
+    ExitCode::from(match outcome {
+        Outcome::FinalResult { .. } | Outcome::Transfer { .. } => EXIT_OK,
+        Outcome::StepLimit { .. } | Outcome::ErrorBudget { .. } => EXIT_BUDGET,
+        Outcome::Refused { .. } | Outcome::ContextWindowExceeded => EXIT_HOST_FAILURE,
+    })
 }

@@ -6,6 +6,8 @@ mod http;
 mod openai;
 mod replay;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::chat::{ModelRequest, ModelResponse, StreamEvent};
@@ -100,4 +102,59 @@ pub enum ModelError {
         /// The reply number asked for (1-based).
         asked: usize,
     },
+}
+
+/// Why a model spec (`openai:NAME`, `anthropic:NAME`, `replay:FILE`) gave no client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelSpecError {
+    /// The spec itself is wrong (a usage error).
+    #[error("{0}")]
+    Usage(String),
+    /// The spec is fine but the client cannot start (e.g. no API key).
+    #[error(transparent)]
+    Model(ModelError),
+}
+
+/// Builds the client a spec names: `openai:NAME` (reads `OPENAI_BASE_URL`,
+/// `OPENAI_API_KEY`), `anthropic:NAME` (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`)
+/// or `replay:FILE`. `base_url` overrides the environment's.
+pub fn model_from_spec(
+    spec: &str,
+    base_url: Option<&str>,
+) -> Result<Arc<dyn ModelClient>, ModelSpecError> {
+    let usage = |message: String| ModelSpecError::Usage(message);
+    let (provider, name) = spec.split_once(':').ok_or_else(|| {
+        usage(format!(
+            "--model '{spec}' must be openai:NAME, anthropic:NAME or replay:FILE"
+        ))
+    })?;
+    if name.trim().is_empty() {
+        return Err(usage(format!("--model '{spec}' names no model")));
+    }
+    match provider {
+        "openai" => {
+            let mut config = OpenAiConfig::from_env(name);
+            if let Some(url) = base_url {
+                config = config.with_base_url(url);
+            }
+            Ok(Arc::new(
+                OpenAiClient::new(config).map_err(ModelSpecError::Model)?,
+            ))
+        }
+        "anthropic" => {
+            let mut config = AnthropicConfig::from_env(name);
+            if let Some(url) = base_url {
+                config = config.with_base_url(url);
+            }
+            Ok(Arc::new(
+                AnthropicClient::new(config).map_err(ModelSpecError::Model)?,
+            ))
+        }
+        "replay" => Ok(Arc::new(
+            ReplayModel::from_file(name).map_err(|e| usage(e.to_string()))?,
+        )),
+        other => Err(usage(format!(
+            "unknown model provider '{other}'; use openai, anthropic or replay"
+        ))),
+    }
 }

@@ -1,0 +1,176 @@
+//! Teams declared in a TOML file, for `codeact run --agents FILE`.
+//!
+//! ```toml
+//! entry = "triage"            # the agent that starts; --agent overrides
+//! max_transfers = 8           # defaults as in TeamBuilder
+//! max_carry = 5
+//! allow_transfer_back = true
+//!
+//! [[agent]]
+//! name = "triage"
+//! description = "Sorts requests."
+//! instructions = "Hand billing questions to billing."
+//! model = "openai:qwen"       # or anthropic:NAME, replay:FILE
+//! runtime = "rhai"            # default
+//! tools = "tools.json"        # a tool manifest, optional
+//! targets = ["billing"]
+//! max_steps = 12              # default
+//! ```
+//!
+//! Relative paths (tool manifests, replay files) are read from the file's folder.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::agent::{Agent, LoopConfig, Team, TeamBuilder};
+use crate::model::{ModelSpecError, model_from_spec};
+use crate::{Limits, TransferTarget, load_tool_manifest, runtime_by_name};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TeamFile {
+    entry: Option<String>,
+    max_transfers: Option<usize>,
+    max_carry: Option<usize>,
+    allow_transfer_back: Option<bool>,
+    #[serde(rename = "agent", default)]
+    agents: Vec<AgentEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentEntry {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    instructions: String,
+    model: String,
+    #[serde(default = "default_runtime")]
+    runtime: String,
+    tools: Option<PathBuf>,
+    #[serde(default)]
+    targets: Vec<String>,
+    max_steps: Option<usize>,
+    max_errors: Option<usize>,
+}
+
+fn default_runtime() -> String {
+    "rhai".into()
+}
+
+/// A team read from a file, and the entry agent it names (if any).
+pub struct LoadedTeam {
+    /// The team, not yet given its listeners.
+    pub builder: TeamBuilder,
+    /// `entry` from the file.
+    pub entry: Option<String>,
+    /// The first agent declared, the entry when none is named.
+    pub first: String,
+}
+
+/// Why a team file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TeamConfigError {
+    /// The file is unreadable or malformed, or names something that does not
+    /// exist: a usage error naming the file and the problem.
+    #[error("{0}")]
+    Invalid(String),
+    /// A model client could not start (e.g. no API key).
+    #[error(transparent)]
+    Model(crate::model::ModelError),
+}
+
+/// Reads the team in `path`. Every agent gets `limits`, `tool_timeout` for its
+/// command tools, and `configure` applied to its builder (listeners, streaming).
+pub fn load_team(
+    path: &Path,
+    limits: &Limits,
+    tool_timeout: Duration,
+    configure: impl Fn(crate::AgentBuilder) -> crate::AgentBuilder,
+) -> Result<LoadedTeam, TeamConfigError> {
+    let invalid =
+        |message: String| TeamConfigError::Invalid(format!("'{}': {message}", path.display()));
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| TeamConfigError::Invalid(format!("cannot read '{}': {e}", path.display())))?;
+    let file: TeamFile =
+        toml::from_str(&text).map_err(|e| invalid(e.to_string().trim().to_string()))?;
+    let first = file
+        .agents
+        .first()
+        .map(|a| a.name.clone())
+        .ok_or_else(|| invalid("declares no [[agent]]".into()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let resolve = |relative: &Path| {
+        if relative.is_absolute() {
+            relative.to_path_buf()
+        } else {
+            base.join(relative)
+        }
+    };
+
+    let mut builder = Team::builder();
+    if let Some(n) = file.max_transfers {
+        builder = builder.max_transfers(n);
+    }
+    if let Some(n) = file.max_carry {
+        builder = builder.max_carry(n);
+    }
+    if let Some(allow) = file.allow_transfer_back {
+        builder = builder.allow_transfer_back(allow);
+    }
+    for entry in &file.agents {
+        let label = format!("agent '{}'", entry.name);
+        let spec = match entry.model.strip_prefix("replay:") {
+            Some(replay) => format!("replay:{}", resolve(Path::new(replay)).display()),
+            None => entry.model.clone(),
+        };
+        let model = model_from_spec(&spec, None).map_err(|e| match e {
+            ModelSpecError::Usage(message) => invalid(format!("{label}: {message}")),
+            ModelSpecError::Model(error) => TeamConfigError::Model(error),
+        })?;
+        let runtime = runtime_by_name(&entry.runtime, limits.clone())
+            .map_err(|e| invalid(format!("{label}: {e}")))?;
+        let tools = match &entry.tools {
+            Some(manifest) => load_tool_manifest(&resolve(manifest), tool_timeout)
+                .map_err(|e| invalid(format!("{label}: {e}")))?,
+            None => Vec::new(),
+        };
+        let mut config = LoopConfig::default();
+        if let Some(n) = entry.max_steps {
+            config.max_steps = n;
+        }
+        if let Some(n) = entry.max_errors {
+            config.max_consecutive_errors = n;
+        }
+        let mut agent = Agent::builder(model, runtime)
+            .name(&entry.name)
+            .description(&entry.description)
+            .instructions(&entry.instructions)
+            .tools(tools)
+            .config(config);
+        for target in &entry.targets {
+            let described = file
+                .agents
+                .iter()
+                .find(|a| &a.name == target)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "{label} names target '{target}', which is not declared"
+                    ))
+                })?;
+            agent = agent.transfer_target(TransferTarget::new(target, &described.description));
+        }
+        let agent = configure(agent)
+            .build()
+            .map_err(|e| invalid(format!("{label}: {e}")))?;
+        builder = builder.agent(agent);
+    }
+    Ok(LoadedTeam {
+        builder,
+        entry: file.entry,
+        first,
+    })
+}
