@@ -23,6 +23,11 @@ pub(crate) fn from_parse_in(err: &ParseError, limits: &Limits, script: &str) -> 
                     "\nHint: a Rhai map literal starts with `#{`, as in `#{name: \"x\", n: 1}`.",
                 );
             }
+            if matches!(err.err_type(), ParseErrorType::Reserved(symbol) if symbol == "#")
+                && line.is_some_and(|l| l.trim_start().starts_with('#'))
+            {
+                message.push_str("\nHint: Rhai comments start with `//`, not `#`.");
+            }
             ScriptError::Syntax { message }
         }
         other => other,
@@ -111,15 +116,58 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
         EvalAltResult::ErrorParsing(parse, position) => {
             from_parse(&ParseError(Box::new(parse.clone()), *position), limits)
         }
-        _ => ScriptError::Thrown {
-            message: err.to_string(),
+        other => ScriptError::Thrown {
+            message: match hint(other) {
+                Some(hint) => format!("{err}\nHint: {hint}"),
+                None => err.to_string(),
+            },
         },
+    }
+}
+
+/// A hint for runtime errors that models trip over with habits from other
+/// languages, chosen by the error's kind and types, never by its text.
+fn hint(err: &EvalAltResult) -> Option<&'static str> {
+    match err {
+        EvalAltResult::ErrorIndexingType(type_name, _) if type_name.starts_with("()") => Some(
+            "the value indexed is `()`. In Rhai `{}` is an empty block, whose value is `()`: an empty map is `#{}`.",
+        ),
+        EvalAltResult::ErrorFor(_) => Some(
+            "`for` walks arrays, ranges and strings; for a map, walk `m.keys()` or `m.values()`.",
+        ),
+        _ => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_error(script: &str) -> String {
+        let engine = rhai::Engine::new();
+        let err = engine.run(script).expect_err("fails");
+        from_eval(&err, &Limits::default()).to_string()
+    }
+
+    #[test]
+    fn runtime_errors_from_other_languages_habits_get_hints() {
+        assert!(run_error("let m = {}; m[\"k\"] = 1;").contains("an empty map is `#{}`"));
+        assert!(run_error("let m = #{a: 1}; for x in m {}").contains("walk `m.keys()`"));
+        assert!(!run_error("throw 1").contains("Hint"));
+    }
+
+    #[test]
+    fn a_python_comment_gets_a_hint() {
+        let script = "# sum them\n1";
+        let err = rhai::Engine::new_raw()
+            .compile(script)
+            .expect_err("not a comment");
+        assert!(
+            from_parse_in(&err, &Limits::default(), script)
+                .to_string()
+                .contains("comments start with `//`")
+        );
+    }
 
     #[test]
     fn a_javascript_style_map_gets_a_hint() {
