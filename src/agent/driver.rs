@@ -418,12 +418,9 @@ impl Agent {
             call: response.usage,
             total: conversation.usage(),
         });
-        // A reply that could not run (no code, cut off) is an error of this step.
-        if matches!(
-            next,
-            Next::CallModel | Next::Finish(Outcome::ErrorBudget { .. })
-        ) && conversation.messages().len() > before + 1
-        {
+        // A reply that could not run (no code, cut off) was answered with feedback
+        // at once: that is this step's error.
+        if conversation.messages().len() > before + 1 {
             self.emit(|| Event::Error {
                 step,
                 message: conversation.last_error().unwrap_or_default().to_string(),
@@ -440,5 +437,82 @@ impl Agent {
             });
         }
         *reported = conversation.messages().len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::model::ReplayModel;
+    use crate::{Limits, RhaiRuntime};
+
+    fn recorded(replies: &[&str], config: LoopConfig) -> (Agent, Arc<Mutex<Vec<Event>>>) {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let agent = Agent::builder(
+            Arc::new(ReplayModel::new(replies.iter().copied())),
+            Arc::new(RhaiRuntime::new(Limits::default())),
+        )
+        .config(config)
+        .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
+        .build()
+        .expect("agent builds");
+        (agent, events)
+    }
+
+    #[tokio::test]
+    async fn a_reply_without_code_is_reported_as_an_error_of_its_step() {
+        let (agent, events) = recorded(
+            &["I think it is 4.", "```rhai\nfinal_result(4)\n```"],
+            LoopConfig::default(),
+        );
+        let run = agent.run("2 + 2?").await.expect("run finishes");
+        assert_eq!(run.steps, 2);
+        let events = events.lock().expect("not poisoned");
+        assert!(events.iter().any(|e| matches!(e, Event::Error { step: 1, message, .. } if message.contains("no code block"))));
+    }
+
+    #[tokio::test]
+    async fn the_event_stream_records_every_message_once_in_order() {
+        let (agent, events) = recorded(
+            &[
+                "```rhai\nobservation(1)\n```",
+                "```rhai\nfinal_result(2)\n```",
+            ],
+            LoopConfig::default(),
+        );
+        let run = agent.run("Go.").await.expect("run finishes");
+        let events = events.lock().expect("not poisoned");
+        let messages: Vec<&Message> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Message { message } => Some(message),
+                _ => None,
+            })
+            .collect();
+        let expected: Vec<&Message> = run.messages.iter().collect();
+        assert_eq!(messages, expected);
+        assert!(matches!(events.first(), Some(Event::RunStarted { .. })));
+        assert!(matches!(
+            events.last(),
+            Some(Event::Finished { steps: 2, .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_model_failure_is_reported_before_the_error_returns() {
+        let (agent, events) = recorded(&["```rhai\nobservation(1)\n```"], LoopConfig::default());
+        let err = agent.run("Go.").await.expect_err("the replay runs out");
+        assert!(matches!(
+            err,
+            AgentError::Model(ModelError::ReplayExhausted {
+                replies: 1,
+                asked: 2
+            })
+        ));
+        let events = events.lock().expect("not poisoned");
+        assert!(matches!(events.last(), Some(Event::Failed { step: 2, .. })));
     }
 }
