@@ -84,7 +84,11 @@ fn steps(c: &mut Criterion) {
     expect_final(&mut calls, TOOL_CALLS, json!(500_500));
 
     group.sample_size(10);
-    let mut sum = session(Limits::unlimited());
+    let mut sum = ScriptSession::start(
+        &RhaiRuntime::new(Limits::unlimited()),
+        Arc::new(codeact::NoTools),
+    )
+    .expect("session starts");
     expect_final(&mut sum, SUM, json!(500_000_500_000_i64));
     group.bench_function("sum_to_a_million", |b| {
         b.iter(|| sum.run_blocking(black_box(SUM)).expect("host ok"))

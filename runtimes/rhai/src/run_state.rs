@@ -38,7 +38,11 @@ struct ColdState {
 
 thread_local! {
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
-    static METER: Cell<Option<MeterSchedule>> = const { Cell::new(None) };
+    /// Variable reads so far; read and bumped on every variable read.
+    static READS: Cell<u64> = const { Cell::new(0) };
+    /// The read count at which the next memory scan is due; `u64::MAX` when no run
+    /// is active, so reads outside a run never scan.
+    static NEXT_SCAN: Cell<u64> = const { Cell::new(u64::MAX) };
     static COLD: RefCell<Option<ColdState>> = const { RefCell::new(None) };
 }
 
@@ -58,7 +62,10 @@ impl RunGuard {
         };
         Self {
             previous_deadline: DEADLINE.replace(Some(state.deadline)),
-            previous_meter: METER.replace(Some(state.meter)),
+            previous_meter: Some(MeterSchedule {
+                variable_reads: READS.replace(state.meter.variable_reads),
+                next_scan: NEXT_SCAN.replace(state.meter.next_scan),
+            }),
             previous_cold: COLD.with(|slot| slot.replace(Some(cold))),
             finished: false,
         }
@@ -78,7 +85,16 @@ impl RunGuard {
     fn restore(&mut self) -> (Option<Instant>, Option<MeterSchedule>, Option<ColdState>) {
         (
             DEADLINE.replace(self.previous_deadline.take()),
-            METER.replace(self.previous_meter.take()),
+            {
+                let previous = self.previous_meter.take().unwrap_or(MeterSchedule {
+                    variable_reads: 0,
+                    next_scan: u64::MAX,
+                });
+                Some(MeterSchedule {
+                    variable_reads: READS.replace(previous.variable_reads),
+                    next_scan: NEXT_SCAN.replace(previous.next_scan),
+                })
+            },
             COLD.with(|slot| slot.replace(self.previous_cold.take())),
         )
     }
@@ -115,20 +131,12 @@ pub(crate) fn tools() -> Option<Arc<dyn ToolDispatch>> {
 
 /// Counts a variable read; true when a memory scan is due.
 pub(crate) fn count_variable_read() -> bool {
-    match METER.get() {
-        Some(mut meter) => {
-            meter.variable_reads += 1;
-            METER.set(Some(meter));
-            meter.variable_reads >= meter.next_scan
-        }
-        None => false,
-    }
+    let reads = READS.get() + 1;
+    READS.set(reads);
+    reads >= NEXT_SCAN.get()
 }
 
 /// Schedules the next memory scan `reads` variable reads from now.
 pub(crate) fn schedule_next_scan(reads: u64) {
-    if let Some(mut meter) = METER.get() {
-        meter.next_scan = meter.variable_reads.saturating_add(reads);
-        METER.set(Some(meter));
-    }
+    NEXT_SCAN.set(READS.get().saturating_add(reads));
 }
