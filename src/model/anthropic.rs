@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
-use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -73,26 +72,13 @@ pub struct AnthropicClient {
 impl AnthropicClient {
     /// A client for `config`; the official endpoint needs a key.
     pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
-        let base = config.base_url.trim_end_matches('/').to_string();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ModelError::Config {
-                provider: PROVIDER,
-                message: format!("base URL '{base}' must start with http:// or https://"),
-            });
-        }
-        if config.api_key.is_none() && base == OFFICIAL_BASE_URL {
-            return Err(ModelError::Config {
-                provider: PROVIDER,
-                message: "set ANTHROPIC_API_KEY".into(),
-            });
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| ModelError::Config {
-                provider: PROVIDER,
-                message: format!("cannot build an HTTP client: {e}"),
-            })?;
+        let (base, http) = http::client(
+            PROVIDER,
+            &config.base_url,
+            OFFICIAL_BASE_URL,
+            config.api_key.is_some(),
+            "set ANTHROPIC_API_KEY",
+        )?;
         Ok(Self {
             endpoint: format!("{base}/v1/messages"),
             config,
@@ -164,8 +150,8 @@ impl AnthropicClient {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
         let bytes = http::read_body(response, MAX_BODY_BYTES).await?;
-        let reply: WireMessage =
-            serde_json::from_slice(&bytes).map_err(|e| malformed(format!("{e}")))?;
+        let reply: WireMessage = serde_json::from_slice(&bytes)
+            .map_err(|e| http::malformed(PROVIDER, format!("{e}")))?;
         let content = reply
             .content
             .into_iter()
@@ -200,25 +186,22 @@ impl AnthropicClient {
         let mut model = None;
         let mut stopped = false;
         loop {
-            let next = tokio::time::timeout(self.config.idle_timeout, events.next())
-                .await
-                .map_err(|_| {
-                    stream_broke(
-                        *emitted,
-                        format!("no data for {} ms", self.config.idle_timeout.as_millis()),
-                    )
-                })?;
-            let Some(event) = next else { break };
-            let event =
-                event.map_err(|e| stream_broke(*emitted, format!("the stream broke: {e}")))?;
+            let Some(event) =
+                http::next_event(PROVIDER, &mut events, self.config.idle_timeout, *emitted).await?
+            else {
+                break;
+            };
             if event.data.trim().is_empty() {
                 continue;
             }
             let data: Value = serde_json::from_str(&event.data).map_err(|e| {
-                malformed(format!(
-                    "bad stream event ({e}): {}",
-                    http::shorten(&event.data, 200)
-                ))
+                http::malformed(
+                    PROVIDER,
+                    format!(
+                        "bad stream event ({e}): {}",
+                        http::shorten(&event.data, 200)
+                    ),
+                )
             })?;
             match data
                 .get("type")
@@ -266,7 +249,8 @@ impl AnthropicClient {
                         .as_str()
                         .unwrap_or("unknown error")
                         .to_string();
-                    return Err(stream_broke(
+                    return Err(http::stream_broke(
+                        PROVIDER,
                         *emitted,
                         format!("the server reported an error mid-stream: {message}"),
                     ));
@@ -275,7 +259,8 @@ impl AnthropicClient {
             }
         }
         if !stopped {
-            return Err(stream_broke(
+            return Err(http::stream_broke(
+                PROVIDER,
                 *emitted,
                 "the stream ended before message_stop".into(),
             ));
@@ -303,13 +288,7 @@ impl ModelClient for AnthropicClient {
 
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         let body = self.body(request, false);
-        let mut retrier = Retrier::new(PROVIDER, self.config.retry);
-        loop {
-            match self.complete_once(&body).await {
-                Ok(response) => return Ok(response),
-                Err(failure) => retrier.after(failure).await?,
-            }
-        }
+        http::with_retries(PROVIDER, self.config.retry, || self.complete_once(&body)).await
     }
 
     async fn stream(
@@ -320,29 +299,13 @@ impl ModelClient for AnthropicClient {
         let body = self.body(request, true);
         let mut retrier = Retrier::new(PROVIDER, self.config.retry);
         loop {
+            // Once text has reached the caller, a retry would repeat it: only a
+            // stream that failed before its first delta is retried.
             let mut emitted = false;
             match self.stream_once(&body, on_event, &mut emitted).await {
                 Ok(response) => return Ok(response),
                 Err(failure) => retrier.after(failure).await?,
             }
-        }
-    }
-}
-
-fn malformed(message: String) -> AttemptError {
-    AttemptError::Final(ModelError::Malformed {
-        provider: PROVIDER,
-        message,
-    })
-}
-
-fn stream_broke(emitted: bool, reason: String) -> AttemptError {
-    if emitted {
-        malformed(reason)
-    } else {
-        AttemptError::Retryable {
-            reason,
-            retry_after: None,
         }
     }
 }

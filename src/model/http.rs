@@ -89,6 +89,25 @@ impl Retrier {
     }
 }
 
+/// Runs `once` until it succeeds, fails for good, or `policy` runs out of retries.
+pub(crate) async fn with_retries<T, F, Fut>(
+    provider: &'static str,
+    policy: RetryPolicy,
+    mut once: F,
+) -> Result<T, ModelError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, AttemptError>>,
+{
+    let mut retrier = Retrier::new(provider, policy);
+    loop {
+        match once().await {
+            Ok(value) => return Ok(value),
+            Err(failure) => retrier.after(failure).await?,
+        }
+    }
+}
+
 /// Sends one request within `timeout` (until the response headers arrive); a
 /// success status returns the response with its body unread.
 pub(crate) async fn attempt(
@@ -145,6 +164,84 @@ pub(crate) async fn read_body(response: Response, max: usize) -> Result<Vec<u8>,
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// A reply that cannot be understood: retrying will not help.
+pub(crate) fn malformed(provider: &'static str, message: String) -> AttemptError {
+    AttemptError::Final(ModelError::Malformed { provider, message })
+}
+
+/// A stream that failed part way. Before any text reached the caller the whole
+/// call can be retried; after, a retry would repeat that text, so it is final.
+pub(crate) fn stream_broke(provider: &'static str, emitted: bool, reason: String) -> AttemptError {
+    if emitted {
+        malformed(provider, reason)
+    } else {
+        AttemptError::Retryable {
+            reason,
+            retry_after: None,
+        }
+    }
+}
+
+/// The next server-sent event, or `None` at the end of the stream; silence longer
+/// than `idle` is a failure, so a stalled server cannot hang a run.
+pub(crate) async fn next_event<S>(
+    provider: &'static str,
+    events: &mut S,
+    idle: Duration,
+    emitted: bool,
+) -> Result<Option<eventsource_stream::Event>, AttemptError>
+where
+    S: futures_util::Stream<
+            Item = Result<
+                eventsource_stream::Event,
+                eventsource_stream::EventStreamError<reqwest::Error>,
+            >,
+        > + Unpin,
+{
+    use futures_util::StreamExt;
+    match tokio::time::timeout(idle, events.next()).await {
+        Err(_) => Err(stream_broke(
+            provider,
+            emitted,
+            format!("no data for {} ms", idle.as_millis()),
+        )),
+        Ok(None) => Ok(None),
+        Ok(Some(Err(e))) => Err(stream_broke(
+            provider,
+            emitted,
+            format!("the stream broke: {e}"),
+        )),
+        Ok(Some(Ok(event))) => Ok(Some(event)),
+    }
+}
+
+/// Checks a base URL and builds the HTTP client every call of a provider shares.
+/// `official` is the provider's own endpoint, which needs a key (`key_hint` says
+/// how to give one).
+pub(crate) fn client(
+    provider: &'static str,
+    base_url: &str,
+    official: &str,
+    has_key: bool,
+    key_hint: &str,
+) -> Result<(String, reqwest::Client), ModelError> {
+    let config = |message: String| ModelError::Config { provider, message };
+    let base = base_url.trim_end_matches('/').to_string();
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err(config(format!(
+            "base URL '{base}' must start with http:// or https://"
+        )));
+    }
+    if !has_key && base == official {
+        return Err(config(key_hint.to_string()));
+    }
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| config(format!("cannot build an HTTP client: {e}")))?;
+    Ok((base, http))
 }
 
 /// A transport failure: always worth another try (refused, reset, timed out).

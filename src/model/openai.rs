@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
-use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -74,26 +73,13 @@ impl OpenAiClient {
     /// A client for `config`. Fails when the official endpoint has no key or the
     /// base URL is not http(s).
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
-        let base = config.base_url.trim_end_matches('/').to_string();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ModelError::Config {
-                provider: PROVIDER,
-                message: format!("base URL '{base}' must start with http:// or https://"),
-            });
-        }
-        if config.api_key.is_none() && base == OFFICIAL_BASE_URL {
-            return Err(ModelError::Config {
-                provider: PROVIDER,
-                message: "set OPENAI_API_KEY, or OPENAI_BASE_URL for a local server".into(),
-            });
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| ModelError::Config {
-                provider: PROVIDER,
-                message: format!("cannot build an HTTP client: {e}"),
-            })?;
+        let (base, http) = http::client(
+            PROVIDER,
+            &config.base_url,
+            OFFICIAL_BASE_URL,
+            config.api_key.is_some(),
+            "set OPENAI_API_KEY, or OPENAI_BASE_URL for a local server",
+        )?;
         Ok(Self {
             endpoint: format!("{base}/chat/completions"),
             config,
@@ -139,13 +125,13 @@ impl OpenAiClient {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
         let bytes = http::read_body(response, MAX_BODY_BYTES).await?;
-        let reply: Completion =
-            serde_json::from_slice(&bytes).map_err(|e| malformed(format!("{e}")))?;
+        let reply: Completion = serde_json::from_slice(&bytes)
+            .map_err(|e| http::malformed(PROVIDER, format!("{e}")))?;
         let choice = reply
             .choices
             .into_iter()
             .next()
-            .ok_or_else(|| malformed("the reply has no choices".into()))?;
+            .ok_or_else(|| http::malformed(PROVIDER, "the reply has no choices".into()))?;
         Ok(ModelResponse {
             content: vec![ContentBlock::text(
                 choice.message.and_then(|m| m.content).unwrap_or_default(),
@@ -171,17 +157,11 @@ impl OpenAiClient {
         let mut model = None;
         let mut done = false;
         loop {
-            let next = tokio::time::timeout(self.config.idle_timeout, events.next())
-                .await
-                .map_err(|_| {
-                    stream_broke(
-                        *emitted,
-                        format!("no data for {} ms", self.config.idle_timeout.as_millis()),
-                    )
-                })?;
-            let Some(event) = next else { break };
-            let event =
-                event.map_err(|e| stream_broke(*emitted, format!("the stream broke: {e}")))?;
+            let Some(event) =
+                http::next_event(PROVIDER, &mut events, self.config.idle_timeout, *emitted).await?
+            else {
+                break;
+            };
             let data = event.data.trim();
             if data == "[DONE]" {
                 done = true;
@@ -191,16 +171,19 @@ impl OpenAiClient {
                 continue;
             }
             let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
-                malformed(format!(
-                    "bad stream chunk ({e}): {}",
-                    http::shorten(data, 200)
-                ))
+                http::malformed(
+                    PROVIDER,
+                    format!("bad stream chunk ({e}): {}", http::shorten(data, 200)),
+                )
             })?;
             if let Some(error) = chunk.error {
-                return Err(malformed(format!(
-                    "the server reported an error mid-stream: {}",
-                    http::error_message(&error.to_string())
-                )));
+                return Err(http::malformed(
+                    PROVIDER,
+                    format!(
+                        "the server reported an error mid-stream: {}",
+                        http::error_message(&error.to_string())
+                    ),
+                ));
             }
             if let Some(choice) = chunk.choices.into_iter().next() {
                 if let Some(delta) = choice
@@ -224,7 +207,8 @@ impl OpenAiClient {
             }
         }
         if !done && finish.is_none() {
-            return Err(stream_broke(
+            return Err(http::stream_broke(
+                PROVIDER,
                 *emitted,
                 "the stream ended before the reply was complete".into(),
             ));
@@ -253,13 +237,7 @@ impl ModelClient for OpenAiClient {
 
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         let body = self.body(request, false);
-        let mut retrier = Retrier::new(PROVIDER, self.config.retry);
-        loop {
-            match self.complete_once(&body).await {
-                Ok(response) => return Ok(response),
-                Err(failure) => retrier.after(failure).await?,
-            }
-        }
+        http::with_retries(PROVIDER, self.config.retry, || self.complete_once(&body)).await
     }
 
     async fn stream(
@@ -277,24 +255,6 @@ impl ModelClient for OpenAiClient {
                 Ok(response) => return Ok(response),
                 Err(failure) => retrier.after(failure).await?,
             }
-        }
-    }
-}
-
-fn malformed(message: String) -> AttemptError {
-    AttemptError::Final(ModelError::Malformed {
-        provider: PROVIDER,
-        message,
-    })
-}
-
-fn stream_broke(emitted: bool, reason: String) -> AttemptError {
-    if emitted {
-        malformed(reason)
-    } else {
-        AttemptError::Retryable {
-            reason,
-            retry_after: None,
         }
     }
 }
