@@ -339,7 +339,7 @@ impl Agent {
                 }
                 Next::CallModel => {
                     self.report_messages(conversation, &mut reported);
-                    self.call_model(conversation, system_prompt, step)
+                    self.call_model(conversation, system_prompt, step, &mut reported)
                         .instrument(tracing::info_span!("model", step))
                         .await?
                 }
@@ -355,6 +355,7 @@ impl Agent {
                         .await?;
                     let logs = run.logs.render();
                     let next = conversation.on_script(&run.output, &run.logs);
+                    self.report_messages(conversation, &mut reported);
                     match &run.output {
                         ScriptOutput::Observation { value } => self.emit(|| Event::Observation {
                             step,
@@ -389,6 +390,7 @@ impl Agent {
         conversation: &mut Conversation,
         system_prompt: &str,
         step: usize,
+        reported: &mut usize,
     ) -> Result<Next, AgentError> {
         let mut request = ModelRequest::new(system_prompt, conversation.messages().to_vec());
         request.max_tokens = self.max_tokens;
@@ -413,6 +415,7 @@ impl Agent {
         });
         let before = conversation.messages().len();
         let next = conversation.on_reply(&response);
+        self.report_messages(conversation, reported);
         self.emit(|| Event::Usage {
             step,
             call: response.usage,
