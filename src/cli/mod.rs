@@ -84,7 +84,7 @@ pub(crate) struct ToolArgs {
     /// "parameters" (JSON Schema), "command": [program, args…]}.
     #[arg(long = "tools", value_name = "FILE")]
     manifest: Option<PathBuf>,
-    /// Kill a tool command after this many milliseconds [default: 30000].
+    /// Kill a tool command after this many milliseconds.
     #[arg(long, value_name = "N", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     tool_timeout_ms: u64,
 }

@@ -42,22 +42,22 @@ pub(crate) struct RunArgs {
     /// The runtime the model's scripts run in.
     #[arg(long, default_value = "rhai")]
     runtime: String,
-    /// Model calls before the run stops [default: 12].
+    /// Model calls before the run stops.
     #[arg(long, value_name = "N", default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..=1000))]
     max_steps: u64,
-    /// Errors in a row before the run stops [default: 4].
+    /// Errors in a row before the run stops.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1000))]
     max_errors: u64,
-    /// Append every message and event to this JSONL file as it happens.
+    /// Write every message and event to this JSONL file (replacing it) as they happen.
     #[arg(long, value_name = "FILE")]
     transcript: Option<PathBuf>,
     /// An agent the script may hand over to; the run ends on the transfer. Repeatable.
     #[arg(long = "transfer-target", value_name = "NAME")]
     transfer_targets: Vec<String>,
-    /// Output token limit per reply [default: 2048].
+    /// Output token limit per reply.
     #[arg(long, value_name = "N", default_value_t = 2_048)]
     max_tokens: u32,
-    /// Sampling temperature [default: 0].
+    /// Sampling temperature.
     #[arg(long, value_name = "T", default_value_t = 0.0)]
     temperature: f32,
     /// Wait for whole replies instead of streaming them.
