@@ -60,16 +60,6 @@ pub fn render_card(
     transfer_targets: &[TransferTarget],
 ) -> Result<String, PromptError> {
     let info = runtime.info();
-    let mut env = Environment::new();
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    let error = |source| PromptError {
-        template: info.name.to_string(),
-        source,
-    };
-    env.add_template(info.name, info.card_template)
-        .map_err(error)?;
     let limits = runtime.limits();
     let tools: Vec<ToolView<'_>> = tools
         .iter()
@@ -87,16 +77,17 @@ pub fn render_card(
         max_call_depth: limits.max_call_depth,
         max_output_bytes: limits.max_output_bytes,
     };
-    let template = env.get_template(info.name).map_err(error)?;
-    template
-        .render(context! {
+    render_strict(
+        info.name,
+        info.card_template,
+        context! {
             language => info.language,
             fence => info.fence_tags.first().copied().unwrap_or(info.name),
             tools => tools,
             limits => limits,
             transfer_targets => transfer_targets,
-        })
-        .map_err(error)
+        },
+    )
 }
 
 /// The system prompt template: CodeAct instructions around the runtime's card.
@@ -113,22 +104,36 @@ pub fn render_system_prompt(
 ) -> Result<String, PromptError> {
     let card = render_card(runtime, tools, transfer_targets)?;
     let info = runtime.info();
-    let mut env = Environment::new();
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    let error = |source| PromptError {
-        template: "system".to_string(),
-        source,
-    };
-    env.add_template("system", SYSTEM_TEMPLATE).map_err(error)?;
-    env.get_template("system")
-        .map_err(error)?
-        .render(context! {
+    render_strict(
+        "system",
+        SYSTEM_TEMPLATE,
+        context! {
             language => info.language,
             fence => info.fence_tags.first().copied().unwrap_or(info.name),
             instructions => instructions.trim(),
             card => card,
-        })
+        },
+    )
+}
+
+/// Renders `source` with `values` in strict mode (an undefined variable is an
+/// error), trimming the line breaks around block tags.
+fn render_strict(
+    name: &str,
+    source: &str,
+    values: minijinja::Value,
+) -> Result<String, PromptError> {
+    let error = |source| PromptError {
+        template: name.to_string(),
+        source,
+    };
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.add_template(name, source).map_err(error)?;
+    env.get_template(name)
+        .map_err(error)?
+        .render(values)
         .map_err(error)
 }

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
-use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
+use codeact_runtime::{ToolDispatch, ToolError, ToolSpec, is_identifier};
 use serde_json::Value;
 use tokio::runtime::Handle;
 
@@ -182,14 +182,6 @@ fn fallback_runtime() -> Option<&'static Handle> {
         })
         .as_ref()
         .map(tokio::runtime::Runtime::handle)
-}
-
-fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]

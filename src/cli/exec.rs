@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, usage_error};
+use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime, usage_error};
 use crate::{ScriptSession, ToolBox, runtime_by_name};
 
 #[derive(Debug, Args)]
@@ -59,15 +59,9 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
         Ok(script) => script,
         Err(e) => return usage_error(&e),
     };
-    let host = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let host = match host_runtime() {
         Ok(host) => host,
-        Err(e) => {
-            eprintln!("codeact: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_HOST_FAILURE);
-        }
+        Err(code) => return code,
     };
     let result = host.block_on(async {
         let mut session = ScriptSession::start(&*runtime, Arc::new(toolbox))?;

@@ -144,6 +144,18 @@ fn init_tracing() {
         .try_init();
 }
 
+/// The multi-threaded tokio runtime a command runs on; scripts then run in place
+/// on its workers (see `ScriptSession::run`).
+pub(crate) fn host_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("codeact: cannot start the async runtime: {e}");
+            ExitCode::from(EXIT_HOST_FAILURE)
+        })
+}
+
 pub(crate) fn usage_error(problem: &str) -> ExitCode {
     eprintln!("codeact: {problem}");
     ExitCode::from(EXIT_USAGE)

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::printer::Printer;
-use super::{EXIT_BUDGET, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, usage_error};
+use super::{
+    EXIT_BUDGET, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime, usage_error,
+};
 use crate::model::{ModelSpecError, model_from_spec};
 use std::time::Duration;
 
@@ -73,15 +75,9 @@ pub(crate) struct RunArgs {
 }
 
 pub(crate) fn run(args: &RunArgs) -> ExitCode {
-    let host = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let host = match host_runtime() {
         Ok(host) => host,
-        Err(e) => {
-            eprintln!("codeact: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_HOST_FAILURE);
-        }
+        Err(code) => return code,
     };
     let printer = Arc::new(Printer::default());
     let mut listeners: Vec<Listener> = vec![Arc::new(move |agent: &str, event: &Event| {

@@ -23,4 +23,4 @@ mod tools;
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
 pub use runtime::{HostError, RunOutcome, Runtime, RuntimeInfo, ScriptError, Session};
-pub use tools::{NoTools, ToolDispatch, ToolError, ToolSpec};
+pub use tools::{NoTools, ToolDispatch, ToolError, ToolSpec, is_identifier};

@@ -56,6 +56,16 @@ impl ToolSpec {
     }
 }
 
+/// True when `name` can name a tool in every language: ASCII letters, digits and
+/// `_`, not starting with a digit.
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// A tool failed; the script sees `message` as a catchable error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 
-use codeact_runtime::ToolSpec;
+use codeact_runtime::{ToolSpec, is_identifier};
 
 /// Positional arguments a wrapper accepts at most.
 const MAX_POSITIONAL: usize = 8;
@@ -78,14 +78,6 @@ fn key(property: &str) -> String {
     } else {
         serde_json::to_string(property).unwrap_or_else(|_| "\"\"".into())
     }
-}
-
-fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]
