@@ -212,6 +212,18 @@ mod tests {
         );
     }
 
+    /// Found by fuzzing (fuzz/fuzz_targets/decode.rs): without serde_json's exact
+    /// float parsing, `12e37` read back from the wire line as a different float.
+    #[test]
+    fn floats_survive_the_wire_line_exactly() {
+        let wire: Value =
+            serde_json::from_str(r#"{"type":"observation","value":[12e37, 0.1, 5e-324]}"#)
+                .expect("valid JSON");
+        let output = ScriptOutput::decode(wire);
+        let back: Value = serde_json::from_str(&output.to_string()).expect("the wire line is JSON");
+        assert_eq!(ScriptOutput::decode(back), output);
+    }
+
     #[test]
     fn display_is_the_exact_wire_line() {
         let output = ScriptOutput::TransferToAgent {

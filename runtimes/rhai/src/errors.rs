@@ -109,9 +109,7 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
         EvalAltResult::ErrorTooManyVariables(_) => limit(LimitKind::Variables, None),
         EvalAltResult::ErrorDataTooLarge(what, position) => limit(
             LimitKind::Memory,
-            Some(format!(
-                "{what} grew past its share of the limit at {position}"
-            )),
+            Some(format!("{what} is too large at {position}")),
         ),
         EvalAltResult::ErrorParsing(parse, position) => {
             from_parse(&ParseError(Box::new(parse.clone()), *position), limits)

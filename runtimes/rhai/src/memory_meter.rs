@@ -48,7 +48,7 @@ pub(crate) fn on_variable_read(
     run_state::schedule_next_scan(meter.visited.max(MIN_READS_BETWEEN_SCANS));
     if meter.bytes > max_bytes {
         return Err(Box::new(EvalAltResult::ErrorDataTooLarge(
-            format!("Values held in variables (over {} bytes)", meter.bytes),
+            format!("Total size of the variables ({} bytes)", meter.bytes),
             Position::NONE,
         )));
     }

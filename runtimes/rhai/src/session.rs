@@ -99,10 +99,6 @@ impl RhaiSession {
             .eval_ast_with_scope::<Dynamic>(&mut self.scope, &ast)
             .map_err(|e| errors::from_eval(&e, limits));
         let defined_variables = self.scope.len() > variables_before;
-        forget_shadowed(&mut self.scope, variables_before);
-        // The meter checks during a run; this check covers the variables a run
-        // defined after its last scan, and frees memory after a hit so the session
-        // stays usable.
         let hit_memory = matches!(
             &result,
             Err(ScriptError::LimitExceeded {
@@ -110,6 +106,17 @@ impl RhaiSession {
                 ..
             })
         );
+        if hit_memory {
+            // What a run that blew its memory limit defined is partial state, and
+            // usually the bomb itself (`let s = "x"; loop { s += s; }` leaves `s` at
+            // the cap): it goes, so a thousand such sessions do not hold a thousand
+            // bombs.
+            self.scope.rewind(variables_before);
+        }
+        forget_shadowed(&mut self.scope, variables_before);
+        // The meter checks during a run; this check covers the variables a run
+        // defined after its last scan, and frees memory after a hit so the session
+        // stays usable.
         if (hit_memory || defined_variables)
             && let Some(removed) = memory_meter::relieve(&mut self.scope, limits.max_memory_bytes)
         {
@@ -321,6 +328,24 @@ mod tests {
             .expect("host ok");
         assert_eq!(outcome.completion, Ok(json!(15)));
         assert_eq!(outcome.logs.kept(), "before\nafter\n");
+    }
+
+    #[test]
+    fn a_run_that_hits_the_memory_limit_leaves_no_variables_behind() {
+        let mut session = session(Limits::default());
+        session.run("let kept = 1;").expect("host ok");
+        let outcome = session
+            .run("let s = \"x\"; loop { s += s; }")
+            .expect("host ok");
+        assert!(matches!(
+            outcome.completion,
+            Err(ScriptError::LimitExceeded {
+                limit: LimitKind::Memory,
+                ..
+            })
+        ));
+        assert_eq!(session.scope.len(), 1, "only `kept` remains");
+        assert!(session.run("s").expect("host ok").completion.is_err());
     }
 
     #[test]
