@@ -23,6 +23,9 @@ pub struct LoopConfig {
     /// Characters of one piece of feedback (a value, a message, the logs) kept;
     /// longer ones lose their middle. Default: 8,000.
     pub feedback_limit: usize,
+    /// Characters of a model reply kept in the conversation; a longer reply loses
+    /// its middle in the history (its code runs whole). Default: 32,000.
+    pub reply_limit: usize,
 }
 
 impl Default for LoopConfig {
@@ -31,6 +34,7 @@ impl Default for LoopConfig {
             max_steps: 12,
             max_consecutive_errors: 4,
             feedback_limit: 8_000,
+            reply_limit: 32_000,
         }
     }
 }
@@ -170,11 +174,22 @@ impl Conversation {
     pub fn on_reply(&mut self, response: &ModelResponse) -> Next {
         self.steps += 1;
         self.usage += response.usage;
+        let text = response.text();
+        // The history keeps a reply cut to the reply limit: a model that writes
+        // megabytes would otherwise resend them with every later request. The code
+        // is still taken from the whole reply.
+        let kept = if text.chars().count() > self.config.reply_limit {
+            vec![crate::chat::ContentBlock::text(feedback::cut_middle(
+                &text,
+                self.config.reply_limit,
+            ))]
+        } else {
+            response.content.clone()
+        };
         self.messages.push(Message {
             role: crate::chat::Role::Assistant,
-            content: response.content.clone(),
+            content: kept,
         });
-        let text = response.text();
         match response.stop_reason {
             StopReason::Refused => return Next::Finish(Outcome::Refused { text }),
             StopReason::ContextWindowExceeded => {
@@ -550,6 +565,25 @@ mod tests {
                 input_tokens: 20,
                 output_tokens: 4
             }
+        );
+    }
+
+    #[test]
+    fn a_huge_reply_runs_whole_but_is_kept_cut_in_the_history() {
+        let mut c = conversation(LoopConfig {
+            reply_limit: 1_000,
+            ..LoopConfig::default()
+        });
+        let padding = "// filler\n".repeat(10_000);
+        let next = c.on_reply(&reply(&format!("```rhai\n{padding}final_result(1)\n```")));
+        assert!(
+            matches!(next, Next::RunScript { code } if code.ends_with("final_result(1)") && code.len() > 100_000)
+        );
+        let kept = c.messages().last().expect("the reply").joined_text();
+        assert!(
+            kept.len() < 1_200 && kept.contains("characters cut"),
+            "{}",
+            kept.len()
         );
     }
 
