@@ -72,6 +72,7 @@ pub use agent::{
     Agent, AgentBuilder, AgentError, Event, Handover, LoopConfig, Outcome, RunResult, Team,
     TeamBuilder, TeamOutcome, TeamRun, Transcript,
 };
+pub use codeact_js::{JsRuntime, run_worker_if_requested};
 pub use codeact_rhai::RhaiRuntime;
 pub use codeact_runtime::{
     Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,

@@ -1,5 +1,9 @@
 //! The `codeact` binary: see `codeact --help`.
 
 fn main() -> std::process::ExitCode {
+    // A JavaScript session's worker is this binary started again.
+    if let Some(code) = codeact_js::run_worker_if_requested() {
+        return code;
+    }
     codeact::cli::main()
 }

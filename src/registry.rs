@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
+use codeact_js::JsRuntime;
 use codeact_rhai::RhaiRuntime;
 use codeact_runtime::{Limits, Runtime};
 
 /// The runtime names this build knows, for help texts and errors.
-pub const RUNTIME_NAMES: &[&str] = &["rhai"];
+pub const RUNTIME_NAMES: &[&str] = &["rhai", "js"];
 
 /// A runtime name that this build does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +21,9 @@ pub struct UnknownRuntime {
 pub fn runtime_by_name(name: &str, limits: Limits) -> Result<Arc<dyn Runtime>, UnknownRuntime> {
     match name {
         "rhai" => Ok(Arc::new(RhaiRuntime::new(limits))),
+        // Workers are this executable, which must call `run_worker_if_requested`
+        // first thing (the codeact binary does).
+        "js" | "javascript" => Ok(Arc::new(JsRuntime::new(limits))),
         _ => Err(UnknownRuntime { name: name.into() }),
     }
 }

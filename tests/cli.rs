@@ -440,3 +440,31 @@ fn a_team_file_naming_an_undeclared_target_is_a_usage_error() {
         stderr(&out)
     );
 }
+
+#[test]
+fn exec_runs_javascript_in_a_worker_and_keeps_the_host_alive_through_a_memory_bomb() {
+    let out = codeact(
+        &[
+            "exec",
+            "--runtime",
+            "js",
+            "--tool",
+            "add=python3 fixtures/tools/add.py",
+            "-",
+        ],
+        Some(b"console.log('adding', {a: 40});\nfinal_result(tools.add({a: 40, b: 2}))"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "{\"type\":\"final_result\",\"value\":42}\n");
+    assert_eq!(stderr(&out), "adding {\"a\":40}\n");
+    let out = codeact(
+        &["exec", "--runtime", "js", "-"],
+        Some(b"let s = 'x'; while (true) s += s;"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains("exceeded the memory limit of 64 MiB"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -16,7 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use codeact::{Limits, ScriptOutput, ScriptSession, Tool, ToolBox, ToolError, runtime_by_name};
+use codeact::{
+    JsRuntime, Limits, Runtime, ScriptOutput, ScriptSession, Tool, ToolBox, ToolError,
+    runtime_by_name,
+};
 use serde_json::{Value, json};
 
 const RUN_SEPARATOR: &str = "// --- next run ---";
@@ -89,8 +92,19 @@ fn test_tools() -> ToolBox {
     ToolBox::new([add, echo, fail]).expect("test tools are valid")
 }
 
+/// The runtime a fixture language runs on. JavaScript workers are the codeact
+/// binary (this test binary cannot serve as one).
+fn runtime_for(language: &str, limits: Limits) -> Result<Arc<dyn Runtime>, String> {
+    match language {
+        "js" => Ok(Arc::new(
+            JsRuntime::new(limits).with_worker(env!("CARGO_BIN_EXE_codeact")),
+        )),
+        other => runtime_by_name(other, limits).map_err(|e| e.to_string()),
+    }
+}
+
 async fn check(runtime_name: &str, fixture: Fixture) -> Result<(), String> {
-    let runtime = runtime_by_name(runtime_name, fixture.limits).map_err(|e| e.to_string())?;
+    let runtime = runtime_for(runtime_name, fixture.limits)?;
     let mut session =
         ScriptSession::start(&*runtime, Arc::new(test_tools())).map_err(|e| e.to_string())?;
     let mut last = None;
@@ -171,20 +185,26 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// The corpus is the behaviour contract of the Rhai backend: if this fails, a script
-/// gets a different output, a limit no longer holds, or a session is wedged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_rhai_fixture_meets_its_expectation_and_memory_stays_bounded() {
-    let paths = fixture_paths("rhai");
-    assert!(paths.len() >= 30, "the corpus lost files: {}", paths.len());
+fn run_corpus(language: &'static str, minimum: usize) -> Vec<String> {
+    let paths = fixture_paths(language);
+    assert!(
+        paths.len() >= minimum,
+        "the {language} corpus lost files: {}",
+        paths.len()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
     let mut failures = Vec::new();
     for path in &paths {
         let result = match parse_fixture(path) {
             Ok(fixture) => {
                 let name = fixture.name.clone();
-                check("rhai", fixture)
-                    .await
-                    .map_err(|e| format!("{name}: {e}"))
+                runtime
+                    .block_on(check(language, fixture))
+                    .map_err(|e| format!("{language}/{name}: {e}"))
             }
             Err(e) => Err(format!("{}: {e}", path.display())),
         };
@@ -192,6 +212,14 @@ async fn every_rhai_fixture_meets_its_expectation_and_memory_stays_bounded() {
             failures.push(failure);
         }
     }
+    failures
+}
+
+/// The corpus is the behaviour contract of the Rhai backend: if this fails, a script
+/// gets a different output, a limit no longer holds, or a session is wedged.
+#[test]
+fn every_rhai_fixture_meets_its_expectation_and_memory_stays_bounded() {
+    let failures = run_corpus("rhai", 40);
     assert!(
         failures.is_empty(),
         "{} fixture(s) failed:\n{}",
@@ -203,4 +231,18 @@ async fn every_rhai_fixture_meets_its_expectation_and_memory_stays_bounded() {
     if let Some(peak) = peak_rss_bytes() {
         assert!(peak < 512 << 20, "peak RSS {} MiB", peak >> 20);
     }
+}
+
+/// The same contract for JavaScript: the cases of the Rhai corpus written in JS,
+/// plus what only JS has (undefined, NaN, cycles, BigInt, regex backtracking).
+/// Memory bombs run in worker processes, whose caps the cases check.
+#[test]
+fn every_js_fixture_meets_its_expectation() {
+    let failures = run_corpus("js", 40);
+    assert!(
+        failures.is_empty(),
+        "{} fixture(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -114,3 +114,15 @@ fn a_card_using_an_undefined_variable_is_an_error_not_a_blank() {
         "{err}"
     );
 }
+
+/// If this fails, the text every JavaScript model reads has changed.
+#[test]
+fn the_js_card_with_tools_matches_its_snapshot() {
+    let runtime = codeact::JsRuntime::new(Limits::default());
+    let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
+    assert!(
+        card.contains("- `tools.add({a: integer, b: integer})`: Adds two integers."),
+        "{card}"
+    );
+    assert_snapshot("js_card_with_tools.md", &card);
+}

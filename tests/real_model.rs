@@ -13,7 +13,9 @@
 use std::sync::Arc;
 
 use codeact::model::{OpenAiClient, OpenAiConfig};
-use codeact::{Agent, LoopConfig, Outcome, Transcript, runtime_by_name};
+use codeact::{
+    Agent, JsRuntime, Limits, LoopConfig, Outcome, Runtime, Transcript, runtime_by_name,
+};
 use serde_json::{Value, json};
 
 struct Task {
@@ -68,29 +70,35 @@ fn is_right(value: &Value, answer: &Value) -> bool {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_model_solves_small_tasks_in_rhai() {
-    let Ok(base_url) = std::env::var("CODEACT_TEST_MODEL_URL") else {
-        eprintln!("skipped: set CODEACT_TEST_MODEL_URL to run against a real model");
-        return;
-    };
-    let model_name = std::env::var("CODEACT_TEST_MODEL").unwrap_or_else(|_| "local".into());
-    let record = std::env::var("CODEACT_RECORD_TRANSCRIPTS").ok();
-    let runtime_name = "rhai";
+/// The runtime under test; JavaScript workers are the codeact binary.
+fn runtime(name: &str) -> Arc<dyn Runtime> {
+    match name {
+        "js" => {
+            Arc::new(JsRuntime::new(Limits::default()).with_worker(env!("CARGO_BIN_EXE_codeact")))
+        }
+        other => runtime_by_name(other, Limits::default()).expect("a known runtime"),
+    }
+}
+
+/// Runs every task on `runtime_name`; the number answered right.
+async fn solve_all(
+    runtime_name: &str,
+    base_url: &str,
+    model_name: &str,
+    record: Option<&str>,
+) -> usize {
     let mut right = 0;
     let tasks = tasks();
     for task in &tasks {
-        let client =
-            OpenAiClient::new(OpenAiConfig::from_env(&model_name).with_base_url(&base_url))
-                .expect("client");
-        let runtime = runtime_by_name(runtime_name, codeact::Limits::default()).expect("runtime");
-        let mut builder = Agent::builder(Arc::new(client), runtime)
+        let client = OpenAiClient::new(OpenAiConfig::from_env(model_name).with_base_url(base_url))
+            .expect("client");
+        let mut builder = Agent::builder(Arc::new(client), runtime(runtime_name))
             .config(LoopConfig {
                 max_steps: 6,
                 ..LoopConfig::default()
             })
             .max_tokens(512);
-        if let Some(dir) = &record {
+        if let Some(dir) = record {
             let path =
                 std::path::Path::new(dir).join(format!("{runtime_name}-{}.jsonl", task.name));
             builder = builder.listener(Transcript::create(path).expect("transcript").listener());
@@ -112,9 +120,26 @@ async fn a_real_model_solves_small_tasks_in_rhai() {
         right += usize::from(ok);
     }
     eprintln!("{runtime_name}: {right} of {} tasks right", tasks.len());
-    assert!(
-        right * 2 >= tasks.len(),
-        "only {right} of {} right",
-        tasks.len()
-    );
+    right
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_model_solves_small_tasks_in_every_runtime() {
+    let Ok(base_url) = std::env::var("CODEACT_TEST_MODEL_URL") else {
+        eprintln!("skipped: set CODEACT_TEST_MODEL_URL to run against a real model");
+        return;
+    };
+    let model_name = std::env::var("CODEACT_TEST_MODEL").unwrap_or_else(|_| "local".into());
+    let record = std::env::var("CODEACT_RECORD_TRANSCRIPTS").ok();
+    let min_right: usize = std::env::var("CODEACT_TEST_MIN_RIGHT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2);
+    for runtime_name in ["rhai", "js"] {
+        let right = solve_all(runtime_name, &base_url, &model_name, record.as_deref()).await;
+        assert!(
+            right >= min_right,
+            "{runtime_name}: only {right} right (at least {min_right} wanted)"
+        );
+    }
 }

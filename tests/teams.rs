@@ -230,3 +230,41 @@ async fn a_team_refuses_duplicate_names_undeclared_targets_and_unknown_entries()
         matches!(team.run("zed", "x").await, Err(AgentError::Setup(message)) if message.contains("no agent 'zed'; the team has: a"))
     );
 }
+
+/// Different runtimes per agent: a Rhai agent hands over to a JavaScript agent,
+/// whose scripts run in a worker process (the codeact binary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rhai_agent_hands_over_to_a_javascript_agent() {
+    let triage = replay(&["```rhai\nlet order = 7;\ntransfer_to_agent(\"refunds\")\n```"]);
+    let refunds =
+        replay(&["```js\nconst refund = {order: 7, euros: 12.5};\nfinal_result(refund)\n```"]);
+    let js = Arc::new(
+        codeact::JsRuntime::new(Limits::default()).with_worker(env!("CARGO_BIN_EXE_codeact")),
+    );
+    let refunds_agent = Agent::builder(refunds.clone(), js)
+        .name("refunds")
+        .build()
+        .expect("agent builds");
+    let team = Team::builder()
+        .agent(agent("triage", &triage, &["refunds"]))
+        .agent(refunds_agent)
+        .build()
+        .expect("team builds");
+    let run = team
+        .run("triage", "Refund order 7.")
+        .await
+        .expect("run finishes");
+    assert_eq!(
+        run.outcome,
+        TeamOutcome::Finished {
+            agent: "refunds".into(),
+            outcome: Outcome::FinalResult {
+                value: json!({"order": 7, "euros": 12.5})
+            }
+        }
+    );
+    assert!(
+        refunds.requests()[0].system.contains("```js"),
+        "the JS agent reads the JavaScript card"
+    );
+}

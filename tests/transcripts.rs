@@ -10,7 +10,9 @@ use std::time::Duration;
 use codeact::agent::read_transcript;
 use codeact::chat::Role;
 use codeact::model::ReplayModel;
-use codeact::{Agent, Event, Limits, LoopConfig, load_tool_manifest, runtime_by_name};
+use codeact::{
+    Agent, Event, JsRuntime, Limits, LoopConfig, Runtime, load_tool_manifest, runtime_by_name,
+};
 
 fn transcripts() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/transcripts");
@@ -56,7 +58,13 @@ async fn every_recorded_transcript_replays_to_the_outcome_it_had() {
         let tools =
             load_tool_manifest(&manifest, Duration::from_secs(30)).expect("demo tools load");
         let model = ReplayModel::from_file(&path).expect("replay loads");
-        let runtime = runtime_by_name(&runtime_name, Limits::default()).expect("runtime");
+        let runtime: Arc<dyn Runtime> = match runtime_name.as_str() {
+            // JavaScript workers are the codeact binary, not this test binary.
+            "js" => Arc::new(
+                JsRuntime::new(Limits::default()).with_worker(env!("CARGO_BIN_EXE_codeact")),
+            ),
+            name => runtime_by_name(name, Limits::default()).expect("runtime"),
+        };
         let agent = Agent::builder(Arc::new(model), runtime)
             .tools(tools)
             .config(LoopConfig {

@@ -44,6 +44,12 @@ impl LogBuffer {
         self.dropped_bytes += text.len() - cut;
     }
 
+    /// Counts `bytes` printed elsewhere and already dropped (e.g. by a worker
+    /// process that applies the same cap).
+    pub fn count_dropped(&mut self, bytes: usize) {
+        self.dropped_bytes += bytes;
+    }
+
     /// The kept text, without any truncation marker.
     pub fn kept(&self) -> &str {
         &self.text

@@ -1,0 +1,50 @@
+//! The lines the host and a worker exchange: one JSON object per line, on the
+//! worker's stdin (requests) and stdout (replies). Scripts cannot write to the
+//! worker's stdout (the engine has no output but `console`, which becomes `log`
+//! replies), so a script cannot forge a reply.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `argv[1]` that makes a binary run as a JavaScript worker.
+pub const WORKER_ARG: &str = "__codeact-js-worker";
+
+/// Host to worker.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub(crate) enum Request {
+    /// Run a script.
+    Run { script: String },
+    /// The answer to the worker's pending tool call.
+    ToolResult {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ok: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        err: Option<String>,
+    },
+}
+
+/// Worker to host.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub(crate) enum Reply {
+    /// The script called a tool; the worker waits for a `tool_result`.
+    ToolCall { name: String, args: Value },
+    /// The script printed (already cut to the run's output cap).
+    Log { text: String },
+    /// The script finished: its JSON completion value, or (kind, message).
+    Done {
+        completion: Result<Value, (String, String)>,
+        dropped_log_bytes: usize,
+    },
+    /// The worker cannot go on.
+    Fatal { message: String },
+}
+
+impl Reply {
+    pub(crate) fn fatal(message: &str) -> Self {
+        Reply::Fatal {
+            message: message.to_string(),
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The host side of a JavaScript session: a worker process it feeds scripts and
+//! tool results, killed at the run's deadline.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::Instant;
+
+use codeact_runtime::{
+    HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, ToolDispatch,
+};
+
+use crate::protocol::{Reply, Request, WORKER_ARG};
+
+const RUNTIME: &str = "js";
+
+/// Told to the model when a stop cost the session its state.
+const RESTARTED: &str =
+    "the JavaScript session was restarted: variables and functions from earlier scripts are gone";
+
+/// A JavaScript session: one worker process, started on the first run and again
+/// after a run that had to be stopped.
+pub struct JsSession {
+    worker_path: PathBuf,
+    limits: Arc<Limits>,
+    tools: Arc<dyn ToolDispatch>,
+    worker: Option<Worker>,
+}
+
+impl std::fmt::Debug for JsSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsSession")
+            .field("worker_path", &self.worker_path)
+            .field("running", &self.worker.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    replies: Receiver<Reply>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl JsSession {
+    pub(crate) fn new(
+        worker_path: PathBuf,
+        limits: Arc<Limits>,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Self {
+        Self {
+            worker_path,
+            limits,
+            tools,
+            worker: None,
+        }
+    }
+
+    fn start_worker(&self) -> Result<Worker, HostError> {
+        let start = |reason: String| HostError::SessionStart {
+            runtime: RUNTIME,
+            reason,
+        };
+        let limits = serde_json::to_string(&*self.limits).map_err(|e| start(e.to_string()))?;
+        let mut child = Command::new(&self.worker_path)
+            .arg(WORKER_ARG)
+            .arg(limits)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                start(format!(
+                    "cannot start the worker '{}': {e}",
+                    self.worker_path.display()
+                ))
+            })?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| start("the worker has no stdin".into()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| start("the worker has no stdout".into()))?;
+        let (sender, replies) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("codeact-js-reader".into())
+            .spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    let Ok(reply) = serde_json::from_str::<Reply>(&line) else {
+                        break;
+                    };
+                    if sender.send(reply).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| start(format!("cannot start a reader thread: {e}")))?;
+        Ok(Worker {
+            child,
+            stdin,
+            replies,
+        })
+    }
+
+    /// Drives one run to its end: tool calls served, logs collected, the deadline
+    /// kept by killing the worker.
+    fn drive(
+        &mut self,
+        script: &str,
+        logs: &mut LogBuffer,
+    ) -> Result<Result<serde_json::Value, ScriptError>, HostError> {
+        let limits = self.limits.clone();
+        let deadline = Instant::now() + limits.wall_time;
+        let lost = |reason: String| HostError::SessionLost {
+            runtime: RUNTIME,
+            reason,
+        };
+        if self.worker.is_none() {
+            self.worker = Some(self.start_worker()?);
+        }
+        let Some(worker) = self.worker.as_mut() else {
+            return Err(lost("the worker did not start".into()));
+        };
+        write_request(
+            &mut worker.stdin,
+            &Request::Run {
+                script: script.to_string(),
+            },
+        )
+        .map_err(|e| lost(format!("cannot send the script to the worker: {e}")))?;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let reply = match worker.replies.recv_timeout(remaining) {
+                Ok(reply) => reply,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.worker = None;
+                    return Ok(Err(ScriptError::limit(
+                        LimitKind::WallTime,
+                        &limits,
+                        Some(RESTARTED.into()),
+                    )));
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = worker.child.wait().ok();
+                    self.worker = None;
+                    return Ok(Err(died(status, &limits)));
+                }
+            };
+            match reply {
+                Reply::Log { text } => logs.push(&text),
+                Reply::ToolCall { name, args } => {
+                    let answer = match self.tools.call(&name, args) {
+                        Ok(value) => Request::ToolResult {
+                            ok: Some(value),
+                            err: None,
+                        },
+                        Err(error) => Request::ToolResult {
+                            ok: None,
+                            err: Some(error.message),
+                        },
+                    };
+                    write_request(&mut worker.stdin, &answer)
+                        .map_err(|e| lost(format!("cannot answer the worker's tool call: {e}")))?;
+                }
+                Reply::Done {
+                    completion,
+                    dropped_log_bytes,
+                } => {
+                    logs.count_dropped(dropped_log_bytes);
+                    return Ok(
+                        completion.map_err(|(kind, message)| script_error(&kind, message, &limits))
+                    );
+                }
+                Reply::Fatal { message } => {
+                    self.worker = None;
+                    return Err(lost(message));
+                }
+            }
+        }
+    }
+}
+
+impl Session for JsSession {
+    fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+        let mut logs = LogBuffer::new(self.limits.max_output_bytes);
+        let completion = self.drive(script, &mut logs)?;
+        Ok(RunOutcome { completion, logs })
+    }
+}
+
+fn write_request(stdin: &mut ChildStdin, request: &Request) -> std::io::Result<()> {
+    let line = serde_json::to_string(request).map_err(std::io::Error::other)?;
+    writeln!(stdin, "{line}")?;
+    stdin.flush()
+}
+
+/// Why a worker ended without finishing its run: killed by the kernel for memory
+/// (an abort after a failed allocation), or something else.
+fn died(status: Option<std::process::ExitStatus>, limits: &Limits) -> ScriptError {
+    use std::os::unix::process::ExitStatusExt;
+    match status.and_then(|s| s.signal()) {
+        Some(6 | 9) => ScriptError::limit(LimitKind::Memory, limits, Some(RESTARTED.into())),
+        other => ScriptError::Thrown {
+            message: format!("the JavaScript worker ended unexpectedly ({other:?}); {RESTARTED}"),
+        },
+    }
+}
+
+fn script_error(kind: &str, message: String, limits: &Limits) -> ScriptError {
+    match kind {
+        "syntax" => ScriptError::Syntax { message },
+        "unrepresentable" => ScriptError::Unrepresentable { message },
+        "limit:operations" => ScriptError::limit(LimitKind::Operations, limits, Some(message)),
+        "limit:call_depth" => ScriptError::limit(LimitKind::CallDepth, limits, Some(message)),
+        _ => ScriptError::Thrown { message },
+    }
+}

@@ -1,0 +1,277 @@
+//! The worker process: one Boa context for one session, driven over stdin/stdout
+//! by JSON lines (see [`protocol`](crate::protocol)). Its memory is capped by
+//! `RLIMIT_DATA`; its time by the host, which kills it at the deadline.
+
+use std::cell::RefCell;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::rc::Rc;
+
+use boa_engine::context::{ContextBuilder, HostHooks};
+use boa_engine::realm::Realm;
+use boa_engine::{
+    Context, JsError, JsNativeError, JsResult, JsString, JsValue, NativeFunction, Source, js_string,
+};
+use codeact_runtime::Limits;
+use serde_json::{Value, json};
+
+use crate::hoist::hoist_top_level;
+use crate::protocol::{Reply, Request, WORKER_ARG};
+
+const PRELUDE: &str = include_str!("prelude.js");
+
+/// Room for the worker's own code and the engine, on top of the script's limit.
+const BASELINE_BYTES: u64 = 48 << 20;
+
+/// Runs the worker if this process was started as one (`argv[1]` is
+/// [`WORKER_ARG`]); returns `None` otherwise. Call it first thing in `main` of any
+/// binary that hosts JavaScript sessions.
+pub fn run_worker_if_requested() -> Option<ExitCode> {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() != Some(WORKER_ARG) {
+        return None;
+    }
+    let limits: Limits = args
+        .next()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    Some(worker_main(&limits))
+}
+
+fn worker_main(limits: &Limits) -> ExitCode {
+    let cap = (limits.max_memory_bytes as u64).saturating_add(BASELINE_BYTES);
+    if rlimit::setrlimit(rlimit::Resource::DATA, cap, cap).is_err() {
+        send(&Reply::fatal(
+            "the JavaScript worker could not cap its memory",
+        ));
+        return ExitCode::FAILURE;
+    }
+    let mut context = match new_context(limits) {
+        Ok(context) => context,
+        Err(e) => {
+            send(&Reply::fatal(&format!(
+                "the JavaScript engine did not start: {e}"
+            )));
+            return ExitCode::FAILURE;
+        }
+    };
+    loop {
+        let Some(request) = read_request() else {
+            return ExitCode::SUCCESS;
+        };
+        match request {
+            Request::Run { script } => {
+                LOGS.with(|logs| logs.borrow_mut().reset(limits.max_output_bytes));
+                let completion = run(&mut context, &script, limits.max_nesting_depth);
+                let dropped = LOGS.with(|logs| logs.borrow().dropped);
+                send(&Reply::Done {
+                    completion,
+                    dropped_log_bytes: dropped,
+                });
+            }
+            Request::ToolResult { .. } => {
+                send(&Reply::fatal(
+                    "a tool result arrived while no tool call was waiting",
+                ));
+            }
+        }
+    }
+}
+
+/// Refuses `eval` and `new Function`: scripts run only the code the host was given.
+struct NoDynamicCode;
+
+impl HostHooks for NoDynamicCode {
+    fn ensure_can_compile_strings(
+        &self,
+        _realm: Realm,
+        _parameters: &[JsString],
+        _body: &JsString,
+        _direct: bool,
+        _context: &mut Context,
+    ) -> JsResult<()> {
+        Err(JsNativeError::eval()
+            .with_message("eval and new Function are disabled in this sandbox")
+            .into())
+    }
+}
+
+fn new_context(limits: &Limits) -> JsResult<Context> {
+    let mut context = ContextBuilder::new()
+        .host_hooks(Rc::new(NoDynamicCode))
+        .build()?;
+    let runtime_limits = context.runtime_limits_mut();
+    runtime_limits.set_loop_iteration_limit(limits.max_operations);
+    runtime_limits.set_recursion_limit(limits.max_call_depth.saturating_mul(8).min(512));
+    context.register_global_builtin_callable(
+        js_string!("__codeact_call_tool"),
+        2,
+        NativeFunction::from_fn_ptr(call_tool),
+    )?;
+    context.register_global_builtin_callable(
+        js_string!("__codeact_log"),
+        1,
+        NativeFunction::from_fn_ptr(log),
+    )?;
+    context.eval(Source::from_bytes(PRELUDE))?;
+    Ok(context)
+}
+
+/// Runs one script; the completion value as JSON, or what went wrong.
+fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, (String, String)> {
+    let script = hoist_top_level(script);
+    let value = context
+        .eval(Source::from_bytes(&script))
+        .map_err(|e| classify(&e, context))?;
+    if value.is_undefined() {
+        return Err((
+            "undefined".into(),
+            "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration".into(),
+        ));
+    }
+    let encode = context
+        .global_object()
+        .get(js_string!("__codeact_encode"), context)
+        .map_err(|e| classify(&e, context))?;
+    let encode = encode.as_callable().ok_or_else(|| {
+        (
+            "thrown".to_string(),
+            "__codeact_encode was replaced by the script".to_string(),
+        )
+    })?;
+    let text = encode
+        .call(
+            &JsValue::undefined(),
+            &[value, JsValue::from(max_depth as f64)],
+            context,
+        )
+        .map_err(|e| {
+            // The first line names the problem; the rest is the prelude's stack.
+            let (_, message) = classify(&e, context);
+            let first = message.lines().next().unwrap_or_default();
+            let first = first.split(" (unknown at").next().unwrap_or(first);
+            (
+                "unrepresentable".to_string(),
+                first.trim_start_matches("TypeError: ").to_string(),
+            )
+        })?;
+    let text = text
+        .as_string()
+        .map(|s| s.to_std_string_escaped())
+        .ok_or_else(|| {
+            (
+                "unrepresentable".to_string(),
+                "the value has no JSON form".to_string(),
+            )
+        })?;
+    serde_json::from_str(&text).map_err(|e| ("unrepresentable".to_string(), e.to_string()))
+}
+
+/// An engine error as (kind, message): `limit:<name>` for Boa's runtime limits,
+/// `syntax` for parse errors, `thrown` for the rest.
+fn classify(error: &JsError, context: &mut Context) -> (String, String) {
+    use boa_engine::error::{EngineError, RuntimeLimitError};
+    if let Some(engine) = error.as_engine() {
+        let kind = match engine {
+            EngineError::RuntimeLimit(RuntimeLimitError::LoopIteration) => "limit:operations",
+            EngineError::RuntimeLimit(_) => "limit:call_depth",
+            _ => "thrown",
+        };
+        return (kind.into(), engine.to_string());
+    }
+    let message = error.to_string();
+    let kind = match error.try_native(context) {
+        Ok(native) if matches!(native.kind(), boa_engine::JsNativeErrorKind::Syntax) => "syntax",
+        _ => "thrown",
+    };
+    (kind.into(), message)
+}
+
+/// The per-run console buffer: kept output is streamed to the host as it is
+/// printed; past the cap only the count grows.
+#[derive(Default)]
+struct Logs {
+    sent: usize,
+    cap: usize,
+    dropped: usize,
+}
+
+impl Logs {
+    fn reset(&mut self, cap: usize) {
+        *self = Logs {
+            sent: 0,
+            cap,
+            dropped: 0,
+        };
+    }
+}
+
+thread_local! {
+    static LOGS: RefCell<Logs> = RefCell::new(Logs::default());
+}
+
+fn log(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<JsValue> {
+    let text = args
+        .first()
+        .and_then(JsValue::as_string)
+        .map(|s| s.to_std_string_escaped())
+        .unwrap_or_default();
+    let line = format!("{text}\n");
+    let keep = LOGS.with(|logs| {
+        let mut logs = logs.borrow_mut();
+        let room = logs.cap.saturating_sub(logs.sent);
+        let mut cut = room.min(line.len());
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        logs.sent += cut;
+        logs.dropped += line.len() - cut;
+        line[..cut].to_string()
+    });
+    if !keep.is_empty() {
+        send(&Reply::Log { text: keep });
+    }
+    Ok(JsValue::undefined())
+}
+
+fn call_tool(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<JsValue> {
+    let text = |i: usize| {
+        args.get(i)
+            .and_then(JsValue::as_string)
+            .map(|s| s.to_std_string_escaped())
+            .unwrap_or_default()
+    };
+    let name = text(0);
+    let arguments: Value = serde_json::from_str(&text(1)).unwrap_or(json!({}));
+    send(&Reply::ToolCall {
+        name: name.clone(),
+        args: arguments,
+    });
+    let thrown =
+        |message: String| -> JsError { JsNativeError::error().with_message(message).into() };
+    match read_request() {
+        Some(Request::ToolResult {
+            ok: Some(value), ..
+        }) => Ok(JsValue::from(js_string!(value.to_string()))),
+        Some(Request::ToolResult {
+            err: Some(message), ..
+        }) => Err(thrown(format!("tool '{name}' failed: {message}"))),
+        _ => Err(thrown(format!("tool '{name}' got no answer from the host"))),
+    }
+}
+
+fn read_request() -> Option<Request> {
+    let mut line = String::new();
+    match std::io::stdin().lock().read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => serde_json::from_str(&line).ok(),
+    }
+}
+
+fn send(reply: &Reply) {
+    let mut stdout = std::io::stdout().lock();
+    if let Ok(line) = serde_json::to_string(reply) {
+        let _ = writeln!(stdout, "{line}");
+        let _ = stdout.flush();
+    }
+}
