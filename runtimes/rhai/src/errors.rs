@@ -44,11 +44,11 @@ fn has_bare_map_literal(line: &str) -> bool {
         }
         let rest: String = chars[i + 1..].iter().collect();
         let rest = rest.trim_start();
-        let key_len = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '"')
-            .count();
-        key_len > 0 && rest[key_len..].trim_start().starts_with(':')
+        // A byte offset, not a count of characters: keys may be non-ASCII.
+        let key_end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '"'))
+            .unwrap_or(rest.len());
+        key_end > 0 && rest[key_end..].trim_start().starts_with(':')
     })
 }
 
@@ -165,6 +165,17 @@ mod tests {
                 .to_string()
                 .contains("comments start with `//`")
         );
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/rhai_script.rs): a non-ASCII character
+    /// after `{` sliced a string inside a character and panicked the host.
+    #[test]
+    fn the_map_literal_hint_survives_non_ascii_keys() {
+        assert!(!has_bare_map_literal("fn`add(c, b) {\u{69e} * b }"));
+        assert!(has_bare_map_literal("final_result({ключ: 1})"));
+        let script = "fn`add(c, b) {\u{69e} * b }\nfinal_result(1)";
+        let err = rhai::Engine::new_raw().compile(script).expect_err("broken");
+        let _ = from_parse_in(&err, &Limits::default(), script);
     }
 
     #[test]
