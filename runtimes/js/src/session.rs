@@ -154,6 +154,9 @@ impl JsSession {
                     )));
                 }
                 Err(RecvTimeoutError::Disconnected) => {
+                    // Usually the worker is already dead; if its output was merely
+                    // unreadable, it must not be waited for while alive.
+                    let _ = worker.child.kill();
                     let status = worker.child.wait().ok();
                     self.worker = None;
                     return Ok(Err(died(status, &limits)));
