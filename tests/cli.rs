@@ -155,7 +155,7 @@ fn usage_errors_exit_two_with_one_line_naming_the_problem() {
     let cases: [(&[&str], &str); 5] = [
         (
             &["exec", "--runtime", "cobol", "x.rhai"],
-            "codeact: unknown runtime 'cobol'; available: rhai, js\n",
+            "codeact: unknown runtime 'cobol'; available: rhai, js, js-in-process\n",
         ),
         (
             &["exec", "/no/such/file.rhai"],

@@ -23,6 +23,7 @@ const RESTARTED: &str =
 /// A JavaScript session: one worker process, started on the first run and again
 /// after a run that had to be stopped.
 pub struct JsSession {
+    mode: JsMode,
     worker_path: PathBuf,
     limits: Arc<Limits>,
     tools: Arc<dyn ToolDispatch>,
@@ -38,26 +39,77 @@ impl std::fmt::Debug for JsSession {
     }
 }
 
+/// Where a session's engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsMode {
+    /// A worker process, killed at the deadline and capped by RLIMIT_DATA: the
+    /// guaranteed mode, and the default.
+    Worker,
+    /// A thread of this process: no process start, but a script stuck in a native
+    /// builtin (a catastrophic regex) keeps its thread busy after the deadline,
+    /// and memory is not capped. Opt in only for trusted scripts.
+    InProcess,
+}
+
+enum Link {
+    Process {
+        child: Child,
+        stdin: ChildStdin,
+    },
+    Thread {
+        requests: std::sync::mpsc::Sender<Request>,
+    },
+}
+
 struct Worker {
-    child: Child,
-    stdin: ChildStdin,
+    link: Link,
     replies: Receiver<Reply>,
+}
+
+impl Worker {
+    fn send(&mut self, request: Request) -> std::io::Result<()> {
+        match &mut self.link {
+            Link::Process { stdin, .. } => write_request(stdin, &request),
+            Link::Thread { requests } => requests
+                .send(request)
+                .map_err(|_| std::io::Error::other("the engine thread has ended")),
+        }
+    }
+
+    /// How a worker that stopped talking ended: the process's exit status.
+    fn end(&mut self) -> Option<std::process::ExitStatus> {
+        match &mut self.link {
+            Link::Process { child, .. } => {
+                // Usually the worker is already dead; if its output was merely
+                // unreadable, it must not be waited for while alive.
+                let _ = child.kill();
+                child.wait().ok()
+            }
+            Link::Thread { .. } => None,
+        }
+    }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // A process is killed; a thread is let go (its request channel closes, so
+        // it ends once its current script does).
+        if let Link::Process { child, .. } = &mut self.link {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 impl JsSession {
     pub(crate) fn new(
+        mode: JsMode,
         worker_path: PathBuf,
         limits: Arc<Limits>,
         tools: Arc<dyn ToolDispatch>,
     ) -> Self {
         Self {
+            mode,
             worker_path,
             limits,
             tools,
@@ -66,6 +118,39 @@ impl JsSession {
     }
 
     fn start_worker(&self) -> Result<Worker, HostError> {
+        match self.mode {
+            JsMode::Worker => self.start_process(),
+            JsMode::InProcess => self.start_thread(),
+        }
+    }
+
+    fn start_thread(&self) -> Result<Worker, HostError> {
+        let (request_sender, requests) = mpsc::channel();
+        let (reply_sender, replies) = mpsc::channel();
+        let limits = self.limits.clone();
+        std::thread::Builder::new()
+            .name("codeact-js-engine".into())
+            .stack_size(16 << 20)
+            .spawn(move || {
+                crate::worker::use_channels(crate::worker::Channels {
+                    requests,
+                    replies: reply_sender,
+                });
+                crate::worker::serve(&limits);
+            })
+            .map_err(|e| HostError::SessionStart {
+                runtime: RUNTIME,
+                reason: format!("cannot start an engine thread: {e}"),
+            })?;
+        Ok(Worker {
+            link: Link::Thread {
+                requests: request_sender,
+            },
+            replies,
+        })
+    }
+
+    fn start_process(&self) -> Result<Worker, HostError> {
         let start = |reason: String| HostError::SessionStart {
             runtime: RUNTIME,
             reason,
@@ -109,8 +194,7 @@ impl JsSession {
             })
             .map_err(|e| start(format!("cannot start a reader thread: {e}")))?;
         Ok(Worker {
-            child,
-            stdin,
+            link: Link::Process { child, stdin },
             replies,
         })
     }
@@ -134,13 +218,11 @@ impl JsSession {
         let Some(worker) = self.worker.as_mut() else {
             return Err(lost("the worker did not start".into()));
         };
-        write_request(
-            &mut worker.stdin,
-            &Request::Run {
+        worker
+            .send(Request::Run {
                 script: script.to_string(),
-            },
-        )
-        .map_err(|e| lost(format!("cannot send the script to the worker: {e}")))?;
+            })
+            .map_err(|e| lost(format!("cannot send the script to the worker: {e}")))?;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let reply = match worker.replies.recv_timeout(remaining) {
@@ -154,10 +236,7 @@ impl JsSession {
                     )));
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    // Usually the worker is already dead; if its output was merely
-                    // unreadable, it must not be waited for while alive.
-                    let _ = worker.child.kill();
-                    let status = worker.child.wait().ok();
+                    let status = worker.end();
                     self.worker = None;
                     return Ok(Err(died(status, &limits)));
                 }
@@ -175,7 +254,8 @@ impl JsSession {
                             err: Some(error.message),
                         },
                     };
-                    write_request(&mut worker.stdin, &answer)
+                    worker
+                        .send(answer)
                         .map_err(|e| lost(format!("cannot answer the worker's tool call: {e}")))?;
                 }
                 Reply::Done {

@@ -41,41 +41,67 @@ pub fn run_worker_if_requested() -> Option<ExitCode> {
 fn worker_main(limits: &Limits) -> ExitCode {
     let cap = (limits.max_memory_bytes as u64).saturating_add(BASELINE_BYTES);
     if rlimit::setrlimit(rlimit::Resource::DATA, cap, cap).is_err() {
-        send(&Reply::fatal(
+        send(Reply::fatal(
             "the JavaScript worker could not cap its memory",
         ));
         return ExitCode::FAILURE;
     }
+    if serve(limits) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Serves requests until the host goes away; false when the engine did not start.
+/// Requests and replies travel over this thread's transport: stdin/stdout in a
+/// worker process, channels on an in-process thread.
+pub(crate) fn serve(limits: &Limits) -> bool {
     let mut context = match new_context(limits) {
         Ok(context) => context,
         Err(e) => {
-            send(&Reply::fatal(&format!(
+            send(Reply::fatal(&format!(
                 "the JavaScript engine did not start: {e}"
             )));
-            return ExitCode::FAILURE;
+            return false;
         }
     };
     loop {
         let Some(request) = read_request() else {
-            return ExitCode::SUCCESS;
+            return true;
         };
         match request {
             Request::Run { script } => {
                 LOGS.with(|logs| logs.borrow_mut().reset(limits.max_output_bytes));
                 let completion = run(&mut context, &script, limits.max_nesting_depth);
                 let dropped = LOGS.with(|logs| logs.borrow().dropped);
-                send(&Reply::Done {
+                send(Reply::Done {
                     completion,
                     dropped_log_bytes: dropped,
                 });
             }
             Request::ToolResult { .. } => {
-                send(&Reply::fatal(
+                send(Reply::fatal(
                     "a tool result arrived while no tool call was waiting",
                 ));
             }
         }
     }
+}
+
+/// Where this thread's requests come from and replies go. Unset: stdin/stdout.
+pub(crate) struct Channels {
+    pub requests: std::sync::mpsc::Receiver<Request>,
+    pub replies: std::sync::mpsc::Sender<Reply>,
+}
+
+thread_local! {
+    static CHANNELS: RefCell<Option<Channels>> = const { RefCell::new(None) };
+}
+
+/// Makes this thread talk over `channels` instead of stdin/stdout.
+pub(crate) fn use_channels(channels: Channels) {
+    CHANNELS.with(|slot| *slot.borrow_mut() = Some(channels));
 }
 
 /// Refuses `eval` and `new Function`: scripts run only the code the host was given.
@@ -229,7 +255,7 @@ fn log(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<Js
         line[..cut].to_string()
     });
     if !keep.is_empty() {
-        send(&Reply::Log { text: keep });
+        send(Reply::Log { text: keep });
     }
     Ok(JsValue::undefined())
 }
@@ -243,7 +269,7 @@ fn call_tool(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsRes
     };
     let name = text(0);
     let arguments: Value = serde_json::from_str(&text(1)).unwrap_or(json!({}));
-    send(&Reply::ToolCall {
+    send(Reply::ToolCall {
         name: name.clone(),
         args: arguments,
     });
@@ -261,6 +287,11 @@ fn call_tool(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsRes
 }
 
 fn read_request() -> Option<Request> {
+    if let Some(received) =
+        CHANNELS.with(|slot| slot.borrow().as_ref().map(|c| c.requests.recv().ok()))
+    {
+        return received;
+    }
     let mut line = String::new();
     match std::io::stdin().lock().read_line(&mut line) {
         Ok(0) | Err(_) => None,
@@ -268,9 +299,16 @@ fn read_request() -> Option<Request> {
     }
 }
 
-fn send(reply: &Reply) {
+fn send(reply: Reply) {
+    let reply = match CHANNELS.with(|slot| slot.borrow().as_ref().map(|c| c.replies.clone())) {
+        Some(replies) => {
+            let _ = replies.send(reply);
+            return;
+        }
+        None => reply,
+    };
     let mut stdout = std::io::stdout().lock();
-    if let Ok(line) = serde_json::to_string(reply) {
+    if let Ok(line) = serde_json::to_string(&reply) {
         let _ = writeln!(stdout, "{line}");
         let _ = stdout.flush();
     }
