@@ -1,6 +1,7 @@
-//! The worker process: one Boa context for one session, driven over stdin/stdout
-//! by JSON lines (see [`protocol`](crate::protocol)). Its memory is capped by
-//! `RLIMIT_DATA`; its time by the host, which kills it at the deadline.
+//! The engine side of a session: one Boa context, driven by the requests of
+//! [`protocol`](crate::protocol). In a worker process they travel as JSON lines on
+//! stdin/stdout, memory is capped by `RLIMIT_DATA` and the host kills the process
+//! at the deadline; on an in-process thread they travel over channels, uncapped.
 
 use std::cell::RefCell;
 use std::io::{BufRead, Write};
