@@ -106,14 +106,6 @@ impl ScriptOutput {
             },
         }
     }
-
-    /// True for the variants that end a run (final result, transfer).
-    pub fn is_terminal(&self) -> bool {
-        match self {
-            ScriptOutput::FinalResult { .. } | ScriptOutput::TransferToAgent { .. } => true,
-            ScriptOutput::Observation { .. } | ScriptOutput::Error { .. } => false,
-        }
-    }
 }
 
 impl fmt::Display for ScriptOutput {

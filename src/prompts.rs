@@ -39,7 +39,6 @@ struct ToolView<'a> {
     name: &'a str,
     description: &'a str,
     signature: String,
-    parameters: String,
 }
 
 #[derive(Serialize)]
@@ -67,7 +66,6 @@ pub fn render_card(
             name: &tool.name,
             description: &tool.description,
             signature: runtime.tool_signature(tool),
-            parameters: tool.parameters.to_string(),
         })
         .collect();
     let limits = LimitsView {

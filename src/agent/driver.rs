@@ -325,7 +325,10 @@ impl Agent {
         system_prompt: &str,
     ) -> Result<Outcome, AgentError> {
         let mut session = ScriptSession::start(&*self.runtime, self.tools.clone())?;
+        // Messages are reported as soon as they join the conversation: the task
+        // here, the rest right after `on_reply` and `on_script`.
         let mut reported = 0;
+        self.report_messages(conversation, &mut reported);
         let mut next = Next::CallModel;
         loop {
             let step = match next {
@@ -333,18 +336,13 @@ impl Agent {
                 _ => conversation.steps() + 1,
             };
             next = match next {
-                Next::Finish(outcome) => {
-                    self.report_messages(conversation, &mut reported);
-                    return Ok(outcome);
-                }
+                Next::Finish(outcome) => return Ok(outcome),
                 Next::CallModel => {
-                    self.report_messages(conversation, &mut reported);
                     self.call_model(conversation, system_prompt, step, &mut reported)
                         .instrument(tracing::info_span!("model", step))
                         .await?
                 }
                 Next::RunScript { code } => {
-                    self.report_messages(conversation, &mut reported);
                     self.emit(|| Event::ScriptStarted {
                         step,
                         code: code.clone(),

@@ -86,16 +86,20 @@ impl Message {
 
     /// The message's text blocks joined by newlines.
     pub fn joined_text(&self) -> String {
-        let texts: Vec<&str> = self
-            .content
-            .iter()
-            .filter_map(|block| match block {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
-        texts.join("\n")
+        join_text(&self.content)
     }
+}
+
+/// The text blocks of `content` joined by newlines.
+fn join_text(content: &[ContentBlock]) -> String {
+    let texts: Vec<&str> = content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    texts.join("\n")
 }
 
 /// Tokens a model call used. Adds up across turns with `+` and `+=`.
@@ -161,11 +165,7 @@ pub struct ModelResponse {
 impl ModelResponse {
     /// The reply's text blocks joined by newlines.
     pub fn text(&self) -> String {
-        Message {
-            role: Role::Assistant,
-            content: self.content.clone(),
-        }
-        .joined_text()
+        join_text(&self.content)
     }
 }
 

@@ -17,8 +17,8 @@ pub struct RuntimeInfo {
     /// Code-fence tags this runtime accepts, preferred tag first.
     pub fence_tags: &'static [&'static str],
     /// The prompt card template (a minijinja template from `prompts/`). The host
-    /// renders it with `tools` (each with `name`, `description`, `signature`,
-    /// `parameters`) and `limits`.
+    /// renders it with `tools` (each with `name`, `description`, `signature`),
+    /// `limits` and `transfer_targets`.
     pub card_template: &'static str,
     /// How each limit is enforced, one row per [`LimitKind`].
     pub enforcement: &'static [Enforcement],

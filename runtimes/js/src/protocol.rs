@@ -32,9 +32,9 @@ pub(crate) enum Reply {
     ToolCall { name: String, args: Value },
     /// The script printed (already cut to the run's output cap).
     Log { text: String },
-    /// The script finished: its JSON completion value, or (kind, message).
+    /// The script finished: its JSON completion value, or why there is none.
     Done {
-        completion: Result<Value, (String, String)>,
+        completion: Result<Value, Failure>,
         dropped_log_bytes: usize,
     },
     /// The worker cannot go on.
@@ -45,6 +45,39 @@ impl Reply {
     pub(crate) fn fatal(message: &str) -> Self {
         Reply::Fatal {
             message: message.to_string(),
+        }
+    }
+}
+
+/// Why a script has no completion value.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Failure {
+    pub kind: FailureKind,
+    /// The engine's message, for the model.
+    pub message: String,
+}
+
+/// Which kind of failure, so the host maps it without reading the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum FailureKind {
+    /// The script did not parse.
+    Syntax,
+    /// The script threw (or ended on `undefined`).
+    Thrown,
+    /// The value has no JSON form.
+    Unrepresentable,
+    /// Boa's loop-iteration limit.
+    OperationLimit,
+    /// Boa's recursion or stack limit.
+    CallDepthLimit,
+}
+
+impl Failure {
+    pub(crate) fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
         }
     }
 }

@@ -12,7 +12,7 @@ use codeact_runtime::{
     HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, ToolDispatch,
 };
 
-use crate::protocol::{Reply, Request, WORKER_ARG};
+use crate::protocol::{Failure, FailureKind, Reply, Request, WORKER_ARG};
 
 const RUNTIME: &str = "js";
 
@@ -263,9 +263,7 @@ impl JsSession {
                     dropped_log_bytes,
                 } => {
                     logs.count_dropped(dropped_log_bytes);
-                    return Ok(
-                        completion.map_err(|(kind, message)| script_error(&kind, message, &limits))
-                    );
+                    return Ok(completion.map_err(|failure| script_error(failure, &limits)));
                 }
                 Reply::Fatal { message } => {
                     self.worker = None;
@@ -302,12 +300,17 @@ fn died(status: Option<std::process::ExitStatus>, limits: &Limits) -> ScriptErro
     }
 }
 
-fn script_error(kind: &str, message: String, limits: &Limits) -> ScriptError {
+fn script_error(failure: Failure, limits: &Limits) -> ScriptError {
+    let Failure { kind, message } = failure;
     match kind {
-        "syntax" => ScriptError::Syntax { message },
-        "unrepresentable" => ScriptError::Unrepresentable { message },
-        "limit:operations" => ScriptError::limit(LimitKind::Operations, limits, Some(message)),
-        "limit:call_depth" => ScriptError::limit(LimitKind::CallDepth, limits, Some(message)),
-        _ => ScriptError::Thrown { message },
+        FailureKind::Syntax => ScriptError::Syntax { message },
+        FailureKind::Unrepresentable => ScriptError::Unrepresentable { message },
+        FailureKind::OperationLimit => {
+            ScriptError::limit(LimitKind::Operations, limits, Some(message))
+        }
+        FailureKind::CallDepthLimit => {
+            ScriptError::limit(LimitKind::CallDepth, limits, Some(message))
+        }
+        FailureKind::Thrown => ScriptError::Thrown { message },
     }
 }

@@ -17,7 +17,7 @@ use codeact_runtime::Limits;
 use serde_json::{Value, json};
 
 use crate::hoist::hoist_top_level;
-use crate::protocol::{Reply, Request, WORKER_ARG};
+use crate::protocol::{Failure, FailureKind, Reply, Request, WORKER_ARG};
 
 const PRELUDE: &str = include_str!("prelude.js");
 
@@ -145,15 +145,15 @@ fn new_context(limits: &Limits) -> JsResult<Context> {
 }
 
 /// Runs one script; the completion value as JSON, or what went wrong.
-fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, (String, String)> {
+fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, Failure> {
     let script = hoist_top_level(script);
     let value = context
         .eval(Source::from_bytes(&script))
         .map_err(|e| classify(&e, context))?;
     if value.is_undefined() {
-        return Err((
-            "undefined".into(),
-            "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration".into(),
+        return Err(Failure::new(
+            FailureKind::Thrown,
+            "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration",
         ));
     }
     let encode = context
@@ -161,11 +161,12 @@ fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, (
         .get(js_string!("__codeact_encode"), context)
         .map_err(|e| classify(&e, context))?;
     let encode = encode.as_callable().ok_or_else(|| {
-        (
-            "thrown".to_string(),
-            "__codeact_encode was replaced by the script".to_string(),
+        Failure::new(
+            FailureKind::Thrown,
+            "__codeact_encode was replaced by the script",
         )
     })?;
+    let unrepresentable = |message: String| Failure::new(FailureKind::Unrepresentable, message);
     let text = encode
         .call(
             &JsValue::undefined(),
@@ -174,44 +175,39 @@ fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, (
         )
         .map_err(|e| {
             // The first line names the problem; the rest is the prelude's stack.
-            let (_, message) = classify(&e, context);
+            let message = classify(&e, context).message;
             let first = message.lines().next().unwrap_or_default();
             let first = first.split(" (unknown at").next().unwrap_or(first);
-            (
-                "unrepresentable".to_string(),
-                first.trim_start_matches("TypeError: ").to_string(),
-            )
+            unrepresentable(first.trim_start_matches("TypeError: ").to_string())
         })?;
     let text = text
         .as_string()
         .map(|s| s.to_std_string_escaped())
-        .ok_or_else(|| {
-            (
-                "unrepresentable".to_string(),
-                "the value has no JSON form".to_string(),
-            )
-        })?;
-    serde_json::from_str(&text).map_err(|e| ("unrepresentable".to_string(), e.to_string()))
+        .ok_or_else(|| unrepresentable("the value has no JSON form".to_string()))?;
+    serde_json::from_str(&text).map_err(|e| unrepresentable(e.to_string()))
 }
 
-/// An engine error as (kind, message): `limit:<name>` for Boa's runtime limits,
-/// `syntax` for parse errors, `thrown` for the rest.
-fn classify(error: &JsError, context: &mut Context) -> (String, String) {
+/// An engine error as a [`Failure`]: Boa's runtime limits by kind, parse errors as
+/// syntax, the rest as thrown.
+fn classify(error: &JsError, context: &mut Context) -> Failure {
     use boa_engine::error::{EngineError, RuntimeLimitError};
     if let Some(engine) = error.as_engine() {
         let kind = match engine {
-            EngineError::RuntimeLimit(RuntimeLimitError::LoopIteration) => "limit:operations",
-            EngineError::RuntimeLimit(_) => "limit:call_depth",
-            _ => "thrown",
+            EngineError::RuntimeLimit(RuntimeLimitError::LoopIteration) => {
+                FailureKind::OperationLimit
+            }
+            EngineError::RuntimeLimit(_) => FailureKind::CallDepthLimit,
+            _ => FailureKind::Thrown,
         };
-        return (kind.into(), engine.to_string());
+        return Failure::new(kind, engine.to_string());
     }
-    let message = error.to_string();
     let kind = match error.try_native(context) {
-        Ok(native) if matches!(native.kind(), boa_engine::JsNativeErrorKind::Syntax) => "syntax",
-        _ => "thrown",
+        Ok(native) if matches!(native.kind(), boa_engine::JsNativeErrorKind::Syntax) => {
+            FailureKind::Syntax
+        }
+        _ => FailureKind::Thrown,
     };
-    (kind.into(), message)
+    Failure::new(kind, error.to_string())
 }
 
 /// The per-run console buffer: kept output is streamed to the host as it is

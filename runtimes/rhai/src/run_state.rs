@@ -49,7 +49,7 @@ thread_local! {
 /// Installs a run's state on this thread until [`RunGuard::finish`] or drop.
 pub(crate) struct RunGuard {
     previous_deadline: Option<Instant>,
-    previous_meter: Option<MeterSchedule>,
+    previous_meter: MeterSchedule,
     previous_cold: Option<ColdState>,
     finished: bool,
 }
@@ -62,10 +62,7 @@ impl RunGuard {
         };
         Self {
             previous_deadline: DEADLINE.replace(Some(state.deadline)),
-            previous_meter: Some(MeterSchedule {
-                variable_reads: READS.replace(state.meter.variable_reads),
-                next_scan: NEXT_SCAN.replace(state.meter.next_scan),
-            }),
+            previous_meter: swap_meter(state.meter),
             previous_cold: COLD.with(|slot| slot.replace(Some(cold))),
             finished: false,
         }
@@ -75,28 +72,25 @@ impl RunGuard {
     /// meter schedule.
     pub fn finish(mut self) -> (LogBuffer, MeterSchedule) {
         self.finished = true;
-        let (_deadline, meter, cold) = self.restore();
-        (
-            cold.map(|cold| cold.logs).unwrap_or_default(),
-            meter.unwrap_or_default(),
-        )
+        let (meter, cold) = self.restore();
+        (cold.map(|cold| cold.logs).unwrap_or_default(), meter)
     }
 
-    fn restore(&mut self) -> (Option<Instant>, Option<MeterSchedule>, Option<ColdState>) {
+    /// Puts the previous occupant back; returns this run's meter and cold state.
+    fn restore(&mut self) -> (MeterSchedule, Option<ColdState>) {
+        DEADLINE.replace(self.previous_deadline.take());
         (
-            DEADLINE.replace(self.previous_deadline.take()),
-            {
-                let previous = self.previous_meter.take().unwrap_or(MeterSchedule {
-                    variable_reads: 0,
-                    next_scan: u64::MAX,
-                });
-                Some(MeterSchedule {
-                    variable_reads: READS.replace(previous.variable_reads),
-                    next_scan: NEXT_SCAN.replace(previous.next_scan),
-                })
-            },
+            swap_meter(self.previous_meter),
             COLD.with(|slot| slot.replace(self.previous_cold.take())),
         )
+    }
+}
+
+/// Installs `meter` in the thread's counters and returns what they held.
+fn swap_meter(meter: MeterSchedule) -> MeterSchedule {
+    MeterSchedule {
+        variable_reads: READS.replace(meter.variable_reads),
+        next_scan: NEXT_SCAN.replace(meter.next_scan),
     }
 }
 
