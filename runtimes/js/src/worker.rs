@@ -297,13 +297,15 @@ fn read_request() -> Option<Request> {
 }
 
 fn send(reply: Reply) {
-    let reply = match CHANNELS.with(|slot| slot.borrow().as_ref().map(|c| c.replies.clone())) {
-        Some(replies) => {
-            let _ = replies.send(reply);
-            return;
+    let mut reply = Some(reply);
+    CHANNELS.with(|slot| {
+        if let Some(channels) = slot.borrow().as_ref()
+            && let Some(reply) = reply.take()
+        {
+            let _ = channels.replies.send(reply);
         }
-        None => reply,
-    };
+    });
+    let Some(reply) = reply else { return };
     let mut stdout = std::io::stdout().lock();
     if let Ok(line) = serde_json::to_string(&reply) {
         let _ = writeln!(stdout, "{line}");
