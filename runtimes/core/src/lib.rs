@@ -20,6 +20,8 @@ mod logs;
 mod runtime;
 mod tools;
 
+pub mod js_hoist;
+
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
 pub use runtime::{HostError, RunOutcome, Runtime, RuntimeInfo, ScriptError, Session};

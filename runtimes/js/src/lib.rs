@@ -12,7 +12,6 @@
 //! A binary that hosts JavaScript sessions calls [`run_worker_if_requested`] first
 //! thing in `main`; the `codeact` binary does.
 
-mod hoist;
 mod protocol;
 mod session;
 mod worker;

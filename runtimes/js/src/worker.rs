@@ -16,7 +16,7 @@ use boa_engine::{
 use codeact_runtime::Limits;
 use serde_json::{Value, json};
 
-use crate::hoist::hoist_top_level;
+use codeact_runtime::js_hoist::hoist_top_level;
 use crate::protocol::{Failure, FailureKind, Reply, Request, WORKER_ARG};
 
 const PRELUDE: &str = include_str!("prelude.js");

@@ -10,7 +10,7 @@
 //! script runs unchanged, and a redeclaration is an error as in plain JS).
 
 /// Rewrites the top-level `let`/`const` declarations of `script` to `var`.
-pub(crate) fn hoist_top_level(script: &str) -> String {
+pub fn hoist_top_level(script: &str) -> String {
     let bytes = script.as_bytes();
     let mut out = String::with_capacity(script.len());
     let mut depth = 0usize;

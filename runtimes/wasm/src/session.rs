@@ -1,0 +1,511 @@
+//! A session: one guest instance, kept alive across runs by a guest-side loop.
+//!
+//! The guest runs as a wasmtime async call on its own fiber. Between scripts it is
+//! suspended inside a read of stdin; `run` queues the next script and polls the call
+//! on the caller's thread until the guest sends its completion value and blocks
+//! reading again. Tool calls come out as messages while the guest waits for the
+//! answer: they are served here, on the caller's thread, outside the guest. So a
+//! Python variable set in one script is there in the next, and a step costs a poll,
+//! not an interpreter start-up.
+//!
+//! The deadline is enforced inside the engine: every epoch tick checks it and traps
+//! the guest past it. A trap, an exit, or a guest stuck outside wasm (say, in a
+//! host sleep) past its deadline drops the instance; the next run starts a fresh
+//! one, and the error tells the model its variables are gone.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use codeact_runtime::{
+    HostError, LimitKind, Limits, RunOutcome, ScriptError, Session, ToolDispatch,
+    js_hoist::hoist_top_level,
+};
+use wasmtime::{
+    InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline,
+};
+use wasmtime_wasi::I32Exit;
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::p1::WasiP1Ctx;
+
+use crate::engine::{self, Ticking};
+use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, locked};
+use crate::guests::{Guest, Launch};
+use crate::protocol::{self, FailKind, MAX_MESSAGE_BYTES, Message};
+
+/// Told to the model when a stop cost the session its state.
+pub(crate) const RESTARTED: &str =
+    "the session was restarted: variables and functions from earlier scripts are gone";
+
+/// How long a guest may take to start (CPython takes ~70 ms here).
+const STARTUP_TIME: Duration = Duration::from_secs(20);
+
+/// Memory a guest may grow to while it starts, before its first script. After that
+/// it may grow by the memory limit beyond what it held when it started.
+const STARTUP_MEMORY: usize = 512 << 20;
+
+/// How long past its deadline a guest that is not running wasm (blocked in a host
+/// call such as a sleep) is waited for before it is dropped.
+const STUCK_GRACE: Duration = Duration::from_millis(50);
+
+/// What every instance of a guest needs: the pre-linked module, how it starts and
+/// the text of its prelude.
+pub(crate) struct Blueprint {
+    pub(crate) runtime_name: &'static str,
+    pub(crate) pre: InstancePre<HostState>,
+    pub(crate) guest: Guest,
+    /// The prelude template, for guests that take one.
+    pub(crate) prelude: Option<&'static str>,
+    pub(crate) hoist_js: bool,
+    pub(crate) limits: Arc<Limits>,
+}
+
+/// The store's data: WASI, the memory cap, and the exchange with the host.
+pub(crate) struct HostState {
+    wasi: WasiP1Ctx,
+    memory: MemoryCap,
+    exchange: SharedExchange,
+}
+
+impl HostState {
+    /// WASI's context, for the linker.
+    pub(crate) fn wasi(&mut self) -> &mut WasiP1Ctx {
+        &mut self.wasi
+    }
+}
+
+/// Caps linear memory: generous while the guest starts, then what it started with
+/// plus the memory limit. A refused growth is recorded, so a failure that follows is
+/// reported as the memory limit.
+struct MemoryCap {
+    limit: usize,
+    baseline: Option<usize>,
+    exchange: SharedExchange,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let mut exchange = locked(&self.exchange);
+        let running = exchange.phase == Phase::Running;
+        if running && self.baseline.is_none() {
+            self.baseline = Some(current);
+        }
+        let cap = match self.baseline {
+            Some(baseline) => baseline.saturating_add(self.limit),
+            None => STARTUP_MEMORY.max(self.limit),
+        };
+        if desired <= cap {
+            return Ok(true);
+        }
+        exchange.memory_refused = true;
+        Ok(false)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+type GuestCall = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
+
+/// A live instance: its exchange and the suspended call that runs it.
+struct Instance {
+    exchange: SharedExchange,
+    call: GuestCall,
+    /// The call returned (the guest exited or trapped) while messages were still
+    /// waiting to be handled.
+    ended: Option<wasmtime::Result<()>>,
+}
+
+/// One session of a wasm guest.
+pub struct WasmSession {
+    blueprint: Arc<Blueprint>,
+    tools: Arc<dyn ToolDispatch>,
+    /// The guest's argv, its prelude rendered for this session's tools.
+    argv: Vec<String>,
+    instance: Option<Instance>,
+}
+
+/// What the poll loop stopped for.
+enum Event {
+    /// The guest waits for a script.
+    Ready,
+    Message(Message),
+    /// The guest's call returned.
+    Ended(wasmtime::Result<()>),
+    /// Past the deadline and not running wasm.
+    Stuck,
+}
+
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+impl WasmSession {
+    pub(crate) fn start(
+        blueprint: Arc<Blueprint>,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<WasmSession, HostError> {
+        let names: Vec<String> = tools.specs().iter().map(|t| t.name.clone()).collect();
+        let prelude = blueprint
+            .prelude
+            .map(|template| render_prelude(template, &names, &blueprint.limits))
+            .unwrap_or_default();
+        let argv = blueprint.guest.argv(&prelude, &blueprint.limits);
+        let mut session = WasmSession {
+            blueprint,
+            tools,
+            argv,
+            instance: None,
+        };
+        session.instance = Some(session.instantiate()?);
+        Ok(session)
+    }
+
+    fn host_error(&self, reason: String) -> HostError {
+        HostError::SessionStart {
+            runtime: self.blueprint.runtime_name,
+            reason,
+        }
+    }
+
+    /// Creates a store and instance and runs the guest until it waits for its first
+    /// script.
+    fn instantiate(&self) -> Result<Instance, HostError> {
+        let engine = engine::engine().map_err(|e| self.host_error(e))?;
+        let limits = &self.blueprint.limits;
+        let exchange = Exchange::new(limits.max_output_bytes);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdin(GuestStdin(exchange.clone()))
+            .stdout(GuestOutput {
+                exchange: exchange.clone(),
+                parse: true,
+            })
+            .stderr(GuestOutput {
+                exchange: exchange.clone(),
+                parse: false,
+            });
+        if self.blueprint.guest.launch != Launch::QuickJsReactor {
+            wasi.args(&self.argv);
+        }
+        let state = HostState {
+            wasi: wasi.build_p1(),
+            memory: MemoryCap {
+                limit: limits.max_memory_bytes,
+                baseline: None,
+                exchange: exchange.clone(),
+            },
+            exchange: exchange.clone(),
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|state| &mut state.memory);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|context| {
+            let past = locked(&context.data().exchange)
+                .deadline
+                .is_some_and(|deadline| Instant::now() >= deadline);
+            Ok(if past {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Continue(1)
+            })
+        });
+        locked(&exchange).deadline = Some(Instant::now() + STARTUP_TIME);
+
+        let pre = self.blueprint.pre.clone();
+        let launch = self.blueprint.guest.launch;
+        let argv = self.argv.clone();
+        let call: GuestCall = Box::pin(async move {
+            let instance = pre.instantiate_async(&mut store).await?;
+            match launch {
+                Launch::QuickJsReactor => {
+                    let initialize: TypedFunc<(), ()> =
+                        instance.get_typed_func(&mut store, "_initialize")?;
+                    initialize.call_async(&mut store, ()).await?;
+                    let malloc: TypedFunc<i32, i32> =
+                        instance.get_typed_func(&mut store, "malloc")?;
+                    let memory = instance
+                        .get_memory(&mut store, "memory")
+                        .ok_or_else(|| wasmtime::Error::msg("the guest exports no memory"))?;
+                    let mut pointers = Vec::with_capacity(argv.len() * 4);
+                    for arg in &argv {
+                        let mut bytes = arg.as_bytes().to_vec();
+                        bytes.push(0);
+                        let size = i32::try_from(bytes.len())?;
+                        let at = malloc.call_async(&mut store, size).await?;
+                        memory.write(&mut store, usize::try_from(at)?, &bytes)?;
+                        pointers.extend_from_slice(&at.to_le_bytes());
+                    }
+                    let array = malloc
+                        .call_async(&mut store, i32::try_from(pointers.len())?)
+                        .await?;
+                    memory.write(&mut store, usize::try_from(array)?, &pointers)?;
+                    let init_argv: TypedFunc<(i32, i32), i32> =
+                        instance.get_typed_func(&mut store, "qjs_init_argv")?;
+                    init_argv
+                        .call_async(&mut store, (i32::try_from(argv.len())?, array))
+                        .await?;
+                }
+                _ => {
+                    let start: TypedFunc<(), ()> = instance.get_typed_func(&mut store, "_start")?;
+                    start.call_async(&mut store, ()).await?;
+                }
+            }
+            Ok(())
+        });
+        let mut instance = Instance {
+            exchange,
+            call,
+            ended: None,
+        };
+        let deadline = Instant::now() + STARTUP_TIME;
+        match poll_guest(&mut instance, deadline) {
+            Event::Ready => {
+                let mut exchange = locked(&instance.exchange);
+                exchange.deadline = None;
+                exchange.end_run();
+                drop(exchange);
+                Ok(instance)
+            }
+            other => {
+                let logs = locked(&instance.exchange).end_run().render();
+                let why = match other {
+                    Event::Ended(Err(e)) => format!("{e:#}"),
+                    Event::Ended(Ok(())) => "the guest exited while starting".into(),
+                    Event::Stuck => "the guest did not start in time".into(),
+                    Event::Message(m) => format!("the guest sent {m:?} before any script"),
+                    Event::Ready => "the guest was ready".into(),
+                };
+                let logs = logs.trim();
+                Err(self.host_error(if logs.is_empty() {
+                    why
+                } else {
+                    format!("{why}; it printed: {}", cut(logs, 2000))
+                }))
+            }
+        }
+    }
+
+    fn run_script(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+        let limits = self.blueprint.limits.clone();
+        let mut instance = match self.instance.take() {
+            Some(instance) => instance,
+            None => self.instantiate()?,
+        };
+        let code = if self.blueprint.hoist_js {
+            hoist_top_level(script)
+        } else {
+            script.to_string()
+        };
+        let nonce = protocol::new_nonce();
+        let deadline = Instant::now() + limits.wall_time;
+        locked(&instance.exchange).begin_run(
+            &nonce,
+            protocol::script_line(&nonce, &code),
+            limits.max_output_bytes,
+            deadline,
+        );
+        let completion = loop {
+            match poll_guest(&mut instance, deadline) {
+                Event::Message(Message::ToolCall { name, args }) => {
+                    let answer = self.tools.call(&name, args);
+                    let line = match &answer {
+                        Ok(value) => protocol::tool_answer_line(Ok(value)),
+                        Err(e) => protocol::tool_answer_line(Err(&format!(
+                            "tool '{name}' failed: {}",
+                            e.message
+                        ))),
+                    };
+                    locked(&instance.exchange).answer_tool(line);
+                }
+                Event::Message(Message::Done(value)) => break Ok(value),
+                Event::Message(Message::Failed { kind, message }) => {
+                    let refused = locked(&instance.exchange).memory_refused;
+                    break Err(script_failure(kind, message, refused, &limits));
+                }
+                Event::Message(Message::Oversized(bytes)) => {
+                    break Err(ScriptError::Unrepresentable {
+                        message: format!(
+                            "the value is over {bytes} bytes as JSON; at most {} MiB may be returned",
+                            MAX_MESSAGE_BYTES >> 20
+                        ),
+                    });
+                }
+                Event::Message(Message::Malformed(what)) => {
+                    break Err(ScriptError::Thrown {
+                        message: format!("the guest sent a malformed protocol message: {what}"),
+                    });
+                }
+                // A guest waiting for a script during a run cannot happen (reads
+                // end-of-file while running); treat it as the run ending without a value.
+                Event::Ready => {
+                    break Err(ScriptError::Thrown {
+                        message: "the guest ended the script without a value".into(),
+                    });
+                }
+                Event::Ended(result) => {
+                    let logs = locked(&instance.exchange).end_run();
+                    let refused = locked(&instance.exchange).memory_refused;
+                    return Ok(RunOutcome {
+                        completion: Err(ended(result, refused, &limits)),
+                        logs,
+                    });
+                }
+                Event::Stuck => {
+                    let logs = locked(&instance.exchange).end_run();
+                    return Ok(RunOutcome {
+                        completion: Err(ScriptError::limit(
+                            LimitKind::WallTime,
+                            &limits,
+                            Some(RESTARTED.into()),
+                        )),
+                        logs,
+                    });
+                }
+            }
+        };
+        let logs = locked(&instance.exchange).end_run();
+        self.instance = Some(instance);
+        Ok(RunOutcome { completion, logs })
+    }
+}
+
+fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Polls the guest's call until something needs the host.
+fn poll_guest(instance: &mut Instance, deadline: Instant) -> Event {
+    let _ticking = Ticking::start();
+    let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
+    let mut context = Context::from_waker(&waker);
+    loop {
+        if let Some(message) = locked(&instance.exchange).inbox.pop_front() {
+            return Event::Message(message);
+        }
+        if let Some(result) = instance.ended.take() {
+            return Event::Ended(result);
+        }
+        let call = &mut instance.call;
+        let poll = wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| {
+            call.as_mut().poll(&mut context)
+        });
+        match poll {
+            Poll::Ready(result) => {
+                instance.ended = Some(result);
+                continue;
+            }
+            Poll::Pending => {
+                let exchange = locked(&instance.exchange);
+                if !exchange.inbox.is_empty() {
+                    continue;
+                }
+                if exchange.phase == Phase::Idle && exchange.waiting_for_script() {
+                    return Event::Ready;
+                }
+            }
+        }
+        // The guest waits on something else (a timer, say): sleep until woken or
+        // until the deadline, past which it is given up on.
+        let now = Instant::now();
+        if now >= deadline + STUCK_GRACE {
+            return Event::Stuck;
+        }
+        thread::park_timeout((deadline + STUCK_GRACE - now).min(Duration::from_millis(20)));
+    }
+}
+
+/// The error for a failure the guest reported.
+fn script_failure(kind: FailKind, message: String, refused: bool, limits: &Limits) -> ScriptError {
+    match kind {
+        FailKind::Syntax => ScriptError::Syntax { message },
+        FailKind::Unrepresentable => ScriptError::Unrepresentable { message },
+        FailKind::Memory => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
+        FailKind::CallDepth => ScriptError::limit(LimitKind::CallDepth, limits, Some(message)),
+        FailKind::Thrown if refused => {
+            ScriptError::limit(LimitKind::Memory, limits, Some(message))
+        }
+        FailKind::Thrown => ScriptError::Thrown { message },
+    }
+}
+
+/// The error for a guest whose call returned during a run: it exited or trapped.
+fn ended(result: wasmtime::Result<()>, refused: bool, limits: &Limits) -> ScriptError {
+    let error = match result {
+        Ok(()) => {
+            return ScriptError::Thrown {
+                message: format!("the interpreter exited before the script finished; {RESTARTED}"),
+            };
+        }
+        Err(error) => error,
+    };
+    if let Some(exit) = error.downcast_ref::<I32Exit>() {
+        return ScriptError::Thrown {
+            message: format!(
+                "the script ended the interpreter (exit status {}); {RESTARTED}",
+                exit.0
+            ),
+        };
+    }
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => {
+            ScriptError::limit(LimitKind::WallTime, limits, Some(RESTARTED.into()))
+        }
+        Some(Trap::StackOverflow) => {
+            ScriptError::limit(LimitKind::CallDepth, limits, Some(RESTARTED.into()))
+        }
+        _ if refused => ScriptError::limit(
+            LimitKind::Memory,
+            limits,
+            Some(format!("{}; {RESTARTED}", first_line(&error))),
+        ),
+        _ => ScriptError::Thrown {
+            message: format!("the interpreter crashed: {}; {RESTARTED}", first_line(&error)),
+        },
+    }
+}
+
+fn first_line(error: &wasmtime::Error) -> String {
+    let text = format!("{error:#}");
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+impl Session for WasmSession {
+    fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+        self.run_script(script)
+    }
+}
+
+/// Fills the prelude's placeholders for a session with these tools and limits.
+pub(crate) fn render_prelude(template: &str, tools: &[String], limits: &Limits) -> String {
+    let names = serde_json::to_string(tools).unwrap_or_else(|_| "[]".into());
+    template
+        .replace("__CODEACT_TOOLS__", &names)
+        .replace("__CODEACT_MAX_DEPTH__", &limits.max_nesting_depth.to_string())
+        .replace(
+            "__CODEACT_MAX_CALL_DEPTH__",
+            &limits.max_call_depth.to_string(),
+        )
+}
+
