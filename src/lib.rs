@@ -74,6 +74,7 @@ pub use agent::{
 };
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
 pub use codeact_rhai::RhaiRuntime;
+pub use codeact_wasm::{Guest, WasmRuntime};
 pub use codeact_runtime::{
     Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
     RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
@@ -81,7 +82,7 @@ pub use codeact_runtime::{
 pub use command_tool::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
 pub use output::ScriptOutput;
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
-pub use registry::{RUNTIME_NAMES, UnknownRuntime, runtime_by_name};
+pub use registry::{RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
 pub use session::{ScriptRun, ScriptSession};
 pub use team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use tool_manifest::load_tool_manifest;

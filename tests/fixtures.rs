@@ -8,6 +8,11 @@
 //! - `// expect error: <text>`: an `error` output whose message contains `<text>`;
 //! - `// expect logs: <text>`: the printed output contains `<text>`.
 //!
+//! A line `// expect on <runtime>: …` (or `… error:`, `… logs:`) states what that
+//! runtime produces instead, where engines differ by design (QuickJS allows `eval`;
+//! a stopped wasm guest restarts); when a runtime has such lines, they replace the
+//! general ones for it.
+//!
 //! An optional `// limits: <JSON>` line overrides fields of `Limits::default()`.
 //! After the last run the session must still run a trivial script: a limit hit or an
 //! error never wedges it. This binary holds one test, so the process's peak memory
@@ -22,13 +27,16 @@ use codeact::{
 };
 use serde_json::{Value, json};
 
-const RUN_SEPARATOR: &str = "// --- next run ---";
+/// Separates runs: `// --- next run ---` (or with `#` in Python).
+const RUN_SEPARATOR: &str = "--- next run ---";
 
 struct Fixture {
     name: String,
     runs: Vec<String>,
     limits: Limits,
     expectations: Vec<Expectation>,
+    /// Expectations for one runtime, replacing the general ones.
+    overrides: Vec<(String, Expectation)>,
 }
 
 enum Expectation {
@@ -41,19 +49,22 @@ fn parse_fixture(path: &Path) -> Result<Fixture, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("unreadable: {e}"))?;
     let mut expectations = Vec::new();
     let mut limits = json!({});
+    let mut overrides = Vec::new();
     for line in text.lines() {
         let line = line.trim();
-        if let Some(json_text) = line.strip_prefix("// expect:") {
-            let wire: Value = serde_json::from_str(json_text.trim())
-                .map_err(|e| format!("bad expect line: {e}"))?;
-            let output = serde_json::from_value(wire)
-                .map_err(|e| format!("expect line is not a ScriptOutput: {e}"))?;
-            expectations.push(Expectation::Output(output));
-        } else if let Some(text) = line.strip_prefix("// expect error:") {
-            expectations.push(Expectation::ErrorContaining(text.trim().to_string()));
-        } else if let Some(text) = line.strip_prefix("// expect logs:") {
-            expectations.push(Expectation::LogsContaining(text.trim().to_string()));
-        } else if let Some(json_text) = line.strip_prefix("// limits:") {
+        let line = line.strip_prefix("# ").map_or(line, |rest| rest);
+        let line = line.strip_prefix("// ").map_or(line, |rest| rest);
+        if let Some(rest) = line.strip_prefix("expect on ") {
+            let (runtime, what) = rest.split_once(' ').ok_or("bad `expect on` line")?;
+            let (runtime, what) = match runtime.strip_suffix(':') {
+                Some(runtime) => (runtime, format!("expect: {what}")),
+                None => (runtime, format!("expect {what}")),
+            };
+            let expectation = parse_expectation(&what)?.ok_or("bad `expect on` line")?;
+            overrides.push((runtime.to_string(), expectation));
+        } else if let Some(expectation) = parse_expectation(line)? {
+            expectations.push(expectation);
+        } else if let Some(json_text) = line.strip_prefix("limits:") {
             limits = serde_json::from_str(json_text.trim())
                 .map_err(|e| format!("bad limits line: {e}"))?;
         }
@@ -62,7 +73,15 @@ fn parse_fixture(path: &Path) -> Result<Fixture, String> {
         return Err("has no `// expect` line".into());
     }
     let limits: Limits = serde_json::from_value(limits).map_err(|e| format!("bad limits: {e}"))?;
-    let runs = text.split(RUN_SEPARATOR).map(str::to_string).collect();
+    let mut runs = vec![String::new()];
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim().trim_start_matches("//").trim_start_matches('#').trim();
+        if bare == RUN_SEPARATOR {
+            runs.push(String::new());
+        } else if let Some(run) = runs.last_mut() {
+            run.push_str(line);
+        }
+    }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -72,7 +91,25 @@ fn parse_fixture(path: &Path) -> Result<Fixture, String> {
         runs,
         limits,
         expectations,
+        overrides,
     })
+}
+
+/// An `expect…` line (comment marker removed), or `None` for any other line.
+fn parse_expectation(line: &str) -> Result<Option<Expectation>, String> {
+    if let Some(json_text) = line.strip_prefix("expect:") {
+        let wire: Value =
+            serde_json::from_str(json_text.trim()).map_err(|e| format!("bad expect line: {e}"))?;
+        let output = serde_json::from_value(wire)
+            .map_err(|e| format!("expect line is not a ScriptOutput: {e}"))?;
+        Ok(Some(Expectation::Output(output)))
+    } else if let Some(text) = line.strip_prefix("expect error:") {
+        Ok(Some(Expectation::ErrorContaining(text.trim().to_string())))
+    } else if let Some(text) = line.strip_prefix("expect logs:") {
+        Ok(Some(Expectation::LogsContaining(text.trim().to_string())))
+    } else {
+        Ok(None)
+    }
 }
 
 fn test_tools() -> ToolBox {
@@ -117,7 +154,18 @@ async fn check(runtime_name: &str, fixture: Fixture) -> Result<(), String> {
         );
     }
     let run = last.ok_or("no runs")?;
-    for expectation in &fixture.expectations {
+    let overridden: Vec<&Expectation> = fixture
+        .overrides
+        .iter()
+        .filter(|(runtime, _)| runtime == runtime_name)
+        .map(|(_, expectation)| expectation)
+        .collect();
+    let expectations: Vec<&Expectation> = if overridden.is_empty() {
+        fixture.expectations.iter().collect()
+    } else {
+        overridden
+    };
+    for expectation in expectations {
         match expectation {
             Expectation::Output(expected) if &run.output != expected => {
                 return Err(format!("expected {expected}, got {}", run.output));
@@ -186,6 +234,10 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 fn run_corpus(language: &'static str, minimum: usize) -> Vec<String> {
+    run_corpus_on(language, language, minimum)
+}
+
+fn run_corpus_on(language: &'static str, runtime_name: &'static str, minimum: usize) -> Vec<String> {
     let paths = fixture_paths(language);
     assert!(
         paths.len() >= minimum,
@@ -203,8 +255,8 @@ fn run_corpus(language: &'static str, minimum: usize) -> Vec<String> {
             Ok(fixture) => {
                 let name = fixture.name.clone();
                 runtime
-                    .block_on(check(language, fixture))
-                    .map_err(|e| format!("{language}/{name}: {e}"))
+                    .block_on(check(runtime_name, fixture))
+                    .map_err(|e| format!("{runtime_name}/{name}: {e}"))
             }
             Err(e) => Err(format!("{}: {e}", path.display())),
         };
@@ -245,4 +297,27 @@ fn every_js_fixture_meets_its_expectation() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn every_js_fixture_on_quickjs() {
+    let failures = run_corpus_on("js", "wasm:js", 40);
+    assert!(
+        failures.is_empty(),
+        "{} fixture(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_python_fixture_on_micropython() {
+    let failures = run_corpus_on("python", "wasm:micropython", 40);
+    assert!(failures.is_empty(), "{} fixture(s) failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_python_fixture_on_cpython() {
+    let failures = run_corpus_on("python", "wasm:python", 40);
+    assert!(failures.is_empty(), "{} fixture(s) failed:\n{}", failures.len(), failures.join("\n"));
 }

@@ -11,7 +11,8 @@ use crate::{ScriptSession, ToolBox, runtime_by_name};
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
-    /// The runtime to run the script in.
+    /// The runtime to run the script in: rhai, js, js-in-process, wasm:js,
+    /// wasm:micropython, wasm:python, or wasm:PATH for a WASI guest file.
     #[arg(long, default_value = "rhai")]
     runtime: String,
     #[command(flatten)]

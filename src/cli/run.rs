@@ -41,7 +41,8 @@ pub(crate) struct RunArgs {
     /// Overrides OPENAI_BASE_URL / ANTHROPIC_BASE_URL.
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
-    /// The runtime the model's scripts run in.
+    /// The runtime the model's scripts run in: rhai, js, js-in-process, wasm:js,
+    /// wasm:micropython, wasm:python, or wasm:PATH for a WASI guest file.
     #[arg(long, default_value = "rhai")]
     runtime: String,
     /// Model calls before the run stops.

@@ -29,7 +29,11 @@ def __codeact_main():
     TOOLS = __CODEACT_TOOLS__
     MAX_DEPTH = __CODEACT_MAX_DEPTH__
     MAX_CALL_DEPTH = __CODEACT_MAX_CALL_DEPTH__
-    MICRO = sys.implementation.name == "micropython"
+    MEMORY_ANSWER = json.dumps({"fail": "memory", "message": "MemoryError: the script ran out of memory"})
+    NO_RESULT = (
+        "the script ended in a statement and called no result helper: end it with "
+        "an expression such as final_result(value)"
+    )
     stdin = sys.stdin
     stdout = sys.stdout
     state = {"nonce": "", "last": None}
@@ -45,7 +49,12 @@ def __codeact_main():
             pass  # MicroPython's stdout raises EBADF on flush
 
     def send(text):
-        stdout.write("\x1ecodeact:" + state["nonce"] + " " + text + "\n")
+        # Piece by piece: after a MemoryError even one concatenation may fail.
+        stdout.write("\x1ecodeact:")
+        stdout.write(state["nonce"])
+        stdout.write(" ")
+        stdout.write(text)
+        stdout.write("\n")
         flush()
 
     class ToolError(Exception):
@@ -176,7 +185,7 @@ def __codeact_main():
         return compile(tree, "<script>", "exec"), None
 
     def describe(e, syntax):
-        if traceback is not None:
+        if traceback is not None and sys.implementation.name == "cpython":
             if syntax:
                 return "".join(traceback.format_exception_only(type(e), e)).rstrip()
             tb = e.__traceback__
@@ -204,11 +213,15 @@ def __codeact_main():
                 # A script that ends in a statement (an `if`, a loop) answers with
                 # the last helper it called.
                 value = state["last"]
+            if value is None and tail is None:
+                return json.dumps({"fail": "thrown", "message": NO_RESULT})
             return '{"done":' + encode(value) + "}"
         except Unrepresentable as e:
             return json.dumps({"fail": "unrepresentable", "message": str(e)})
-        except MemoryError as e:
-            return json.dumps({"fail": "memory", "message": describe(e, False)})
+        except MemoryError:
+            # Prepared in advance: the heap is full, and describing the error
+            # would need memory.
+            return MEMORY_ANSWER
         except recursion_error as e:
             return json.dumps({"fail": "call_depth", "message": describe(e, False)})
         except SyntaxError as e:
@@ -230,7 +243,7 @@ def __codeact_main():
         try:
             answer = run(request["code"])
         except MemoryError:
-            answer = '{"fail":"memory","message":"MemoryError"}'
+            answer = MEMORY_ANSWER
         send(answer)
 
 

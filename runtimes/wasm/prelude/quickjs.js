@@ -129,7 +129,10 @@
     nonce = request.nonce;
     let json;
     try {
-      json = `{"done":${encode(evalScript(request.code))}}`;
+      const value = evalScript(request.code);
+      json = value === undefined
+        ? stringify({ fail: "thrown", message: "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration" })
+        : `{"done":${encode(value)}}`;
     } catch (e) {
       try {
         json = stringify(failure(e));

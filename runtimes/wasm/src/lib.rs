@@ -241,6 +241,7 @@ impl WasmRuntime {
             guest,
             prelude,
             limits: Arc::new(limits),
+            restarted: session::restarted_note(info.language),
         };
         Ok(Self {
             info,

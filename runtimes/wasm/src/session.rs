@@ -37,8 +37,9 @@ use crate::guests::{Guest, Launch};
 use crate::protocol::{self, FailKind, MAX_MESSAGE_BYTES, Message};
 
 /// Told to the model when a stop cost the session its state.
-pub(crate) const RESTARTED: &str =
-    "the session was restarted: variables and functions from earlier scripts are gone";
+pub(crate) fn restarted_note(language: &str) -> String {
+    format!("the {language} session was restarted: variables and functions from earlier scripts are gone")
+}
 
 /// How long a guest may take to start (CPython takes ~70 ms here).
 const STARTUP_TIME: Duration = Duration::from_secs(20);
@@ -61,6 +62,8 @@ pub(crate) struct Blueprint {
     pub(crate) prelude: Option<&'static str>,
     pub(crate) hoist_js: bool,
     pub(crate) limits: Arc<Limits>,
+    /// What the model is told when the session loses its state.
+    pub(crate) restarted: String,
 }
 
 /// The store's data: WASI, the memory cap, and the exchange with the host.
@@ -338,7 +341,32 @@ impl WasmSession {
                 Event::Message(Message::Done(value)) => break Ok(value),
                 Event::Message(Message::Failed { kind, message }) => {
                     let refused = locked(&instance.exchange).memory_refused;
-                    break Err(script_failure(kind, message, refused, &limits));
+                    let error = script_failure(kind, message, refused, &limits);
+                    if let ScriptError::LimitExceeded {
+                        limit: LimitKind::Memory,
+                        detail,
+                        ..
+                    } = &error
+                    {
+                        // The script's values still fill the memory, and an
+                        // interpreter that ran out may not run reliably again: start
+                        // the next run on a fresh instance.
+                        let detail = format!(
+                            "{}; {}",
+                            detail.as_deref().unwrap_or_default(),
+                            self.blueprint.restarted
+                        );
+                        let logs = locked(&instance.exchange).end_run();
+                        return Ok(RunOutcome {
+                            completion: Err(ScriptError::limit(
+                                LimitKind::Memory,
+                                &limits,
+                                Some(detail),
+                            )),
+                            logs,
+                        });
+                    }
+                    break Err(error);
                 }
                 Event::Message(Message::Oversized(bytes)) => {
                     break Err(ScriptError::Unrepresentable {
@@ -362,9 +390,17 @@ impl WasmSession {
                 }
                 Event::Ended(result) => {
                     let logs = locked(&instance.exchange).end_run();
-                    let refused = locked(&instance.exchange).memory_refused;
+                    // MicroPython 1.27 built for WASI faults instead of raising
+                    // MemoryError when its heap runs out (seen with every heap
+                    // size, caught or not), so that fault is read as the memory limit.
+                    let refused = locked(&instance.exchange).memory_refused
+                        || (self.blueprint.guest.launch == Launch::MicroPython
+                            && matches!(
+                                result.as_ref().err().and_then(|e| e.downcast_ref::<Trap>()),
+                                Some(Trap::MemoryOutOfBounds)
+                            ));
                     return Ok(RunOutcome {
-                        completion: Err(ended(result, refused, &limits)),
+                        completion: Err(ended(result, refused, &limits, &self.blueprint.restarted)),
                         logs,
                     });
                 }
@@ -374,7 +410,7 @@ impl WasmSession {
                         completion: Err(ScriptError::limit(
                             LimitKind::WallTime,
                             &limits,
-                            Some(RESTARTED.into()),
+                            Some(self.blueprint.restarted.clone()),
                         )),
                         logs,
                     });
@@ -451,11 +487,16 @@ fn script_failure(kind: FailKind, message: String, refused: bool, limits: &Limit
 }
 
 /// The error for a guest whose call returned during a run: it exited or trapped.
-fn ended(result: wasmtime::Result<()>, refused: bool, limits: &Limits) -> ScriptError {
+fn ended(
+    result: wasmtime::Result<()>,
+    refused: bool,
+    limits: &Limits,
+    restarted: &str,
+) -> ScriptError {
     let error = match result {
         Ok(()) => {
             return ScriptError::Thrown {
-                message: format!("the interpreter exited before the script finished; {RESTARTED}"),
+                message: format!("the interpreter exited before the script finished; {restarted}"),
             };
         }
         Err(error) => error,
@@ -463,31 +504,35 @@ fn ended(result: wasmtime::Result<()>, refused: bool, limits: &Limits) -> Script
     if let Some(exit) = error.downcast_ref::<I32Exit>() {
         return ScriptError::Thrown {
             message: format!(
-                "the script ended the interpreter (exit status {}); {RESTARTED}",
+                "the script ended the interpreter (exit status {}); {restarted}",
                 exit.0
             ),
         };
     }
     match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => {
-            ScriptError::limit(LimitKind::WallTime, limits, Some(RESTARTED.into()))
+            ScriptError::limit(LimitKind::WallTime, limits, Some(restarted.into()))
         }
         Some(Trap::StackOverflow) => {
-            ScriptError::limit(LimitKind::CallDepth, limits, Some(RESTARTED.into()))
+            ScriptError::limit(LimitKind::CallDepth, limits, Some(restarted.into()))
         }
         _ if refused => ScriptError::limit(
             LimitKind::Memory,
             limits,
-            Some(format!("{}; {RESTARTED}", first_line(&error))),
+            Some(format!("{}; {restarted}", first_line(&error))),
         ),
         _ => ScriptError::Thrown {
-            message: format!("the interpreter crashed: {}; {RESTARTED}", first_line(&error)),
+            message: format!("the interpreter crashed: {}; {restarted}", first_line(&error)),
         },
     }
 }
 
+/// The cause of a guest failure in one line (a trap's name, not its backtrace).
 fn first_line(error: &wasmtime::Error) -> String {
-    let text = format!("{error:#}");
+    if let Some(trap) = error.downcast_ref::<Trap>() {
+        return trap.to_string();
+    }
+    let text = error.root_cause().to_string();
     text.lines().next().unwrap_or_default().to_string()
 }
 
