@@ -74,11 +74,11 @@ pub use agent::{
 };
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
 pub use codeact_rhai::RhaiRuntime;
-pub use codeact_wasm::{Guest, WasmRuntime};
 pub use codeact_runtime::{
     Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
     RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
 };
+pub use codeact_wasm::{Guest, WasmRuntime};
 pub use command_tool::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
 pub use output::ScriptOutput;
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};

@@ -40,10 +40,7 @@ pub enum RuntimeByNameError {
 /// `wasm:cpython`) load a pinned guest fetched by `scripts/fetch-guests.sh`;
 /// `wasm:PATH` with a path ending in `.wasm` or `.wat` loads that file as a custom
 /// guest, its language named after the file.
-pub fn runtime_by_name(
-    name: &str,
-    limits: Limits,
-) -> Result<Arc<dyn Runtime>, RuntimeByNameError> {
+pub fn runtime_by_name(name: &str, limits: Limits) -> Result<Arc<dyn Runtime>, RuntimeByNameError> {
     match name {
         "rhai" => Ok(Arc::new(RhaiRuntime::new(limits))),
         // Workers are this executable, which must call `run_worker_if_requested`
@@ -62,9 +59,9 @@ pub fn runtime_by_name(
             }
             Some(_) => match WasmRuntime::by_name(name, limits) {
                 Ok(runtime) => Ok(Arc::new(runtime)),
-                Err(LoadError::UnknownGuest(_)) => Err(RuntimeByNameError::Unknown {
-                    name: name.into(),
-                }),
+                Err(LoadError::UnknownGuest(_)) => {
+                    Err(RuntimeByNameError::Unknown { name: name.into() })
+                }
                 Err(e) => Err(e.into()),
             },
             None => Err(RuntimeByNameError::Unknown { name: name.into() }),

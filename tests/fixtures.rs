@@ -75,7 +75,11 @@ fn parse_fixture(path: &Path) -> Result<Fixture, String> {
     let limits: Limits = serde_json::from_value(limits).map_err(|e| format!("bad limits: {e}"))?;
     let mut runs = vec![String::new()];
     for line in text.split_inclusive('\n') {
-        let bare = line.trim().trim_start_matches("//").trim_start_matches('#').trim();
+        let bare = line
+            .trim()
+            .trim_start_matches("//")
+            .trim_start_matches('#')
+            .trim();
         if bare == RUN_SEPARATOR {
             runs.push(String::new());
         } else if let Some(run) = runs.last_mut() {
@@ -237,7 +241,11 @@ fn run_corpus(language: &'static str, minimum: usize) -> Vec<String> {
     run_corpus_on(language, language, minimum)
 }
 
-fn run_corpus_on(language: &'static str, runtime_name: &'static str, minimum: usize) -> Vec<String> {
+fn run_corpus_on(
+    language: &'static str,
+    runtime_name: &'static str,
+    minimum: usize,
+) -> Vec<String> {
     let paths = fixture_paths(language);
     assert!(
         paths.len() >= minimum,
@@ -313,11 +321,21 @@ fn every_js_fixture_on_quickjs() {
 #[test]
 fn every_python_fixture_on_micropython() {
     let failures = run_corpus_on("python", "wasm:micropython", 40);
-    assert!(failures.is_empty(), "{} fixture(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} fixture(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn every_python_fixture_on_cpython() {
     let failures = run_corpus_on("python", "wasm:python", 40);
-    assert!(failures.is_empty(), "{} fixture(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} fixture(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -16,8 +16,8 @@ use boa_engine::{
 use codeact_runtime::Limits;
 use serde_json::{Value, json};
 
-use codeact_runtime::js_hoist::hoist_top_level;
 use crate::protocol::{Failure, FailureKind, Reply, Request, WORKER_ARG};
+use codeact_runtime::js_hoist::hoist_top_level;
 
 const PRELUDE: &str = include_str!("prelude.js");
 

