@@ -93,7 +93,9 @@ pub fn cut_at_char_boundary(text: &str, cap: usize) -> &str {
 pub enum ArtifactError {
     /// The path is absolute, or climbs out with `..`, or (when it exists) resolves
     /// through a link to a place outside the working directory.
-    #[error("artifact '{path}' escapes the working directory: give a path inside it, relative to it")]
+    #[error(
+        "artifact '{path}' escapes the working directory: give a path inside it, relative to it"
+    )]
     Escapes {
         /// The path as declared.
         path: String,
@@ -178,14 +180,7 @@ mod tests {
     #[test]
     fn content_over_the_cap_is_cut_at_a_character_boundary_and_flagged() {
         // "é" is two bytes: a cap of 5 falls inside the third one.
-        let output = FinalOutput::new(
-            "ééé",
-            5,
-            None,
-            "main",
-            Vec::new(),
-            Validation::NotRequired,
-        );
+        let output = FinalOutput::new("ééé", 5, None, "main", Vec::new(), Validation::NotRequired);
         assert_eq!(output.content.raw(), "éé");
         assert!(output.truncated);
         assert_eq!(output.content_bytes, 6);
@@ -252,7 +247,10 @@ mod tests {
         std::os::unix::fs::symlink(root.join("outside"), root.join("work/link")).expect("links");
         let refused = artifact_path(&root.join("work"), "link/secret");
         let _ = std::fs::remove_dir_all(&root);
-        assert!(matches!(refused, Err(ArtifactError::Escapes { .. })), "{refused:?}");
+        assert!(
+            matches!(refused, Err(ArtifactError::Escapes { .. })),
+            "{refused:?}"
+        );
     }
 
     #[test]

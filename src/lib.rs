@@ -63,8 +63,8 @@ mod answer;
 pub mod chat;
 pub mod cli;
 mod command_tool;
-pub mod model;
 mod final_output;
+pub mod model;
 mod output;
 mod output_spec;
 mod prompts;
@@ -82,28 +82,28 @@ pub use agent::{
 #[doc(hidden)]
 pub use answer::__assert_answer_field;
 pub use answer::{AnswerField, FinalAnswer};
-pub use codeact_macros::FinalAnswer;
-pub use codeact_rhai::{RhaiValidator, ValidatorLoadError, Verdict};
-pub use final_output::{
-    ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
-    cut_at_char_boundary,
-};
-pub use output_spec::{
-    Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
-    content_text,
-};
-pub use untrusted::{FENCE_RULE, UntrustedText, fence};
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
+pub use codeact_macros::FinalAnswer;
 pub use codeact_rhai::RhaiRuntime;
+pub use codeact_rhai::{RhaiValidator, ValidatorLoadError, Verdict};
 pub use codeact_runtime::{
     Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
     RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
 };
 pub use command_tool::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
+pub use final_output::{
+    ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
+    cut_at_char_boundary,
+};
 pub use output::ScriptOutput;
+pub use output_spec::{
+    Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
+    content_text,
+};
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
 pub use registry::{RUNTIME_NAMES, UnknownRuntime, runtime_by_name};
 pub use session::{ScriptRun, ScriptSession};
 pub use team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use tool_manifest::load_tool_manifest;
 pub use tools::{Tool, ToolBox, ToolBoxError, ToolFuture};
+pub use untrusted::{FENCE_RULE, UntrustedText, fence};

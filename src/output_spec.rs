@@ -119,7 +119,9 @@ impl OutputSpec {
 
     /// True when the format label is `json`, whose content must parse.
     pub fn wants_json(&self) -> bool {
-        self.format.as_deref().is_some_and(|f| same_format(f, "json"))
+        self.format
+            .as_deref()
+            .is_some_and(|f| same_format(f, "json"))
     }
 
     /// The text the model reads about the final result (from
@@ -330,10 +332,7 @@ impl OutputContract {
                         .join("; ")
                 );
                 if errors.len() > MAX_SCHEMA_ERRORS {
-                    reason.push_str(&format!(
-                        " (and {} more)",
-                        errors.len() - MAX_SCHEMA_ERRORS
-                    ));
+                    reason.push_str(&format!(" (and {} more)", errors.len() - MAX_SCHEMA_ERRORS));
                 }
                 return Check::Refused {
                     by: RefusedBy::Schema,
@@ -427,7 +426,10 @@ mod tests {
             on_validator_error: Some(OnValidatorError::Accept),
         };
         let text = serde_json::to_string(&full).expect("serializes");
-        assert_eq!(serde_json::from_str::<OutputSpec>(&text).expect("parses"), full);
+        assert_eq!(
+            serde_json::from_str::<OutputSpec>(&text).expect("parses"),
+            full
+        );
         let toml_text = r#"
             format = "json"
             instructions = "Totals only."
@@ -436,8 +438,14 @@ mod tests {
             validator = "checks/total.rhai"
             on_validator_error = "accept"
         "#;
-        assert_eq!(toml::from_str::<OutputSpec>(toml_text).expect("parses"), full);
-        assert_eq!(serde_json::to_string(&OutputSpec::default()).expect("serializes"), "{}");
+        assert_eq!(
+            toml::from_str::<OutputSpec>(toml_text).expect("parses"),
+            full
+        );
+        assert_eq!(
+            serde_json::to_string(&OutputSpec::default()).expect("serializes"),
+            "{}"
+        );
     }
 
     #[test]
@@ -477,7 +485,11 @@ mod tests {
 
     #[test]
     fn a_request_naming_another_format_retires_the_schema_and_validator() {
-        let agent = spec(Some("json"), Some(json!({"type": "object"})), Some("a.rhai"));
+        let agent = spec(
+            Some("json"),
+            Some(json!({"type": "object"})),
+            Some("a.rhai"),
+        );
         let request = spec(Some("CSV"), None, None);
         let spec = OutputSpec::cascade(&agent, &OutputSpec::default(), &request);
         assert_eq!(spec.format.as_deref(), Some("CSV"));
@@ -487,7 +499,11 @@ mod tests {
 
     #[test]
     fn a_request_naming_another_format_keeps_the_schema_and_validator_it_brings() {
-        let agent = spec(Some("json"), Some(json!({"type": "object"})), Some("a.rhai"));
+        let agent = spec(
+            Some("json"),
+            Some(json!({"type": "object"})),
+            Some("a.rhai"),
+        );
         let request = spec(Some("csv"), None, Some("csv.rhai"));
         let spec = OutputSpec::cascade(&agent, &OutputSpec::default(), &request);
         assert_eq!(spec.schema, None);
@@ -496,10 +512,17 @@ mod tests {
 
     #[test]
     fn the_same_format_in_another_case_or_no_format_keeps_the_schema_and_validator() {
-        let agent = spec(Some("json"), Some(json!({"type": "object"})), Some("a.rhai"));
+        let agent = spec(
+            Some("json"),
+            Some(json!({"type": "object"})),
+            Some("a.rhai"),
+        );
         for request in [spec(Some(" JSON "), None, None), spec(None, None, None)] {
             let spec = OutputSpec::cascade(&agent, &OutputSpec::default(), &request);
-            assert!(spec.schema.is_some() && spec.validator.is_some(), "{request:?}");
+            assert!(
+                spec.schema.is_some() && spec.validator.is_some(),
+                "{request:?}"
+            );
         }
     }
 
@@ -531,11 +554,20 @@ mod tests {
             ..OutputSpec::default()
         };
         let text = spec.render().expect("renders");
-        assert!(text.starts_with("## The final result\nFormat: json\nGive the total.\n"), "{text}");
-        assert!(text.contains("```json\n{\n  \"type\": \"object\"\n}\n```"), "{text}");
-        assert!(text.contains("An example of a final result:\n{\"total\": 3}"), "{text}");
+        assert!(
+            text.starts_with("## The final result\n\nFormat: json\n\nGive the total.\n\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("```json\n{\n  \"type\": \"object\"\n}\n```"),
+            "{text}"
+        );
+        assert!(
+            text.contains("An example of a final result:\n{\"total\": 3}"),
+            "{text}"
+        );
         assert!(text.ends_with(
-            "These requirements govern how you present the final result: they take precedence over anything else you were told about its form."
+            "submit it again. These requirements govern how you present the final result: they take precedence over anything else you were told about its form."
         ), "{text}");
     }
 
@@ -564,7 +596,9 @@ mod tests {
             "properties": {"total": {"type": "integer"}},
             "required": ["total"]
         });
-        let contract = spec(Some("json"), Some(schema), None).load().expect("loads");
+        let contract = spec(Some("json"), Some(schema), None)
+            .load()
+            .expect("loads");
         assert_eq!(contract.check(&json!("{\"total\": 3}")), Check::Passed);
         let Check::Refused { by, reason } = contract.check(&json!({"total": "three"})) else {
             panic!("a string total is refused");
@@ -598,7 +632,10 @@ mod tests {
             .load()
             .expect("loads")
             .with_extra_check(Arc::new(|value: &Value| {
-                value.as_i64().map(|_| ()).ok_or_else(|| "an integer".to_string())
+                value
+                    .as_i64()
+                    .map(|_| ())
+                    .ok_or_else(|| "an integer".to_string())
             }));
         assert_eq!(contract.check(&json!(3)), Check::Passed);
         assert_eq!(

@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use super::extract::{Extraction, extract_code};
 use super::feedback;
+use crate::chat::{Message, ModelResponse, StopReason, Usage};
 use crate::output_spec::Check;
 use crate::{DEFAULT_CONTENT_CAP, ScriptOutput};
-use crate::chat::{Message, ModelResponse, StopReason, Usage};
 
 /// The loop's rules, with their defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,9 +301,7 @@ impl Conversation {
     /// out).
     pub fn on_check(&mut self, value: Value, check: &Check) -> Next {
         match check {
-            Check::Passed | Check::Unchecked { .. } => {
-                Next::Finish(Outcome::FinalResult { value })
-            }
+            Check::Passed | Check::Unchecked { .. } => Next::Finish(Outcome::FinalResult { value }),
             Check::Refused { by, reason } => {
                 self.refusals += 1;
                 self.last_error = Some(reason.clone());
@@ -447,7 +445,9 @@ mod tests {
         assert_eq!(c.refusals(), 1);
         let text = last_feedback(&c);
         assert!(
-            text.starts_with("Your final result was refused: the validator says:\n2 + 2 is not 5\n"),
+            text.starts_with(
+                "Your final result was refused: the validator says:\n2 + 2 is not 5\n"
+            ),
             "{text}"
         );
         assert!(text.ends_with("2 more refusal(s) end the run."), "{text}");

@@ -226,8 +226,7 @@ impl Team {
     /// Runs `task`, starting with the agent called `entry`, until some agent's run
     /// ends without a handover.
     pub async fn run(&self, entry: &str, task: &str) -> Result<TeamRun, AgentError> {
-        self.run_inner(entry, task, &RequestOutput::default())
-            .await
+        self.run_inner(entry, task, &RequestOutput::default()).await
     }
 
     /// Like [`run`](Self::run), with `request` as the request level of the output
@@ -370,7 +369,12 @@ mod tests {
             "Agent 'triage' handed this task over to you.\n\nThe task:\nRefund order 7."
         ));
         assert!(first.contains("[triage]\n```rhai"));
-        assert!(first.lines().last().is_some_and(|l| l.starts_with("</untrusted-")));
+        assert!(
+            first
+                .lines()
+                .last()
+                .is_some_and(|l| l.starts_with("</untrusted-"))
+        );
         assert_ne!(first, second, "each handover gets its own nonce");
     }
 }

@@ -109,9 +109,7 @@ impl Printer {
                 for path in &output.artifacts {
                     notes.push(format!("artifact: {}", path.display()));
                 }
-                notes
-                    .iter()
-                    .try_for_each(|note| writeln!(err, "{note}"))
+                notes.iter().try_for_each(|note| writeln!(err, "{note}"))
             }
             Event::Message { .. } | Event::ModelReply { .. } | Event::Usage { .. } => Ok(()),
         };

@@ -32,8 +32,7 @@ pub(crate) struct ValidateArgs {
 pub(crate) fn read_schema(path: &Path) -> Result<Value, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("schema '{}': cannot read it: {e}", path.display()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| format!("schema '{}': not JSON: {e}", path.display()))
+    serde_json::from_str(&text).map_err(|e| format!("schema '{}': not JSON: {e}", path.display()))
 }
 
 /// Loads `spec`, naming the schema file in a schema error (validator errors name
@@ -44,7 +43,10 @@ pub(crate) fn load_contract(
 ) -> Result<OutputContract, String> {
     spec.load().map_err(|e| match (&e, schema_file) {
         (crate::OutputSpecError::Schema(message), Some(path)) => {
-            format!("schema '{}': {message}", path.display())
+            format!(
+                "schema '{}': not a valid JSON Schema: {message}",
+                path.display()
+            )
         }
         _ => e.to_string(),
     })

@@ -207,8 +207,7 @@ fn validator_engine(limits: &Limits) -> Engine {
         move |text: ImmutableString| -> Result<Dynamic, Box<EvalAltResult>> {
             let value: serde_json::Value = serde_json::from_str(text.as_str())
                 .map_err(|e| format!("parse_json: the text is not JSON: {e}"))?;
-            convert::from_json(&value, max_depth)
-                .map_err(|e| format!("parse_json: {e}").into())
+            convert::from_json(&value, max_depth).map_err(|e| format!("parse_json: {e}").into())
         },
     );
     engine.register_indexer_get(|_unit: &mut (), _property: ImmutableString| ());
@@ -249,8 +248,8 @@ mod tests {
     fn agent_script_helpers_do_not_gain_parse_json() {
         let runtime = crate::RhaiRuntime::new(Limits::default());
         let mut session = runtime.session(Arc::new(NoTools));
-        let outcome = codeact_runtime::Session::run(&mut session, r#"parse_json("1")"#)
-            .expect("host ok");
+        let outcome =
+            codeact_runtime::Session::run(&mut session, r#"parse_json("1")"#).expect("host ok");
         assert!(outcome.completion.is_err());
     }
 }
