@@ -222,8 +222,8 @@ pub enum Check {
 pub type ExtraCheck = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
 
 /// A loaded [`OutputSpec`]: the schema and validator compiled, ready to check
-/// results. Cheap to clone.
-#[derive(Clone)]
+/// results. Cheap to clone. Default: the empty spec, which checks nothing.
+#[derive(Clone, Default)]
 pub struct OutputContract {
     spec: OutputSpec,
     schema: Option<Arc<jsonschema::Validator>>,
@@ -236,17 +236,6 @@ impl std::fmt::Debug for OutputContract {
         f.debug_struct("OutputContract")
             .field("spec", &self.spec)
             .finish_non_exhaustive()
-    }
-}
-
-impl Default for OutputContract {
-    fn default() -> Self {
-        Self {
-            spec: OutputSpec::default(),
-            schema: None,
-            validator: None,
-            extra: None,
-        }
     }
 }
 

@@ -45,7 +45,7 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Run a CodeAct agent on a task: the model writes scripts until one returns a
     /// final result. Steps go to stderr; the final ScriptOutput line to stdout.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Check content against an output spec (a Rhai validator, a JSON Schema, a
     /// format) as a final result would be checked, and print one JSON line:
     /// {"verdict":"valid"}, {"verdict":"invalid","reason":…} or
