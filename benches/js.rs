@@ -40,7 +40,7 @@ fn steps(c: &mut Criterion) {
 
     let mut warm = ScriptSession::start(&runtime, toolbox()).expect("session starts");
     let run = warm.run_blocking("final_result(40 + 2)").expect("host ok");
-    assert_eq!(run.output, ScriptOutput::FinalResult { value: json!(42) });
+    assert_eq!(run.output, ScriptOutput::final_result(json!(42)));
     group.sample_size(100);
     group.bench_function("warm_trivial_step", |b| {
         b.iter(|| {
@@ -52,18 +52,13 @@ fn steps(c: &mut Criterion) {
     const CALLS: &str =
         "let s = 0; for (let i = 0; i < 1000; i++) s += tools.add({a: i, b: 1}); final_result(s)";
     let run = warm.run_blocking(CALLS).expect("host ok");
-    assert_eq!(
-        run.output,
-        ScriptOutput::FinalResult {
-            value: json!(500_500)
-        }
-    );
+    assert_eq!(run.output, ScriptOutput::final_result(json!(500_500)));
     group.sample_size(10);
     group.bench_function("tool_calls_1000", |b| {
         b.iter(|| warm.run_blocking(black_box(CALLS)).expect("host ok"))
     });
     let run = warm.run_blocking("final_result(1)").expect("host ok");
-    assert_eq!(run.output, ScriptOutput::FinalResult { value: json!(1) });
+    assert_eq!(run.output, ScriptOutput::final_result(json!(1)));
     group.finish();
 }
 

@@ -34,7 +34,7 @@ fn session(limits: Limits) -> ScriptSession {
 
 fn expect_final(session: &mut ScriptSession, script: &str, value: serde_json::Value) {
     let run = session.run_blocking(script).expect("host ok");
-    assert_eq!(run.output, ScriptOutput::FinalResult { value }, "{script}");
+    assert_eq!(run.output, ScriptOutput::final_result(value), "{script}");
 }
 
 fn floor(c: &mut Criterion) {

@@ -50,40 +50,61 @@
 //!
 //! session.run("let x = call_tool(\"add\", #{a: 40, b: 2});").await?;
 //! let run = session.run("final_result(x)").await?;
-//! assert_eq!(run.output, ScriptOutput::FinalResult { value: json!(42) });
+//! assert_eq!(run.output, ScriptOutput::final_result(json!(42)));
 //! # Ok(())
 //! # }
 //! ```
 
+// The derive macro names `::codeact::…`, which must resolve inside this crate too.
+extern crate self as codeact;
+
 pub mod agent;
+mod answer;
 pub mod chat;
 pub mod cli;
 mod command_tool;
+mod final_output;
 pub mod model;
 mod output;
+mod output_spec;
 mod prompts;
 mod registry;
 mod session;
 mod team_config;
 mod tool_manifest;
 mod tools;
+mod untrusted;
 
 pub use agent::{
     Agent, AgentBuilder, AgentError, Event, Handover, LoopConfig, Outcome, RunResult, Team,
-    TeamBuilder, TeamOutcome, TeamRun, Transcript,
+    TeamBuilder, TeamOutcome, TeamRun, Transcript, TypedRun,
 };
+#[doc(hidden)]
+pub use answer::__assert_answer_field;
+pub use answer::{AnswerField, FinalAnswer};
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
+pub use codeact_macros::FinalAnswer;
 pub use codeact_rhai::RhaiRuntime;
+pub use codeact_rhai::{RhaiValidator, ValidatorLoadError, Verdict};
 pub use codeact_runtime::{
     Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
     RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
 };
 pub use codeact_wasm::{Guest, WasmRuntime};
 pub use command_tool::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
+pub use final_output::{
+    ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
+    cut_at_char_boundary,
+};
 pub use output::ScriptOutput;
+pub use output_spec::{
+    Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
+    content_text,
+};
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
 pub use registry::{RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
 pub use session::{ScriptRun, ScriptSession};
 pub use team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use tool_manifest::load_tool_manifest;
 pub use tools::{Tool, ToolBox, ToolBoxError, ToolFuture};
+pub use untrusted::{FENCE_RULE, UntrustedText, fence};

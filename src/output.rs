@@ -15,7 +15,7 @@ use serde_json::Value;
 /// use serde_json::json;
 ///
 /// let output = ScriptOutput::decode(json!({"type": "final_result", "value": 42}));
-/// assert_eq!(output, ScriptOutput::FinalResult { value: json!(42) });
+/// assert_eq!(output, ScriptOutput::final_result(json!(42)));
 /// assert_eq!(output.to_string(), r#"{"type":"final_result","value":42}"#);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,10 +31,15 @@ pub enum ScriptOutput {
         /// What went wrong, verbatim from the engine where it came from one.
         message: String,
     },
-    /// Ends the run with this answer.
+    /// Ends the run with this answer, once it passes the output spec's checks.
     FinalResult {
         /// Any JSON value.
         value: Value,
+        /// Files the answer points to, relative to the run's working directory;
+        /// a path that escapes it gets the result refused. Optional on the wire
+        /// (`"artifacts": ["out/report.md"]`), absent when empty.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        artifacts: Vec<String>,
     },
     /// Ends this agent's turn, handing control to the named agent.
     TransferToAgent {
@@ -51,6 +56,14 @@ const HOW_TO_END: &str = "End the script with one of: observation(value) to see 
 const PREVIEW_CHARS: usize = 200;
 
 impl ScriptOutput {
+    /// A final result without artifacts.
+    pub fn final_result(value: Value) -> ScriptOutput {
+        ScriptOutput::FinalResult {
+            value,
+            artifacts: Vec::new(),
+        }
+    }
+
     /// Decodes a completion value. Never fails: a value that is not a `ScriptOutput`
     /// becomes an [`ScriptOutput::Error`] saying what was returned and what to return
     /// instead. Fields other than the variant's own are ignored.
@@ -67,9 +80,18 @@ impl ScriptOutput {
                 Some(value) => ScriptOutput::Observation { value },
                 None => missing_field("observation", "value"),
             },
-            "final_result" => match map.remove("value") {
-                Some(value) => ScriptOutput::FinalResult { value },
-                None => missing_field("final_result", "value"),
+            "final_result" => match (map.remove("value"), map.remove("artifacts")) {
+                (None, _) => missing_field("final_result", "value"),
+                (Some(value), None | Some(Value::Null)) => ScriptOutput::FinalResult {
+                    value,
+                    artifacts: Vec::new(),
+                },
+                (Some(value), Some(artifacts)) => match artifact_list(artifacts) {
+                    Some(artifacts) => ScriptOutput::FinalResult { value, artifacts },
+                    None => ScriptOutput::Error {
+                        message: "a final_result's \"artifacts\" must be an array of path strings, relative to the working directory".into(),
+                    },
+                },
             },
             "error" => match map.remove("message") {
                 Some(Value::String(message)) => ScriptOutput::Error { message },
@@ -137,6 +159,19 @@ fn not_an_output(value: &Value) -> ScriptOutput {
     }
 }
 
+fn artifact_list(value: Value) -> Option<Vec<String>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::String(path) => Some(path),
+            _ => None,
+        })
+        .collect()
+}
+
 fn missing_field(kind: &str, field: &str) -> ScriptOutput {
     ScriptOutput::Error {
         message: format!("a {kind} result needs a \"{field}\" field. {HOW_TO_END}"),
@@ -188,10 +223,32 @@ mod tests {
     fn final_result_round_trips_on_the_wire() {
         round_trip(
             json!({"type": "final_result", "value": "done"}),
+            ScriptOutput::final_result(json!("done")),
+        );
+    }
+
+    #[test]
+    fn a_final_result_with_artifacts_round_trips_on_the_wire() {
+        round_trip(
+            json!({"type": "final_result", "value": "see the report", "artifacts": ["out/report.md"]}),
             ScriptOutput::FinalResult {
-                value: json!("done"),
+                value: json!("see the report"),
+                artifacts: vec!["out/report.md".into()],
             },
         );
+    }
+
+    #[test]
+    fn artifacts_that_are_not_path_strings_are_an_error() {
+        for artifacts in [json!("out.md"), json!([1]), json!({"a": "b"})] {
+            let output = ScriptOutput::decode(
+                json!({"type": "final_result", "value": 1, "artifacts": artifacts}),
+            );
+            assert!(
+                matches!(&output, ScriptOutput::Error { message } if message.contains("array of path strings")),
+                "{output:?}"
+            );
+        }
     }
 
     #[test]

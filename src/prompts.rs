@@ -91,14 +91,17 @@ pub fn render_card(
 /// The system prompt template: CodeAct instructions around the runtime's card.
 const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md");
 
-/// Renders the system prompt: the CodeAct instructions, the agent's own
-/// `instructions` (omitted when blank), and the runtime's card with `tools` and
-/// `transfer_targets`.
+/// Renders the system prompt: the CodeAct instructions, the rule for fenced
+/// untrusted text, the agent's own `instructions` (omitted when blank), the
+/// runtime's card with `tools` and `transfer_targets`, and last the output spec's
+/// text (`output`, from [`OutputSpec::render`](crate::OutputSpec::render); omitted
+/// when blank).
 pub fn render_system_prompt(
     runtime: &dyn Runtime,
     tools: &[ToolSpec],
     transfer_targets: &[TransferTarget],
     instructions: &str,
+    output: &str,
 ) -> Result<String, PromptError> {
     let card = render_card(runtime, tools, transfer_targets)?;
     let info = runtime.info();
@@ -110,13 +113,15 @@ pub fn render_system_prompt(
             fence => info.fence_tags.first().copied().unwrap_or(info.name),
             instructions => instructions.trim(),
             card => card,
+            fence_rule => crate::FENCE_RULE,
+            output => output.trim(),
         },
     )
 }
 
 /// Renders `source` with `values` in strict mode (an undefined variable is an
 /// error), trimming the line breaks around block tags.
-fn render_strict(
+pub(crate) fn render_strict(
     name: &str,
     source: &str,
     values: minijinja::Value,

@@ -15,9 +15,21 @@
 //! tools = "tools.json"        # a tool manifest, optional
 //! targets = ["billing"]
 //! max_steps = 12              # default
+//! max_refusals = 3            # default
+//!
+//! [agent.output]              # the agent level of the output spec
+//! format = "json"
+//! schema = "answer.schema.json"  # a file, or an inline table
+//! validator = "answer.rhai"
+//! on_validator_error = "reject"  # default; or "accept"
+//!
+//! [output]                    # the stage level: overrides every agent's
+//! instructions = "Answer in one JSON object."
 //! ```
 //!
-//! Relative paths (tool manifests, replay files) are read from the file's folder.
+//! Relative paths (tool manifests, replay files, schemas, validators) are read
+//! from the file's folder. Output specs are loaded with the team: a broken schema
+//! or validator is an error naming the file before any model is called.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,7 +38,9 @@ use serde::Deserialize;
 
 use crate::agent::{Agent, LoopConfig, Team, TeamBuilder};
 use crate::model::{ModelSpecError, model_from_spec};
-use crate::{Limits, TransferTarget, load_tool_manifest, runtime_by_name};
+use crate::{
+    Limits, OnValidatorError, OutputSpec, TransferTarget, load_tool_manifest, runtime_by_name,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,8 +49,54 @@ struct TeamFile {
     max_transfers: Option<usize>,
     max_carry: Option<usize>,
     allow_transfer_back: Option<bool>,
+    output: Option<OutputEntry>,
     #[serde(rename = "agent", default)]
     agents: Vec<AgentEntry>,
+}
+
+/// An output spec as a team file writes it: `schema` may name a file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputEntry {
+    format: Option<String>,
+    instructions: Option<String>,
+    example: Option<String>,
+    schema: Option<SchemaEntry>,
+    validator: Option<PathBuf>,
+    on_validator_error: Option<OnValidatorError>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum SchemaEntry {
+    File(PathBuf),
+    Inline(serde_json::Value),
+}
+
+impl OutputEntry {
+    fn spec(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<OutputSpec, String> {
+        let schema = match &self.schema {
+            Some(SchemaEntry::File(path)) => {
+                let path = resolve(path);
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("schema '{}': cannot read it: {e}", path.display()))?;
+                Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| format!("schema '{}': not JSON: {e}", path.display()))?,
+                )
+            }
+            Some(SchemaEntry::Inline(schema)) => Some(schema.clone()),
+            None => None,
+        };
+        Ok(OutputSpec {
+            format: self.format.clone(),
+            instructions: self.instructions.clone(),
+            example: self.example.clone(),
+            schema,
+            validator: self.validator.as_deref().map(resolve),
+            on_validator_error: self.on_validator_error,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -55,6 +115,8 @@ struct AgentEntry {
     targets: Vec<String>,
     max_steps: Option<usize>,
     max_errors: Option<usize>,
+    max_refusals: Option<usize>,
+    output: Option<OutputEntry>,
 }
 
 fn default_runtime() -> String {
@@ -121,6 +183,12 @@ pub fn load_team(
     if let Some(allow) = file.allow_transfer_back {
         builder = builder.allow_transfer_back(allow);
     }
+    if let Some(stage) = &file.output {
+        let stage = stage
+            .spec(&resolve)
+            .map_err(|e| invalid(format!("[output]: {e}")))?;
+        builder = builder.output(stage);
+    }
     for entry in &file.agents {
         let label = format!("agent '{}'", entry.name);
         let spec = match entry.model.strip_prefix("replay:") {
@@ -145,11 +213,21 @@ pub fn load_team(
         if let Some(n) = entry.max_errors {
             config.max_consecutive_errors = n;
         }
+        if let Some(n) = entry.max_refusals {
+            config.max_refusals = n;
+        }
+        let output = match &entry.output {
+            Some(output) => output
+                .spec(&resolve)
+                .map_err(|e| invalid(format!("{label}: {e}")))?,
+            None => OutputSpec::default(),
+        };
         let mut agent = Agent::builder(model, runtime)
             .name(&entry.name)
             .description(&entry.description)
             .instructions(&entry.instructions)
             .tools(tools)
+            .output(output)
             .config(config);
         for target in &entry.targets {
             let described = file

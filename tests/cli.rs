@@ -468,3 +468,284 @@ fn exec_runs_javascript_in_a_worker_and_keeps_the_host_alive_through_a_memory_bo
         stdout(&out)
     );
 }
+
+// --- codeact validate, and output specs on codeact run ------------------------
+
+const HAS_TOTAL: &str = "fixtures/validators/has_total.rhai";
+
+#[test]
+fn validate_prints_valid_and_exits_zero() {
+    let out = codeact(
+        &["validate", "--validator", HAS_TOTAL],
+        Some(b"{\"total\": 3}\n"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "{\"verdict\":\"valid\"}\n");
+}
+
+#[test]
+fn validate_prints_the_validators_reason_and_exits_one_when_invalid() {
+    let out = codeact(
+        &["validate", "--validator", HAS_TOTAL],
+        Some(b"{\"total\": -1}"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stdout(&out),
+        "{\"reason\":\"total must not be negative, got -1\",\"verdict\":\"invalid\"}\n"
+    );
+}
+
+#[test]
+fn validate_reports_a_broken_validator_as_unusable_and_exits_one() {
+    let out = codeact(
+        &["validate", "--validator", "fixtures/validators/throws.rhai"],
+        Some(b"x"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let line: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("one JSON line");
+    assert_eq!(line["verdict"], "unusable");
+    assert!(
+        line["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the validator broke on purpose")),
+        "{line}"
+    );
+}
+
+#[test]
+fn validate_reads_the_input_file_and_checks_the_schema_first() {
+    let input = script_file("validate-input.json", b"{\"total\": \"3\"}");
+    let out = codeact(
+        &[
+            "validate",
+            "--validator",
+            HAS_TOTAL,
+            "--schema",
+            "fixtures/validators/total.schema.json",
+            "--input",
+            input.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let line: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("one JSON line");
+    assert_eq!(line["verdict"], "invalid");
+    assert!(
+        line["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("at /total")),
+        "{line}"
+    );
+}
+
+#[test]
+fn validate_with_format_json_refuses_content_that_does_not_parse() {
+    let out = codeact(
+        &["validate", "--validator", HAS_TOTAL, "--format", "json"],
+        Some(b"total: 3"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("does not parse"), "{}", stdout(&out));
+}
+
+#[test]
+fn validate_exits_two_naming_the_file_when_the_validator_or_schema_cannot_load() {
+    let bad_schema = script_file("bad.schema.json", b"{\"type\": 5}");
+    let not_json = script_file("not-json.schema.json", b"{type");
+    for (args, expected) in [
+        (
+            vec!["--validator", "fixtures/validators/syntax_error.rhai"],
+            "validator 'fixtures/validators/syntax_error.rhai': Syntax error",
+        ),
+        (
+            vec!["--validator", "fixtures/validators/no_validate.rhai"],
+            "defines no `fn validate(content)`",
+        ),
+        (
+            vec!["--validator", "fixtures/validators/wrong_arity.rhai"],
+            "`validate` takes 2 parameter(s)",
+        ),
+        (
+            vec!["--validator", "fixtures/validators/missing.rhai"],
+            "validator 'fixtures/validators/missing.rhai': cannot read it",
+        ),
+        (
+            vec!["--schema", bad_schema.to_str().expect("utf-8")],
+            "bad.schema.json': not a valid JSON Schema",
+        ),
+        (
+            vec!["--schema", not_json.to_str().expect("utf-8")],
+            "not-json.schema.json': not JSON",
+        ),
+    ] {
+        let mut all = vec!["validate"];
+        all.extend(args);
+        let out = codeact(&all, Some(b"{}"));
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty());
+        assert!(stderr(&out).contains(expected), "{all:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn run_with_a_validator_refuses_then_accepts_the_fixed_result() {
+    let replies = replay_file(
+        "replies-validated.json",
+        &[
+            "```rhai\nfinal_result(#{total: -1})\n```",
+            "```rhai\nfinal_result(#{total: 2})\n```",
+        ],
+    );
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--validator",
+            HAS_TOTAL,
+            "--format",
+            "json",
+            "Count.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "{\"type\":\"final_result\",\"value\":{\"total\":2}}\n"
+    );
+    assert!(
+        stderr(&out).contains("final result refused (1): total must not be negative, got -1"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_run_whose_results_keep_failing_the_schema_exits_three() {
+    let replies = replay_file(
+        "replies-refused.json",
+        &["```rhai\nfinal_result(#{sum: 1})\n```"; 2],
+    );
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--schema",
+            "fixtures/validators/total.schema.json",
+            "--max-refusals",
+            "2",
+            "Count.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("stopped: 2 final results refused"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_run_with_an_unloadable_validator_is_a_usage_error_before_any_model_call() {
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            "replay:/nonexistent/replies.json",
+            "--validator",
+            "fixtures/validators/no_validate.rhai",
+            "Go.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no_validate.rhai': defines no `fn validate(content)`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_run_with_a_broken_validator_in_accept_mode_is_flagged_on_stderr() {
+    let replies = replay_file(
+        "replies-accepted.json",
+        &["```rhai\nfinal_result(\"done\")\n```"],
+    );
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--validator",
+            "fixtures/validators/throws.rhai",
+            "--on-validator-error",
+            "accept",
+            "Go.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("warning: the validator is broken, so the result was accepted unchecked"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_team_file_declares_output_specs_per_agent_and_for_the_stage() {
+    let replies = replay_file(
+        "replies-team-output.json",
+        &[
+            "```rhai\nfinal_result(#{total: -5})\n```",
+            "```rhai\nfinal_result(#{total: 5})\n```",
+        ],
+    );
+    let validator = std::fs::canonicalize(HAS_TOTAL).expect("the fixture exists");
+    let team = format!(
+        "[output]\ninstructions = \"One JSON object.\"\n\n[[agent]]\nname = \"counter\"\nmodel = \"replay:{}\"\n\n[agent.output]\nformat = \"json\"\nschema = {{ type = \"object\" }}\nvalidator = \"{}\"\n",
+        replies.display(),
+        validator.display()
+    );
+    let file = script_file("team-output.toml", team.as_bytes());
+    let out = codeact(
+        &["run", "--agents", file.to_str().expect("utf-8"), "Count."],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "{\"type\":\"final_result\",\"value\":{\"total\":5}}\n"
+    );
+    assert!(
+        stderr(&out).contains("final result refused (1)"),
+        "{}",
+        stderr(&out)
+    );
+
+    let broken = script_file(
+        "team-broken-output.toml",
+        format!(
+            "[[agent]]\nname = \"a\"\nmodel = \"replay:{}\"\n\n[agent.output]\nvalidator = \"no-such.rhai\"\n",
+            replies.display()
+        )
+        .as_bytes(),
+    );
+    let out = codeact(
+        &["run", "--agents", broken.to_str().expect("utf-8"), "Go."],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no-such.rhai': cannot read it"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -203,11 +203,7 @@ async fn check(runtime_name: &str, fixture: Fixture) -> Result<(), String> {
         .run("final_result(\"alive\")")
         .await
         .map_err(|e| format!("host failed: {e}"))?;
-    if after.output
-        != (ScriptOutput::FinalResult {
-            value: json!("alive"),
-        })
-    {
+    if after.output != ScriptOutput::final_result(json!("alive")) {
         return Err(format!(
             "the session is unusable afterwards: {}",
             after.output

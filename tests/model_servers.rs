@@ -277,10 +277,10 @@ async fn an_openai_run_feeds_back_the_observation_and_the_error_and_ends_on_the_
     );
     assert_eq!(user_messages(&first.body), vec!["Sum the data."]);
     let second = user_messages(&received[1].body);
-    assert_eq!(second[1], "Observation:\n3");
+    assert_eq!(unfenced(&second[1]), "Observation:\n3");
     let third = user_messages(&received[2].body);
     assert!(
-        third[2].starts_with("Error:\nRuntime error: not yet: 6"),
+        unfenced(&third[2]).starts_with("Error:\nRuntime error: not yet: 6"),
         "{}",
         third[2]
     );
@@ -355,7 +355,19 @@ async fn an_anthropic_run_sends_the_system_prompt_apart_and_the_key_in_its_heade
             .contains("```rhai")
     );
     assert_eq!(received[0].body["messages"][0]["role"], "user");
-    assert_eq!(user_messages(&received[1].body)[1], "Observation:\n3");
+    assert_eq!(
+        unfenced(&user_messages(&received[1].body)[1]),
+        "Observation:\n3"
+    );
+}
+
+/// Feedback without its fence lines (`<untrusted-NONCE>`, `</untrusted-NONCE>`),
+/// whose nonces are random.
+fn unfenced(text: &str) -> String {
+    text.lines()
+        .filter(|line| !line.starts_with("<untrusted-") && !line.starts_with("</untrusted-"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[tokio::test]

@@ -126,3 +126,39 @@ fn the_js_card_with_tools_matches_its_snapshot() {
     );
     assert_snapshot("js_card_with_tools.md", &card);
 }
+
+/// If this fails, the text about fenced data or about the final result that every
+/// model reads has changed.
+#[test]
+fn the_system_prompt_with_an_output_spec_matches_its_snapshot() {
+    let runtime = RhaiRuntime::new(Limits::default());
+    let spec = codeact::OutputSpec {
+        format: Some("json".into()),
+        instructions: Some("Report the total and the items counted.".into()),
+        example: Some("{\"total\": 3, \"items\": [\"a\", \"b\", \"c\"]}".into()),
+        schema: Some(json!({
+            "type": "object",
+            "properties": {"total": {"type": "integer"}, "items": {"type": "array"}},
+            "required": ["total"]
+        })),
+        ..codeact::OutputSpec::default()
+    };
+    let prompt = codeact::render_system_prompt(
+        &runtime,
+        &[],
+        &[],
+        "",
+        &spec.render().expect("the spec renders"),
+    )
+    .expect("the prompt renders");
+    assert!(prompt.contains(codeact::FENCE_RULE));
+    assert_snapshot("system_prompt_with_output_spec.md", &prompt);
+}
+
+#[test]
+fn the_system_prompt_without_an_output_spec_says_nothing_about_the_final_result() {
+    let runtime = RhaiRuntime::new(Limits::default());
+    let prompt = codeact::render_system_prompt(&runtime, &[], &[], "", "").expect("renders");
+    assert!(!prompt.contains("## The final result"));
+    assert!(prompt.trim_end().ends_with("`type_of(x)`."), "{prompt}");
+}

@@ -82,7 +82,9 @@ async fn a_handover_starts_the_target_with_the_task_and_the_carried_messages() {
         "{first}"
     );
     assert!(
-        first.contains("Observation:\n7") && first.contains("transfer_to_agent(\"billing\")"),
+        first.contains("Observation:\n<untrusted-")
+            && first.contains("\n7\n</untrusted-")
+            && first.contains("transfer_to_agent(\"billing\")"),
         "{first}"
     );
     assert!(

@@ -8,8 +8,9 @@ use serde_json::Value;
 
 use super::extract::{Extraction, extract_code};
 use super::feedback;
-use crate::ScriptOutput;
 use crate::chat::{Message, ModelResponse, StopReason, Usage};
+use crate::output_spec::Check;
+use crate::{DEFAULT_CONTENT_CAP, ScriptOutput};
 
 /// The loop's rules, with their defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,15 @@ pub struct LoopConfig {
     /// Characters of a model reply kept in the conversation; a longer reply loses
     /// its middle in the history (its code runs whole). Default: 32,000.
     pub reply_limit: usize,
+    /// Final results refused by the output spec's checks in one run; the refusal
+    /// that reaches this count ends the run with [`Outcome::RefusalBudget`]
+    /// instead of going back to the model. Refusals do not count as errors.
+    /// Default: 3.
+    pub max_refusals: usize,
+    /// Bytes of an accepted result's content kept in its
+    /// [`FinalOutput`](crate::FinalOutput) record; longer content is cut at a
+    /// character boundary and flagged. Default: 256 KiB.
+    pub max_output_content_bytes: usize,
 }
 
 impl Default for LoopConfig {
@@ -35,6 +45,8 @@ impl Default for LoopConfig {
             max_consecutive_errors: 4,
             feedback_limit: 8_000,
             reply_limit: 32_000,
+            max_refusals: 3,
+            max_output_content_bytes: DEFAULT_CONTENT_CAP,
         }
     }
 }
@@ -66,6 +78,14 @@ pub enum Outcome {
         /// The last one.
         last_error: String,
     },
+    /// Final results were refused by the output spec's checks as often as
+    /// [`LoopConfig::max_refusals`] allows.
+    RefusalBudget {
+        /// Refusals in the run.
+        refusals: usize,
+        /// The reason given for the last one.
+        last_reason: String,
+    },
     /// The model declined to answer.
     Refused {
         /// What it said.
@@ -79,14 +99,13 @@ impl Outcome {
     /// The `ScriptOutput` that ended the run, for the two outcomes a script chose.
     pub fn script_output(&self) -> Option<ScriptOutput> {
         match self {
-            Outcome::FinalResult { value } => Some(ScriptOutput::FinalResult {
-                value: value.clone(),
-            }),
+            Outcome::FinalResult { value } => Some(ScriptOutput::final_result(value.clone())),
             Outcome::Transfer { agent_name } => Some(ScriptOutput::TransferToAgent {
                 agent_name: agent_name.clone(),
             }),
             Outcome::StepLimit { .. }
             | Outcome::ErrorBudget { .. }
+            | Outcome::RefusalBudget { .. }
             | Outcome::Refused { .. }
             | Outcome::ContextWindowExceeded => None,
         }
@@ -102,6 +121,14 @@ pub enum Next {
     RunScript {
         /// The script.
         code: String,
+    },
+    /// Check this submitted final result against the output spec and the
+    /// artifact rules, then report with [`Conversation::on_check`].
+    CheckResult {
+        /// The result.
+        value: Value,
+        /// The artifact paths it declared.
+        artifacts: Vec<String>,
     },
     /// Stop with this outcome.
     Finish(Outcome),
@@ -119,6 +146,7 @@ pub struct Conversation {
     messages: Vec<Message>,
     steps: usize,
     consecutive_errors: usize,
+    refusals: usize,
     usage: Usage,
     /// The feedback of the step in progress, when the reply itself was the error.
     last_error: Option<String>,
@@ -138,6 +166,7 @@ impl Conversation {
             messages: vec![Message::user(task)],
             steps: 0,
             consecutive_errors: 0,
+            refusals: 0,
             usage: Usage::default(),
             last_error: None,
             pending_note: None,
@@ -229,9 +258,10 @@ impl Conversation {
     pub fn on_script(&mut self, output: &ScriptOutput, logs: &LogBuffer) -> Next {
         let limit = self.config.feedback_limit;
         match output {
-            ScriptOutput::FinalResult { value } => Next::Finish(Outcome::FinalResult {
+            ScriptOutput::FinalResult { value, artifacts } => Next::CheckResult {
                 value: value.clone(),
-            }),
+                artifacts: artifacts.clone(),
+            },
             ScriptOutput::TransferToAgent { agent_name } => {
                 if self.transfer_targets.iter().any(|t| t == agent_name) {
                     return Next::Finish(Outcome::Transfer {
@@ -250,7 +280,7 @@ impl Conversation {
                 } else {
                     format!("there is no agent '{agent_name}' to transfer to; {valid}")
                 };
-                let text = feedback::error(&message, logs, limit);
+                let text = feedback::host_error(&message, logs, limit);
                 self.script_error(text, message)
             }
             ScriptOutput::Observation { value } => {
@@ -264,6 +294,38 @@ impl Conversation {
                 self.script_error(text, message.clone())
             }
         }
+    }
+
+    /// The submitted final result `value` was checked: accepted (ends the run) or
+    /// refused (the reason goes back to the model, until the refusal budget runs
+    /// out).
+    pub fn on_check(&mut self, value: Value, check: &Check) -> Next {
+        match check {
+            Check::Passed | Check::Unchecked { .. } => Next::Finish(Outcome::FinalResult { value }),
+            Check::Refused { by, reason } => {
+                self.refusals += 1;
+                self.last_error = Some(reason.clone());
+                if self.refusals >= self.config.max_refusals {
+                    return Next::Finish(Outcome::RefusalBudget {
+                        refusals: self.refusals,
+                        last_reason: reason.clone(),
+                    });
+                }
+                let text = feedback::refusal(
+                    *by,
+                    reason,
+                    self.config.max_refusals - self.refusals,
+                    self.config.feedback_limit,
+                );
+                self.push_feedback(text);
+                self.continue_or_stop()
+            }
+        }
+    }
+
+    /// Final results refused so far.
+    pub fn refusals(&self) -> usize {
+        self.refusals
     }
 
     /// The error of the step in progress, when there was one (for events).
@@ -310,6 +372,7 @@ impl Conversation {
 mod tests {
     use super::*;
     use crate::chat::{ContentBlock, Role};
+    use crate::output_spec::RefusedBy;
     use serde_json::json;
 
     fn reply(text: &str) -> ModelResponse {
@@ -354,11 +417,81 @@ mod tests {
     fn a_final_result_ends_the_run() {
         let mut c = conversation(LoopConfig::default());
         c.on_reply(&reply("```rhai\nfinal_result(4)\n```"));
-        let next = c.on_script(
-            &ScriptOutput::FinalResult { value: json!(4) },
-            &LogBuffer::new(10),
+        let next = c.on_script(&ScriptOutput::final_result(json!(4)), &LogBuffer::new(10));
+        assert_eq!(
+            next,
+            Next::CheckResult {
+                value: json!(4),
+                artifacts: Vec::new()
+            }
         );
+        let next = c.on_check(json!(4), &Check::Passed);
         assert_eq!(next, Next::Finish(Outcome::FinalResult { value: json!(4) }));
+    }
+
+    fn refused(reason: &str) -> Check {
+        Check::Refused {
+            by: RefusedBy::Validator,
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_refused_result_is_fed_back_with_the_reason_and_the_loop_goes_on() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nfinal_result(5)\n```"));
+        let next = c.on_check(json!(5), &refused("2 + 2 is not 5"));
+        assert_eq!(next, Next::CallModel);
+        assert_eq!(c.refusals(), 1);
+        let text = last_feedback(&c);
+        assert!(
+            text.starts_with(
+                "Your final result was refused: the validator says:\n2 + 2 is not 5\n"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("2 more refusal(s) end the run."), "{text}");
+    }
+
+    #[test]
+    fn the_refusal_that_reaches_the_budget_ends_the_run_with_its_own_outcome() {
+        let mut c = conversation(LoopConfig {
+            max_refusals: 2,
+            ..LoopConfig::default()
+        });
+        c.on_reply(&reply("```rhai\nfinal_result(5)\n```"));
+        assert_eq!(c.on_check(json!(5), &refused("first")), Next::CallModel);
+        c.on_reply(&reply("```rhai\nfinal_result(6)\n```"));
+        assert_eq!(
+            c.on_check(json!(6), &refused("second")),
+            Next::Finish(Outcome::RefusalBudget {
+                refusals: 2,
+                last_reason: "second".into()
+            })
+        );
+    }
+
+    #[test]
+    fn refusals_do_not_count_as_errors_in_a_row() {
+        let mut c = conversation(LoopConfig {
+            max_consecutive_errors: 1,
+            ..LoopConfig::default()
+        });
+        c.on_reply(&reply("```rhai\nfinal_result(5)\n```"));
+        assert_eq!(c.on_check(json!(5), &refused("no")), Next::CallModel);
+    }
+
+    #[test]
+    fn a_result_accepted_unchecked_still_ends_the_run() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nfinal_result(5)\n```"));
+        let next = c.on_check(
+            json!(5),
+            &Check::Unchecked {
+                reason: "validator threw".into(),
+            },
+        );
+        assert_eq!(next, Next::Finish(Outcome::FinalResult { value: json!(5) }));
     }
 
     #[test]
@@ -370,8 +503,8 @@ mod tests {
         let next = c.on_script(&ScriptOutput::Observation { value: json!(4) }, &logs);
         assert_eq!(next, Next::CallModel);
         assert_eq!(
-            last_feedback(&c),
-            "Observation:\n4\n\nPrinted output:\nadding"
+            feedback::without_nonces(&last_feedback(&c)),
+            "Observation:\n<untrusted>\n4\n</untrusted>\n\nPrinted output:\n<untrusted>\nadding\n</untrusted>"
         );
     }
 
@@ -387,8 +520,11 @@ mod tests {
         );
         assert_eq!(next, Next::CallModel);
         assert_eq!(
-            last_feedback(&c),
-            format!("Error:\nRuntime error: 1\n\n{}", feedback::FIX_IT)
+            feedback::without_nonces(&last_feedback(&c)),
+            format!(
+                "Error:\n<untrusted>\nRuntime error: 1\n</untrusted>\n\n{}",
+                feedback::FIX_IT
+            )
         );
     }
 

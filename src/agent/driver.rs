@@ -1,17 +1,23 @@
 //! The thin async driver: asks the model, runs scripts, reports events, and lets
 //! [`Conversation`] decide everything else.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use codeact_runtime::{HostError, Runtime};
+use serde_json::Value;
 use tracing::Instrument;
 
 use super::decide::{Conversation, LoopConfig, Next, Outcome};
 use super::events::{Event, Listener};
 use crate::chat::{Message, ModelRequest, StreamEvent, Usage};
 use crate::model::{ModelClient, ModelError};
+use crate::output_spec::{ExtraCheck, structured};
 use crate::prompts::{PromptError, TransferTarget, render_system_prompt};
-use crate::{ScriptOutput, ScriptSession, ToolBox};
+use crate::{
+    Check, FinalAnswer, FinalOutput, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
+    ScriptOutput, ScriptSession, ToolBox, Validation, artifact_path, content_text,
+};
 
 /// A CodeAct agent: a model, a runtime, tools, and the loop's rules.
 ///
@@ -43,6 +49,9 @@ pub struct Agent {
     runtime: Arc<dyn Runtime>,
     tools: Arc<ToolBox>,
     config: LoopConfig,
+    output: OutputSpec,
+    contract: OutputContract,
+    working_dir: Option<PathBuf>,
     system_prompt: String,
     max_tokens: u32,
     temperature: f32,
@@ -71,6 +80,8 @@ pub struct AgentBuilder {
     tools: Vec<crate::Tool>,
     config: LoopConfig,
     instructions: String,
+    output: OutputSpec,
+    working_dir: Option<PathBuf>,
     max_tokens: u32,
     temperature: f32,
     stream: bool,
@@ -115,6 +126,22 @@ impl AgentBuilder {
         self
     }
 
+    /// What this agent's final results must look like: the agent level of the
+    /// cascade agent → stage → request (see [`OutputSpec`]). Its schema and
+    /// validator are compiled by [`build`](Self::build). Default: empty.
+    pub fn output(mut self, spec: OutputSpec) -> Self {
+        self.output = spec;
+        self
+    }
+
+    /// The directory artifact paths of a final result are relative to; a path
+    /// escaping it gets the result refused. Default: the process's working
+    /// directory when the run starts.
+    pub fn working_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.working_dir = Some(dir.into());
+        self
+    }
+
     /// The loop's rules. Default: [`LoopConfig::default`].
     pub fn config(mut self, config: LoopConfig) -> Self {
         self.config = config;
@@ -152,14 +179,17 @@ impl AgentBuilder {
         self
     }
 
-    /// Checks the tools and renders the system prompt once.
+    /// Checks the tools, loads the output spec (compiling its schema and
+    /// validator) and renders the system prompt once.
     pub fn build(self) -> Result<Agent, AgentError> {
         let tools = ToolBox::new(self.tools).map_err(|e| AgentError::Setup(e.to_string()))?;
+        let contract = self.output.load()?;
         let system_prompt = render_system_prompt(
             &*self.runtime,
             codeact_runtime::ToolDispatch::specs(&tools),
             &self.targets,
             &self.instructions,
+            &self.output.render()?,
         )?;
         Ok(Agent {
             name: self.name,
@@ -170,6 +200,9 @@ impl AgentBuilder {
             runtime: self.runtime,
             tools: Arc::new(tools),
             config: self.config,
+            output: self.output,
+            contract,
+            working_dir: self.working_dir,
             system_prompt,
             max_tokens: self.max_tokens,
             temperature: self.temperature,
@@ -190,6 +223,31 @@ pub struct RunResult {
     pub usage: Usage,
     /// The whole conversation, task first.
     pub messages: Vec<Message>,
+    /// The record of the accepted final result, when the run ended with one.
+    pub final_output: Option<FinalOutput>,
+}
+
+/// A run for a typed answer (see [`Agent::run_typed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypedRun<T> {
+    /// The answer, when the run ended with a final result (which then matched the
+    /// type's schema and deserialized).
+    pub answer: Option<T>,
+    /// The run itself.
+    pub run: RunResult,
+}
+
+/// The request level of a run's output spec, plus a check the caller adds.
+#[derive(Clone, Default)]
+pub(crate) struct RequestOutput {
+    pub spec: OutputSpec,
+    pub extra: Option<ExtraCheck>,
+}
+
+impl RequestOutput {
+    fn is_empty(&self) -> bool {
+        self.spec.is_empty() && self.extra.is_none()
+    }
 }
 
 /// A run could not finish: the model or the host failed. Script errors never end
@@ -208,6 +266,9 @@ pub enum AgentError {
     /// The agent is misconfigured (e.g. two tools with one name).
     #[error("the agent cannot be built: {0}")]
     Setup(String),
+    /// An output spec cannot be used (its validator file or schema is broken).
+    #[error(transparent)]
+    Output(#[from] OutputSpecError),
 }
 
 impl Agent {
@@ -222,6 +283,8 @@ impl Agent {
             tools: Vec::new(),
             config: LoopConfig::default(),
             instructions: String::new(),
+            output: OutputSpec::default(),
+            working_dir: None,
             max_tokens: 2_048,
             temperature: 0.0,
             stream: true,
@@ -261,20 +324,124 @@ impl Agent {
         &self.targets
     }
 
+    /// The output spec this agent's results are checked against (with the stage
+    /// level folded in, once the agent joined a team that declares one).
+    pub fn output(&self) -> &OutputSpec {
+        &self.output
+    }
+
     /// Runs `task` to an outcome in a fresh session.
     pub async fn run(&self, task: &str) -> Result<RunResult, AgentError> {
-        self.run_with(task, &self.targets).await
+        self.run_with(task, &self.targets, &RequestOutput::default())
+            .await
+    }
+
+    /// Runs `task` with `request` as the request level of the output spec: it
+    /// overrides the agent's (and stage's) spec field by field, and is loaded
+    /// (schema and validator compiled) before the first model call.
+    pub async fn run_with_output(
+        &self,
+        task: &str,
+        request: &OutputSpec,
+    ) -> Result<RunResult, AgentError> {
+        let request = RequestOutput {
+            spec: request.clone(),
+            extra: None,
+        };
+        self.run_with(task, &self.targets, &request).await
+    }
+
+    /// Runs `task` for an answer of type `T`: the request asks for format `json`
+    /// with `T`'s generated JSON Schema, and a result that does not deserialize
+    /// into `T` is refused like one that fails the schema.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use codeact::model::ReplayModel;
+    /// use codeact::{Agent, FinalAnswer, Limits, RhaiRuntime, UntrustedText};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema, FinalAnswer)]
+    /// struct Sum { total: i64, note: UntrustedText }
+    ///
+    /// let model = ReplayModel::new([
+    ///     "```rhai\nfinal_result(#{total: \"4\"})\n```",
+    ///     "```rhai\nfinal_result(#{total: 4, note: \"2 + 2\"})\n```",
+    /// ]);
+    /// let agent = Agent::builder(Arc::new(model), Arc::new(RhaiRuntime::new(Limits::default()))).build()?;
+    /// let run = agent.run_typed::<Sum>("Add 2 and 2.").await?;
+    /// let sum = run.answer.expect("the second result fits");
+    /// assert_eq!((sum.total, sum.note.raw()), (4, "2 + 2"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_typed<T: FinalAnswer + 'static>(
+        &self,
+        task: &str,
+    ) -> Result<TypedRun<T>, AgentError> {
+        let request = RequestOutput {
+            spec: OutputSpec {
+                format: Some("json".into()),
+                schema: Some(T::answer_schema()),
+                ..OutputSpec::default()
+            },
+            extra: Some(Arc::new(|value: &Value| {
+                serde_json::from_value::<T>(value.clone())
+                    .map(|_| ())
+                    .map_err(|e| format!("the final result does not fit the expected type: {e}"))
+            })),
+        };
+        let run = self.run_with(task, &self.targets, &request).await?;
+        let answer = match &run.outcome {
+            Outcome::FinalResult { value } => structured(value, true)
+                .ok()
+                .and_then(|value| serde_json::from_value(value).ok()),
+            _ => None,
+        };
+        Ok(TypedRun { answer, run })
+    }
+
+    /// Folds a team's stage spec into this agent's own (the stage level of the
+    /// cascade), reloading the contract and the system prompt.
+    pub(crate) fn apply_stage(&mut self, stage: &OutputSpec) -> Result<(), AgentError> {
+        if stage.is_empty() {
+            return Ok(());
+        }
+        let output = self.output.overlaid_with(stage);
+        let contract = output.load()?;
+        self.system_prompt = render_system_prompt(
+            &*self.runtime,
+            codeact_runtime::ToolDispatch::specs(&*self.tools),
+            &self.targets,
+            &self.instructions,
+            &output.render()?,
+        )?;
+        self.output = output;
+        self.contract = contract;
+        Ok(())
     }
 
     /// Runs a conversation that opens with `first_message`, offering `targets` as
-    /// the agents to hand over to (a team narrows them per handover; the system
-    /// prompt is re-rendered only when they differ from the agent's own).
+    /// the agents to hand over to (a team narrows them per handover), with
+    /// `request` as the request level of the output spec. The system prompt is
+    /// re-rendered only when targets or spec differ from the agent's own.
     pub(crate) async fn run_with(
         &self,
         first_message: &str,
         targets: &[TransferTarget],
+        request: &RequestOutput,
     ) -> Result<RunResult, AgentError> {
-        let system_prompt = if targets == self.targets.as_slice() {
+        let contract = if request.is_empty() {
+            self.contract.clone()
+        } else {
+            let contract = self.output.overlaid_with(&request.spec).load()?;
+            match &request.extra {
+                Some(extra) => contract.with_extra_check(extra.clone()),
+                None => contract,
+            }
+        };
+        let system_prompt = if targets == self.targets.as_slice() && request.spec.is_empty() {
             self.system_prompt.clone()
         } else {
             render_system_prompt(
@@ -282,7 +449,14 @@ impl Agent {
                 codeact_runtime::ToolDispatch::specs(&*self.tools),
                 targets,
                 &self.instructions,
+                &contract.spec().render()?,
             )?
+        };
+        let working_dir = match &self.working_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir().map_err(|e| {
+                AgentError::Setup(format!("cannot read the working directory: {e}"))
+            })?,
         };
         let mut conversation = Conversation::new(
             first_message,
@@ -298,14 +472,16 @@ impl Agent {
             runtime: self.runtime.info().name.to_string(),
             system_prompt: system_prompt.clone(),
         });
-        let result = self.drive(&mut conversation, &system_prompt).await;
+        let result = self
+            .drive(&mut conversation, &system_prompt, &contract, &working_dir)
+            .await;
         if let Err(error) = &result {
             self.emit(|| Event::Failed {
                 step: conversation.steps() + 1,
                 error: error.to_string(),
             });
         }
-        let outcome = result?;
+        let (outcome, final_output) = result?;
         self.emit(|| Event::Finished {
             outcome: outcome.clone(),
             steps: conversation.steps(),
@@ -316,6 +492,7 @@ impl Agent {
             steps: conversation.steps(),
             usage: conversation.usage(),
             messages: conversation.messages().to_vec(),
+            final_output,
         })
     }
 
@@ -323,20 +500,57 @@ impl Agent {
         &self,
         conversation: &mut Conversation,
         system_prompt: &str,
-    ) -> Result<Outcome, AgentError> {
+        contract: &OutputContract,
+        working_dir: &Path,
+    ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
         let mut session = ScriptSession::start(&*self.runtime, self.tools.clone())?;
         // Messages are reported as soon as they join the conversation: the task
         // here, the rest right after `on_reply` and `on_script`.
         let mut reported = 0;
         self.report_messages(conversation, &mut reported);
         let mut next = Next::CallModel;
+        let mut final_output = None;
         loop {
             let step = match next {
-                Next::RunScript { .. } => conversation.steps(),
+                Next::RunScript { .. } | Next::CheckResult { .. } => conversation.steps(),
                 _ => conversation.steps() + 1,
             };
             next = match next {
-                Next::Finish(outcome) => return Ok(outcome),
+                Next::Finish(outcome) => return Ok((outcome, final_output)),
+                Next::CheckResult { value, artifacts } => {
+                    let (check, artifacts) =
+                        check_result(contract, working_dir, &value, &artifacts).await;
+                    let next = conversation.on_check(value.clone(), &check);
+                    self.report_messages(conversation, &mut reported);
+                    if let Check::Refused { by, reason } = &check {
+                        self.emit(|| Event::ResultRefused {
+                            step,
+                            by: *by,
+                            reason: reason.clone(),
+                            refusals: conversation.refusals(),
+                        });
+                    }
+                    if let Next::Finish(Outcome::FinalResult { .. }) = &next {
+                        let validation = match check {
+                            Check::Unchecked { reason } => Validation::BrokenValidator { reason },
+                            _ if contract.is_empty() => Validation::NotRequired,
+                            _ => Validation::Passed,
+                        };
+                        let output = FinalOutput::new(
+                            &content_text(&value),
+                            self.config.max_output_content_bytes,
+                            contract.spec().format.clone(),
+                            &self.name,
+                            artifacts,
+                            validation,
+                        );
+                        self.emit(|| Event::FinalOutput {
+                            output: output.clone(),
+                        });
+                        final_output = Some(output);
+                    }
+                    next
+                }
                 Next::CallModel => {
                     self.call_model(conversation, system_prompt, step, &mut reported)
                         .instrument(tracing::info_span!("model", step))
@@ -439,6 +653,51 @@ impl Agent {
         }
         *reported = conversation.messages().len();
     }
+}
+
+/// Checks a submitted result: its artifact paths first (relative to
+/// `working_dir`, normalised), then the output contract, on a thread allowed to
+/// block (a validator may run up to its time limit).
+async fn check_result(
+    contract: &OutputContract,
+    working_dir: &Path,
+    value: &Value,
+    declared: &[String],
+) -> (Check, Vec<PathBuf>) {
+    let mut artifacts = Vec::with_capacity(declared.len());
+    for path in declared {
+        match artifact_path(working_dir, path) {
+            Ok(path) => artifacts.push(path),
+            Err(error) => {
+                let refused = Check::Refused {
+                    by: RefusedBy::Artifact,
+                    reason: error.to_string(),
+                };
+                return (refused, Vec::new());
+            }
+        }
+    }
+    if contract.is_empty() {
+        return (Check::Passed, artifacts);
+    }
+    let panicked = |what: String| Check::Refused {
+        by: RefusedBy::BrokenValidator,
+        reason: format!("the check failed inside the host: {what}"),
+    };
+    let in_place = tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    let check = if in_place {
+        tokio::task::block_in_place(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| contract.check(value)))
+        })
+        .unwrap_or_else(|_| panicked("it panicked".into()))
+    } else {
+        let (contract, value) = (contract.clone(), value.clone());
+        tokio::task::spawn_blocking(move || contract.check(&value))
+            .await
+            .unwrap_or_else(|e| panicked(e.to_string()))
+    };
+    (check, artifacts)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::decide::Outcome;
 use crate::chat::{Message, StopReason, Usage};
+use crate::{FinalOutput, RefusedBy};
 
 /// One thing that happened in a run. Every message of the conversation is an
 /// [`Event::Message`], so the events alone rebuild the transcript.
@@ -85,6 +86,24 @@ pub enum Event {
         message: String,
         /// What the script printed, if one ran.
         logs: String,
+    },
+    /// A submitted final result was refused by the output spec's checks (or for
+    /// an artifact path); the reason went back to the model.
+    ResultRefused {
+        /// The step.
+        step: usize,
+        /// Which check refused it.
+        by: RefusedBy,
+        /// Why.
+        reason: String,
+        /// Refusals in the run so far, this one included.
+        refusals: usize,
+    },
+    /// A final result was accepted; the record of it (flagged when a broken
+    /// validator let it through unchecked).
+    FinalOutput {
+        /// The record.
+        output: FinalOutput,
     },
     /// The run ended.
     Finished {

@@ -8,7 +8,7 @@ mod feedback;
 mod team;
 
 pub use decide::{Conversation, LoopConfig, Next, Outcome};
-pub use driver::{Agent, AgentBuilder, AgentError, RunResult};
+pub use driver::{Agent, AgentBuilder, AgentError, RunResult, TypedRun};
 pub use events::{Event, Listener, Transcript, parse_transcript, read_transcript};
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;

@@ -3,6 +3,7 @@
 mod exec;
 mod printer;
 mod run;
+mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,6 +21,9 @@ pub(crate) const EXIT_OK: u8 = 0;
 pub(crate) const EXIT_HOST_FAILURE: u8 = 1;
 /// Exit status when a run's step or error budget ran out.
 pub(crate) const EXIT_BUDGET: u8 = 3;
+/// Exit status of `validate` for content that is invalid, or whose validator is
+/// unusable.
+pub(crate) const EXIT_NOT_VALID: u8 = 1;
 /// Exit status for usage errors: a bad flag, an unknown runtime, an unreadable file.
 pub(crate) const EXIT_USAGE: u8 = 2;
 
@@ -41,7 +45,13 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Run a CodeAct agent on a task: the model writes scripts until one returns a
     /// final result. Steps go to stderr; the final ScriptOutput line to stdout.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
+    /// Check content against an output spec (a Rhai validator, a JSON Schema, a
+    /// format) as a final result would be checked, and print one JSON line:
+    /// {"verdict":"valid"}, {"verdict":"invalid","reason":…} or
+    /// {"verdict":"unusable","reason":…}. Exit 0 when valid, 1 when invalid or
+    /// unusable, 2 when the validator or schema cannot be loaded.
+    Validate(validate::ValidateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -131,6 +141,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Exec(args) => exec::exec(&args),
         Command::Run(args) => run::run(&args),
+        Command::Validate(args) => validate::validate(&args),
     }
 }
 

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::sync::Mutex;
 
+use crate::Validation;
 use crate::agent::{Event, Outcome};
 use crate::chat::Role;
 
@@ -63,6 +64,9 @@ impl Printer {
                     } => {
                         format!("stopped: {consecutive_errors} errors in a row")
                     }
+                    Outcome::RefusalBudget { refusals, .. } => {
+                        format!("stopped: {refusals} final results refused")
+                    }
                     Outcome::Refused { .. } => "stopped: the model refused".to_string(),
                     Outcome::ContextWindowExceeded => {
                         "stopped: the conversation outgrew the model's context".to_string()
@@ -80,6 +84,33 @@ impl Printer {
                 carried.len()
             ),
             Event::Failed { step, error } => writeln!(err, "\n── failed at step {step}: {error}"),
+            Event::ResultRefused {
+                reason, refusals, ..
+            } => writeln!(
+                err,
+                "final result refused ({refusals}): {}",
+                shorten(reason)
+            ),
+            Event::FinalOutput { output } => {
+                let mut notes = Vec::new();
+                if let Validation::BrokenValidator { reason } = &output.validation {
+                    notes.push(format!(
+                        "warning: the validator is broken, so the result was accepted unchecked: {}",
+                        shorten(reason)
+                    ));
+                }
+                if output.truncated {
+                    notes.push(format!(
+                        "note: the result's record keeps {} of its {} bytes",
+                        output.content.len(),
+                        output.content_bytes
+                    ));
+                }
+                for path in &output.artifacts {
+                    notes.push(format!("artifact: {}", path.display()));
+                }
+                notes.iter().try_for_each(|note| writeln!(err, "{note}"))
+            }
             Event::Message { .. } | Event::ModelReply { .. } | Event::Usage { .. } => Ok(()),
         };
     }

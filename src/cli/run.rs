@@ -13,10 +13,11 @@ use super::{
 use crate::model::{ModelSpecError, model_from_spec};
 use std::time::Duration;
 
+use super::validate::{load_contract, read_schema};
 use crate::agent::{AgentBuilder, Listener, TeamOutcome};
 use crate::{
-    Agent, AgentError, Event, LoopConfig, Outcome, TeamConfigError, Transcript, TransferTarget,
-    load_team, runtime_by_name,
+    Agent, AgentError, Event, LoopConfig, OnValidatorError, Outcome, OutputSpec, TeamConfigError,
+    Transcript, TransferTarget, load_team, runtime_by_name,
 };
 
 #[derive(Debug, Args)]
@@ -66,6 +67,26 @@ pub(crate) struct RunArgs {
     /// Wait for whole replies instead of streaming them.
     #[arg(long)]
     no_stream: bool,
+    /// The final result's format label, shown to the model; json means it must
+    /// parse as JSON. Like --schema and --validator, this is the request level of
+    /// the output spec: it overrides what an agent or team file declares, and a
+    /// different format drops their schema and validator.
+    #[arg(long, value_name = "NAME")]
+    format: Option<String>,
+    /// A JSON Schema file the final result must match; shown to the model.
+    #[arg(long, value_name = "FILE.json")]
+    schema: Option<PathBuf>,
+    /// A Rhai file defining `fn validate(content)`, which returns () or "" when
+    /// the final result is fine and a reason when it is not.
+    #[arg(long, value_name = "FILE.rhai")]
+    validator: Option<PathBuf>,
+    /// When the validator itself fails: reject the result, or accept it unchecked
+    /// and flag the run [default: reject].
+    #[arg(long, value_name = "MODE", value_parser = ["reject", "accept"])]
+    on_validator_error: Option<String>,
+    /// Final results refused by the checks before the run stops.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    max_refusals: u64,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -75,7 +96,29 @@ pub(crate) struct RunArgs {
     task: String,
 }
 
+/// The request level of the output spec, from the flags; loaded once here so a
+/// broken validator or schema is a usage error before any model call.
+fn request_spec(args: &RunArgs) -> Result<OutputSpec, String> {
+    let schema = args.schema.as_deref().map(read_schema).transpose()?;
+    let spec = OutputSpec {
+        format: args.format.clone(),
+        schema,
+        validator: args.validator.clone(),
+        on_validator_error: args.on_validator_error.as_deref().map(|mode| match mode {
+            "accept" => OnValidatorError::Accept,
+            _ => OnValidatorError::Reject,
+        }),
+        ..OutputSpec::default()
+    };
+    load_contract(&spec, args.schema.as_deref())?;
+    Ok(spec)
+}
+
 pub(crate) fn run(args: &RunArgs) -> ExitCode {
+    let request = match request_spec(args) {
+        Ok(request) => request,
+        Err(e) => return usage_error(&e),
+    };
     let host = match host_runtime() {
         Ok(host) => host,
         Err(code) => return code,
@@ -96,8 +139,8 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
         }
     }
     match (&args.agents, &args.model) {
-        (Some(file), _) => run_team(args, file, &host, listeners),
-        (None, Some(model)) => run_agent(args, model, &host, listeners),
+        (Some(file), _) => run_team(args, file, &host, listeners, &request),
+        (None, Some(model)) => run_agent(args, model, &host, listeners, &request),
         (None, None) => usage_error("--model or --agents is required"),
     }
 }
@@ -123,6 +166,7 @@ fn run_agent(
     model: &str,
     host: &tokio::runtime::Runtime,
     listeners: Vec<Listener>,
+    request: &OutputSpec,
 ) -> ExitCode {
     let model = match model_from_spec(model, args.base_url.as_deref()) {
         Ok(model) => model,
@@ -145,6 +189,7 @@ fn run_agent(
         .config(LoopConfig {
             max_steps: args.max_steps as usize,
             max_consecutive_errors: args.max_errors as usize,
+            max_refusals: args.max_refusals as usize,
             ..LoopConfig::default()
         });
     for target in &args.transfer_targets {
@@ -154,8 +199,9 @@ fn run_agent(
         Ok(agent) => agent,
         Err(e) => return usage_error(&e.to_string()),
     };
-    match host.block_on(agent.run(&args.task)) {
+    match host.block_on(agent.run_with_output(&args.task, request)) {
         Ok(result) => finish(&result.outcome),
+        Err(AgentError::Output(e)) => usage_error(&e.to_string()),
         Err(e) => {
             eprintln!("codeact: {e}");
             ExitCode::from(EXIT_HOST_FAILURE)
@@ -168,6 +214,7 @@ fn run_team(
     file: &std::path::Path,
     host: &tokio::runtime::Runtime,
     listeners: Vec<Listener>,
+    request: &OutputSpec,
 ) -> ExitCode {
     let timeout = Duration::from_millis(args.tools.tool_timeout_ms);
     let loaded = match load_team(
@@ -192,7 +239,7 @@ fn run_team(
         Err(e) => return usage_error(&format!("'{}': {e}", file.display())),
     };
     let entry = args.agent.clone().or(loaded.entry).unwrap_or(loaded.first);
-    match host.block_on(team.run(&entry, &args.task)) {
+    match host.block_on(team.run_with_output(&entry, &args.task, request)) {
         Ok(run) => match run.outcome {
             TeamOutcome::Finished { agent, outcome } => {
                 eprintln!(
@@ -209,6 +256,7 @@ fn run_team(
             }
         },
         Err(AgentError::Setup(message)) => usage_error(&message),
+        Err(AgentError::Output(e)) => usage_error(&e.to_string()),
         Err(e) => {
             eprintln!("codeact: {e}");
             ExitCode::from(EXIT_HOST_FAILURE)
@@ -223,7 +271,9 @@ fn finish(outcome: &Outcome) -> ExitCode {
     }
     ExitCode::from(match outcome {
         Outcome::FinalResult { .. } | Outcome::Transfer { .. } => EXIT_OK,
-        Outcome::StepLimit { .. } | Outcome::ErrorBudget { .. } => EXIT_BUDGET,
+        Outcome::StepLimit { .. } | Outcome::ErrorBudget { .. } | Outcome::RefusalBudget { .. } => {
+            EXIT_BUDGET
+        }
         Outcome::Refused { .. } | Outcome::ContextWindowExceeded => EXIT_HOST_FAILURE,
     })
 }

@@ -146,6 +146,12 @@ fn register_helpers(engine: &mut Engine, max_depth: usize) {
     engine.register_fn("final_result", |value: Dynamic| {
         tagged("final_result", "value", value)
     });
+    // The files a tool wrote for the answer, relative to the working directory.
+    engine.register_fn("final_result", |value: Dynamic, artifacts: rhai::Array| {
+        let mut map = tagged("final_result", "value", value);
+        map.insert("artifacts".into(), Dynamic::from_array(artifacts));
+        map
+    });
     engine.register_fn("error", |message: Dynamic| {
         tagged("error", "message", Dynamic::from(message.to_string()))
     });

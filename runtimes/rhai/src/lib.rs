@@ -22,6 +22,7 @@ mod run_state;
 mod semicolons;
 mod session;
 mod tool_functions;
+mod validator;
 
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ use rhai::Engine;
 
 pub use convert::{from_json, to_json};
 pub use session::RhaiSession;
+pub use validator::{RhaiValidator, ValidatorLoadError, Verdict};
 
 /// The Rhai runtime: building one costs a few microseconds (the standard library is
 /// built once per process and shared); a session costs an empty `Scope`.
