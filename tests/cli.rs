@@ -155,7 +155,7 @@ fn usage_errors_exit_two_with_one_line_naming_the_problem() {
     let cases: [(&[&str], &str); 5] = [
         (
             &["exec", "--runtime", "cobol", "x.rhai"],
-            "codeact: unknown runtime 'cobol'; available: rhai, js, js-in-process\n",
+            "codeact: unknown runtime 'cobol'; available: rhai, js, js-in-process, wasm:js, wasm:micropython, wasm:python, or wasm:PATH for a WASI guest file\n",
         ),
         (
             &["exec", "/no/such/file.rhai"],
@@ -748,4 +748,65 @@ fn a_team_file_declares_output_specs_per_agent_and_for_the_stage() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn exec_runs_python_on_each_python_guest_with_a_command_tool() {
+    for runtime in ["wasm:micropython", "wasm:python"] {
+        let out = codeact(
+            &[
+                "exec",
+                "--runtime",
+                runtime,
+                "--tool",
+                "add=python3 fixtures/tools/add.py",
+                "-",
+            ],
+            Some(b"total = add(a=40, b=2)\nprint('total is', total)\nfinal_result(total)\n"),
+        );
+        assert_eq!(out.status.code(), Some(0), "{runtime}: {}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "{\"type\":\"final_result\",\"value\":42}\n",
+            "{runtime}"
+        );
+        assert_eq!(stderr(&out), "total is 42\n", "{runtime}");
+    }
+}
+
+#[test]
+fn exec_runs_javascript_on_the_quickjs_guest_under_its_time_limit() {
+    let out = codeact(
+        &["exec", "--runtime", "wasm:js", "--timeout-ms", "300", "-"],
+        Some(b"while (true) {}"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("exceeded the time limit of 300 ms"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn exec_runs_a_custom_guest_by_path() {
+    let out = codeact(
+        &["exec", "--runtime", "wasm:fixtures/guests/probe.wat", "-"],
+        Some(b"a"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "{\"type\":\"final_result\",\"value\":42}\n");
+}
+
+#[test]
+fn a_missing_guest_is_a_usage_error_naming_the_fetch_script() {
+    let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args(["exec", "--runtime", "wasm:python", "-"])
+        .env("CODEACT_GUEST_DIR", "/nonexistent/codeact-guests")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("codeact runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("scripts/fetch-guests.sh"), "{}", stderr(&out));
 }

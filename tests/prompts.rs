@@ -162,3 +162,26 @@ fn the_system_prompt_without_an_output_spec_says_nothing_about_the_final_result(
     assert!(!prompt.contains("## The final result"));
     assert!(prompt.trim_end().ends_with("`type_of(x)`."), "{prompt}");
 }
+
+/// If this fails, the text every Python model on a wasm guest reads has changed.
+#[test]
+fn the_python_card_with_tools_matches_its_snapshot() {
+    let runtime = codeact::WasmRuntime::by_name("wasm:micropython", Limits::default())
+        .expect("the MicroPython guest loads (scripts/fetch-guests.sh)");
+    let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
+    assert!(
+        card.contains("- `add(a=integer, b=integer)`: Adds two integers."),
+        "{card}"
+    );
+    assert_snapshot("python_card_with_tools.md", &card);
+}
+
+/// If this fails, the text every JavaScript model on the QuickJS guest reads has
+/// changed.
+#[test]
+fn the_quickjs_card_with_tools_matches_its_snapshot() {
+    let runtime = codeact::WasmRuntime::by_name("wasm:js", Limits::default())
+        .expect("the QuickJS guest loads (scripts/fetch-guests.sh)");
+    let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
+    assert_snapshot("quickjs_card_with_tools.md", &card);
+}

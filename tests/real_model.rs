@@ -135,7 +135,7 @@ async fn a_real_model_solves_small_tasks_in_every_runtime() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(2);
-    for runtime_name in ["rhai", "js"] {
+    for runtime_name in ["rhai", "js", "wasm:python"] {
         let right = solve_all(runtime_name, &base_url, &model_name, record.as_deref()).await;
         assert!(
             right >= min_right,

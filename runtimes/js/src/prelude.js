@@ -18,7 +18,8 @@
     }
   };
   define("observation", (value) => ({ type: "observation", value }));
-  define("final_result", (value) => ({ type: "final_result", value }));
+  define("final_result", (value, artifacts) =>
+    artifacts === undefined ? { type: "final_result", value } : { type: "final_result", value, artifacts });
   define("error", (message) => ({ type: "error", message: String(message) }));
   define("transfer_to_agent", (agent_name) => ({ type: "transfer_to_agent", agent_name: String(agent_name) }));
   define("call_tool", (name, args) =>

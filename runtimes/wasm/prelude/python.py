@@ -70,8 +70,10 @@ def __codeact_main():
     def observation(value):
         return remember({"type": "observation", "value": value})
 
-    def final_result(value):
-        return remember({"type": "final_result", "value": value})
+    def final_result(value, artifacts=None):
+        if artifacts is None:
+            return remember({"type": "final_result", "value": value})
+        return remember({"type": "final_result", "value": value, "artifacts": artifacts})
 
     def error(message):
         return remember({"type": "error", "message": str(message)})

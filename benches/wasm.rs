@@ -1,0 +1,160 @@
+//! What a step costs on the wasm backend, per guest: QuickJS (`wasm:js`),
+//! MicroPython (`wasm:micropython`) and CPython (`wasm:python`).
+//!
+//! `cargo bench --bench wasm` (guests from `scripts/fetch-guests.sh`). Cases: load
+//! from the disk cache, new session, warm trivial step, 1,000 tool calls, sum of
+//! 1..=1,000,000 in a loop, and time to stop an infinite loop under a 200 ms limit.
+//! Compiling a guest cold takes seconds, too long for criterion's samples: it is
+//! timed once per guest and printed first (`compile_cold`). Each case checks its
+//! result before it is timed.
+
+// criterion_group! generates an undocumented public function.
+#![allow(missing_docs)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use codeact::{Limits, ScriptOutput, ScriptSession, Tool, ToolBox};
+use codeact_wasm::{Guest, Source, WasmRuntime, cache, default_guest_dir};
+use criterion::{Criterion, black_box, criterion_group, criterion_main};
+use serde_json::json;
+
+struct Case {
+    guest: &'static str,
+    trivial: &'static str,
+    calls: &'static str,
+    sum: &'static str,
+    spin: &'static str,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        guest: "wasm:js",
+        trivial: "final_result(40 + 2)",
+        calls: "let s = 0; for (let i = 0; i < 1000; i++) s += tools.add({a: i, b: 1}); final_result(s)",
+        sum: "let s = 0; for (let i = 1; i <= 1000000; i++) s += i; final_result(s)",
+        spin: "while (true) {}",
+    },
+    Case {
+        guest: "wasm:micropython",
+        trivial: "final_result(40 + 2)",
+        calls: "s = 0\nfor i in range(1000):\n    s += add(a=i, b=1)\nfinal_result(s)",
+        sum: "s = 0\nfor i in range(1, 1000001):\n    s += i\nfinal_result(s)",
+        spin: "while True:\n    pass",
+    },
+    Case {
+        guest: "wasm:python",
+        trivial: "final_result(40 + 2)",
+        calls: "s = 0\nfor i in range(1000):\n    s += add(a=i, b=1)\nfinal_result(s)",
+        sum: "s = 0\nfor i in range(1, 1000001):\n    s += i\nfinal_result(s)",
+        spin: "while True:\n    pass",
+    },
+];
+
+fn toolbox() -> Arc<ToolBox> {
+    let add = Tool::from_fn("add", "Adds a and b.", |args| {
+        Ok(json!(
+            args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
+        ))
+    });
+    Arc::new(ToolBox::new([add]).expect("valid tools"))
+}
+
+fn guest(name: &str) -> Guest {
+    Guest::pinned(name, &default_guest_dir()).expect("a pinned guest")
+}
+
+fn scratch_cache(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "codeact-bench-cache-{}-{}",
+        name.replace(':', "-"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn guests(c: &mut Criterion) {
+    for case in CASES {
+        // Compile cold: an empty cache directory, nothing loaded in this process.
+        let cold_dir = scratch_cache(case.guest);
+        cache::forget_loaded();
+        let started = Instant::now();
+        let runtime = WasmRuntime::with_cache_dir(guest(case.guest), Limits::default(), &cold_dir)
+            .expect("the guest compiles");
+        assert_eq!(runtime.source(), Source::Compiled);
+        println!(
+            "{}/compile_cold: {:.3} s (one run)",
+            case.guest,
+            started.elapsed().as_secs_f64()
+        );
+
+        let mut group = c.benchmark_group(case.guest);
+        group.sample_size(10);
+        group.bench_function("load_from_cache", |b| {
+            b.iter(|| {
+                cache::forget_loaded();
+                let runtime =
+                    WasmRuntime::with_cache_dir(guest(case.guest), Limits::default(), &cold_dir)
+                        .expect("loads");
+                assert_eq!(runtime.source(), Source::Disk);
+                runtime
+            })
+        });
+        let _ = std::fs::remove_dir_all(&cold_dir);
+
+        group.bench_function("new_session", |b| {
+            b.iter(|| ScriptSession::start(&runtime, toolbox()).expect("session starts"))
+        });
+
+        let mut warm = ScriptSession::start(&runtime, toolbox()).expect("session starts");
+        let run = warm.run_blocking(case.trivial).expect("host ok");
+        assert_eq!(run.output, ScriptOutput::final_result(json!(42)));
+        group.sample_size(50);
+        group.bench_function("warm_trivial_step", |b| {
+            b.iter(|| warm.run_blocking(black_box(case.trivial)).expect("host ok"))
+        });
+
+        let run = warm.run_blocking(case.calls).expect("host ok");
+        assert_eq!(run.output, ScriptOutput::final_result(json!(500_500)));
+        group.sample_size(10);
+        group.bench_function("tool_calls_1000", |b| {
+            b.iter(|| warm.run_blocking(black_box(case.calls)).expect("host ok"))
+        });
+
+        let run = warm.run_blocking(case.sum).expect("host ok");
+        assert_eq!(
+            run.output,
+            ScriptOutput::final_result(json!(500_000_500_000_i64))
+        );
+        group.measurement_time(Duration::from_secs(20));
+        group.bench_function("sum_to_a_million", |b| {
+            b.iter(|| warm.run_blocking(black_box(case.sum)).expect("host ok"))
+        });
+
+        let limited = WasmRuntime::new(
+            guest(case.guest),
+            Limits {
+                wall_time: Duration::from_millis(200),
+                ..Limits::default()
+            },
+        )
+        .expect("loads");
+        let mut stopping = ScriptSession::start(&limited, toolbox()).expect("session starts");
+        let run = stopping.run_blocking(case.spin).expect("host ok");
+        assert!(
+            matches!(&run.output, ScriptOutput::Error { message } if message.contains("time limit of 200 ms")),
+            "{}",
+            run.output
+        );
+        group.measurement_time(Duration::from_secs(5));
+        group.bench_function("time_to_stop_200ms_limit", |b| {
+            b.iter(|| stopping.run_blocking(black_box(case.spin)).expect("host ok"))
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, guests);
+criterion_main!(benches);
