@@ -4,6 +4,8 @@
 # __CODEACT_TOOLS__ (the tool names, a JSON array) and __CODEACT_MAX_DEPTH__ /
 # __CODEACT_MAX_CALL_DEPTH__ (the nesting and call depth limits).
 def __codeact_main():
+    # Builds the helpers and returns the function that serves one script; the
+    # loop runs at module level (see the end of this file).
     import sys
     import json
 
@@ -34,13 +36,27 @@ def __codeact_main():
         "the script ended in a statement and called no result helper: end it with "
         "an expression such as final_result(value)"
     )
-    stdin = sys.stdin
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
     stdout = sys.stdout
     state = {"nonce": "", "last": None}
 
     if hasattr(sys, "setrecursionlimit"):
         # The script's own frames, plus the few the prelude adds below them.
         sys.setrecursionlimit(MAX_CALL_DEPTH + 8)
+
+    def read_line():
+        # In large reads, not readline(): MicroPython's readline reads one byte per
+        # system call. The host ends each line it sends with a newline and sends
+        # one line at a time; past it, a read returns end-of-file.
+        chunks = []
+        while True:
+            chunk = stdin.read(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if chunk[-1:] == b"\n":
+                break
+        return b"".join(chunks).decode("utf-8")
 
     def flush():
         try:
@@ -91,7 +107,7 @@ def __codeact_main():
             args = dict(args)
             args.update(kwargs)
         send(json.dumps({"tool": name, "args": args}))
-        line = stdin.readline()
+        line = read_line()
         if not line:
             raise ToolError("tool '%s' got no answer from the host" % name)
         answer = json.loads(line)
@@ -233,20 +249,35 @@ def __codeact_main():
                 return json.dumps({"fail": "call_depth", "message": describe(e, False)})
             return json.dumps({"fail": "thrown", "message": describe(e, False)})
 
-    while True:
-        line = stdin.readline()
+    def serve_one():
+        # Reads one script, runs it and answers; False at the end of input.
+        line = read_line()
         if not line:
-            break
+            return False
         try:
             request = json.loads(line)
         except ValueError:
-            continue
+            return True
         state["nonce"] = request["nonce"]
         try:
             answer = run(request["code"])
         except MemoryError:
             answer = MEMORY_ANSWER
         send(answer)
+        return True
+
+    return serve_one
 
 
-__codeact_main()
+__codeact_serve_one = __codeact_main()
+del __codeact_main
+if __import__("sys").implementation.name == "micropython":
+    # This MicroPython build loses live objects when its collector runs (inside a
+    # call it faults; even between scripts, at module level, a session's
+    # variables went missing). So the collector never runs: a session holds at
+    # most its heap (the memory limit) of allocations over its life, garbage
+    # included; past that a script gets a MemoryError, reported as the memory
+    # limit, and the session restarts.
+    __import__("gc").disable()
+while __codeact_serve_one():
+    pass

@@ -128,7 +128,7 @@ impl ResourceLimiter for MemoryCap {
 type GuestCall = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
 
 /// A live instance: its exchange and the suspended call that runs it.
-struct Instance {
+struct LiveGuest {
     exchange: SharedExchange,
     call: GuestCall,
     /// The call returned (the guest exited or trapped) while messages were still
@@ -142,7 +142,7 @@ pub struct WasmSession {
     tools: Arc<dyn ToolDispatch>,
     /// The guest's argv, its prelude rendered for this session's tools.
     argv: Vec<String>,
-    instance: Option<Instance>,
+    instance: Option<LiveGuest>,
 }
 
 /// What the poll loop stopped for.
@@ -194,7 +194,7 @@ impl WasmSession {
 
     /// Creates a store and instance and runs the guest until it waits for its first
     /// script.
-    fn instantiate(&self) -> Result<Instance, HostError> {
+    fn instantiate(&self) -> Result<LiveGuest, HostError> {
         let engine = engine::engine().map_err(|e| self.host_error(e))?;
         let limits = &self.blueprint.limits;
         let exchange = Exchange::new(limits.max_output_bytes);
@@ -236,48 +236,13 @@ impl WasmSession {
         let deadline = Instant::now() + self.blueprint.startup_time;
         locked(&exchange).deadline = Some(deadline);
 
-        let pre = self.blueprint.pre.clone();
-        let launch = self.blueprint.guest.launch;
-        let argv = self.argv.clone();
-        let call: GuestCall = Box::pin(async move {
-            let instance = pre.instantiate_async(&mut store).await?;
-            match launch {
-                Launch::QuickJsReactor => {
-                    let initialize: TypedFunc<(), ()> =
-                        instance.get_typed_func(&mut store, "_initialize")?;
-                    initialize.call_async(&mut store, ()).await?;
-                    let malloc: TypedFunc<i32, i32> =
-                        instance.get_typed_func(&mut store, "malloc")?;
-                    let memory = instance
-                        .get_memory(&mut store, "memory")
-                        .ok_or_else(|| wasmtime::Error::msg("the guest exports no memory"))?;
-                    let mut pointers = Vec::with_capacity(argv.len() * 4);
-                    for arg in &argv {
-                        let mut bytes = arg.as_bytes().to_vec();
-                        bytes.push(0);
-                        let size = i32::try_from(bytes.len())?;
-                        let at = malloc.call_async(&mut store, size).await?;
-                        memory.write(&mut store, usize::try_from(at)?, &bytes)?;
-                        pointers.extend_from_slice(&at.to_le_bytes());
-                    }
-                    let array = malloc
-                        .call_async(&mut store, i32::try_from(pointers.len())?)
-                        .await?;
-                    memory.write(&mut store, usize::try_from(array)?, &pointers)?;
-                    let init_argv: TypedFunc<(i32, i32), i32> =
-                        instance.get_typed_func(&mut store, "qjs_init_argv")?;
-                    init_argv
-                        .call_async(&mut store, (i32::try_from(argv.len())?, array))
-                        .await?;
-                }
-                _ => {
-                    let start: TypedFunc<(), ()> = instance.get_typed_func(&mut store, "_start")?;
-                    start.call_async(&mut store, ()).await?;
-                }
-            }
-            Ok(())
-        });
-        let mut instance = Instance {
+        let call = guest_call(
+            self.blueprint.pre.clone(),
+            store,
+            self.blueprint.guest.launch,
+            self.argv.clone(),
+        );
+        let mut instance = LiveGuest {
             exchange,
             call,
             ended: None,
@@ -393,15 +358,7 @@ impl WasmSession {
                 }
                 Event::Ended(result) => {
                     let logs = locked(&instance.exchange).end_run();
-                    // MicroPython 1.27 built for WASI faults instead of raising
-                    // MemoryError when its heap runs out (seen with every heap
-                    // size, caught or not), so that fault is read as the memory limit.
-                    let refused = locked(&instance.exchange).memory_refused
-                        || (self.blueprint.guest.launch == Launch::MicroPython
-                            && matches!(
-                                result.as_ref().err().and_then(|e| e.downcast_ref::<Trap>()),
-                                Some(Trap::MemoryOutOfBounds)
-                            ));
+                    let refused = locked(&instance.exchange).memory_refused;
                     return Ok(RunOutcome {
                         completion: Err(ended(result, refused, &limits, &self.blueprint.restarted)),
                         logs,
@@ -426,6 +383,54 @@ impl WasmSession {
     }
 }
 
+/// The guest's whole life as one async call: instantiate, then run `_start` (a
+/// command) or `_initialize` and `qjs_init_argv` (the QuickJS reactor, whose argv
+/// is written into its own memory). It returns only when the guest exits or traps.
+fn guest_call(
+    pre: InstancePre<HostState>,
+    mut store: Store<HostState>,
+    launch: Launch,
+    argv: Vec<String>,
+) -> GuestCall {
+    Box::pin(async move {
+        let instance = pre.instantiate_async(&mut store).await?;
+        match launch {
+            Launch::QuickJsReactor => {
+                let initialize: TypedFunc<(), ()> =
+                    instance.get_typed_func(&mut store, "_initialize")?;
+                initialize.call_async(&mut store, ()).await?;
+                let malloc: TypedFunc<i32, i32> = instance.get_typed_func(&mut store, "malloc")?;
+                let memory = instance
+                    .get_memory(&mut store, "memory")
+                    .ok_or_else(|| wasmtime::Error::msg("the guest exports no memory"))?;
+                let mut pointers = Vec::with_capacity(argv.len() * 4);
+                for arg in &argv {
+                    let mut bytes = arg.as_bytes().to_vec();
+                    bytes.push(0);
+                    let size = i32::try_from(bytes.len())?;
+                    let at = malloc.call_async(&mut store, size).await?;
+                    memory.write(&mut store, usize::try_from(at)?, &bytes)?;
+                    pointers.extend_from_slice(&at.to_le_bytes());
+                }
+                let array = malloc
+                    .call_async(&mut store, i32::try_from(pointers.len())?)
+                    .await?;
+                memory.write(&mut store, usize::try_from(array)?, &pointers)?;
+                let init_argv: TypedFunc<(i32, i32), i32> =
+                    instance.get_typed_func(&mut store, "qjs_init_argv")?;
+                init_argv
+                    .call_async(&mut store, (i32::try_from(argv.len())?, array))
+                    .await?;
+            }
+            _ => {
+                let start: TypedFunc<(), ()> = instance.get_typed_func(&mut store, "_start")?;
+                start.call_async(&mut store, ()).await?;
+            }
+        }
+        Ok(())
+    })
+}
+
 fn cut(text: &str, max: usize) -> &str {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
@@ -435,7 +440,7 @@ fn cut(text: &str, max: usize) -> &str {
 }
 
 /// Polls the guest's call until something needs the host.
-fn poll_guest(instance: &mut Instance, deadline: Instant) -> Event {
+fn poll_guest(instance: &mut LiveGuest, deadline: Instant) -> Event {
     let _ticking = Ticking::start();
     let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
     let mut context = Context::from_waker(&waker);
