@@ -133,8 +133,9 @@ impl Exchange {
     }
 }
 
-fn lock(exchange: &SharedExchange) -> MutexGuard<'_, Exchange> {
-    // A panic while holding the lock leaves plain data behind; keep going.
+/// Locks the exchange. A panic while holding the lock leaves plain data behind, so
+/// a poisoned lock is used as it is.
+pub(crate) fn locked(exchange: &SharedExchange) -> MutexGuard<'_, Exchange> {
     exchange
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -196,7 +197,7 @@ impl StdoutStream for GuestOutput {
 impl Pollable for StdinReader {
     async fn ready(&mut self) {
         std::future::poll_fn(|cx| {
-            let mut exchange = lock(&self.0);
+            let mut exchange = locked(&self.0);
             if exchange.read_would_wait() {
                 exchange.read_waker = Some(cx.waker().clone());
                 Poll::Pending
@@ -210,7 +211,7 @@ impl Pollable for StdinReader {
 
 impl InputStream for StdinReader {
     fn read(&mut self, size: usize) -> StreamResult<Bytes> {
-        let mut exchange = lock(&self.0);
+        let mut exchange = locked(&self.0);
         if exchange.stdin.is_empty() {
             return if exchange.read_would_wait() {
                 Ok(Bytes::new())
@@ -231,7 +232,7 @@ impl Pollable for OutputWriter {
 
 impl OutputStream for OutputWriter {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        let mut exchange = lock(&self.exchange);
+        let mut exchange = locked(&self.exchange);
         if self.parse {
             exchange.stdout(&bytes);
         } else {
@@ -247,9 +248,4 @@ impl OutputStream for OutputWriter {
     fn check_write(&mut self) -> StreamResult<usize> {
         Ok(1 << 20)
     }
-}
-
-/// Locks the exchange.
-pub(crate) fn locked(exchange: &SharedExchange) -> MutexGuard<'_, Exchange> {
-    lock(exchange)
 }

@@ -331,7 +331,10 @@ impl Runtime for WasmRuntime {
 
     fn tool_signature(&self, tool: &ToolSpec) -> String {
         let arguments = tool.argument_names();
-        if self.info.language == "Python" {
+        if matches!(
+            self.blueprint.guest.launch,
+            Launch::MicroPython | Launch::CPython
+        ) {
             let fields: Vec<String> = arguments
                 .into_iter()
                 .map(|(name, ty)| format!("{name}={ty}"))

@@ -293,12 +293,12 @@ impl WasmSession {
             limits.max_output_bytes,
             deadline,
         );
-        let completion = loop {
+        // The completion, and whether the instance may serve the next run.
+        let (completion, keep) = loop {
             match poll_guest(&mut instance, deadline) {
                 Event::Message(Message::ToolCall { name, args }) => {
-                    let answer = self.tools.call(&name, args);
-                    let line = match &answer {
-                        Ok(value) => protocol::tool_answer_line(Ok(value)),
+                    let line = match self.tools.call(&name, args) {
+                        Ok(value) => protocol::tool_answer_line(Ok(&value)),
                         Err(e) => protocol::tool_answer_line(Err(&format!(
                             "tool '{name}' failed: {}",
                             e.message
@@ -306,79 +306,63 @@ impl WasmSession {
                     };
                     locked(&instance.exchange).answer_tool(line);
                 }
-                Event::Message(Message::Done(value)) => break Ok(value),
+                Event::Message(Message::Done(value)) => break (Ok(value), true),
                 Event::Message(Message::Failed { kind, message }) => {
                     let refused = locked(&instance.exchange).memory_refused;
-                    let error = script_failure(kind, message, refused, &limits);
-                    if let ScriptError::LimitExceeded {
-                        limit: LimitKind::Memory,
-                        detail,
-                        ..
-                    } = &error
-                    {
+                    match script_failure(kind, message, refused, &limits) {
                         // The script's values still fill the memory, and an
-                        // interpreter that ran out may not run reliably again: start
-                        // the next run on a fresh instance.
-                        let detail = format!(
-                            "{}; {}",
-                            detail.as_deref().unwrap_or_default(),
-                            self.blueprint.restarted
-                        );
-                        let logs = locked(&instance.exchange).end_run();
-                        return Ok(RunOutcome {
-                            completion: Err(ScriptError::limit(
-                                LimitKind::Memory,
-                                &limits,
-                                Some(detail),
-                            )),
-                            logs,
-                        });
+                        // interpreter that ran out may not run reliably again: the
+                        // next run gets a fresh instance.
+                        ScriptError::LimitExceeded {
+                            limit: LimitKind::Memory,
+                            detail,
+                            ..
+                        } => {
+                            let detail = format!(
+                                "{}; {}",
+                                detail.unwrap_or_default(),
+                                self.blueprint.restarted
+                            );
+                            let error =
+                                ScriptError::limit(LimitKind::Memory, &limits, Some(detail));
+                            break (Err(error), false);
+                        }
+                        error => break (Err(error), true),
                     }
-                    break Err(error);
                 }
                 Event::Message(Message::Oversized(bytes)) => {
-                    break Err(ScriptError::Unrepresentable {
-                        message: format!(
-                            "the value is over {bytes} bytes as JSON; at most {} MiB may be returned",
-                            MAX_MESSAGE_BYTES >> 20
-                        ),
-                    });
+                    let message = format!(
+                        "the value is over {bytes} bytes as JSON; at most {} MiB may be returned",
+                        MAX_MESSAGE_BYTES >> 20
+                    );
+                    break (Err(ScriptError::Unrepresentable { message }), true);
                 }
                 Event::Message(Message::Malformed(what)) => {
-                    break Err(ScriptError::Thrown {
-                        message: format!("the guest sent a malformed protocol message: {what}"),
-                    });
+                    let message = format!("the guest sent a malformed protocol message: {what}");
+                    break (Err(ScriptError::Thrown { message }), true);
                 }
-                // A guest waiting for a script during a run cannot happen (reads
-                // end-of-file while running); treat it as the run ending without a value.
+                // Unreachable while a run is on (reads end-of-file then), but a guest
+                // found waiting for a script has no value to give.
                 Event::Ready => {
-                    break Err(ScriptError::Thrown {
-                        message: "the guest ended the script without a value".into(),
-                    });
+                    let message = "the guest ended the script without a value".to_string();
+                    break (Err(ScriptError::Thrown { message }), true);
                 }
                 Event::Ended(result) => {
-                    let logs = locked(&instance.exchange).end_run();
                     let refused = locked(&instance.exchange).memory_refused;
-                    return Ok(RunOutcome {
-                        completion: Err(ended(result, refused, &limits, &self.blueprint.restarted)),
-                        logs,
-                    });
+                    let error = ended(result, refused, &limits, &self.blueprint.restarted);
+                    break (Err(error), false);
                 }
                 Event::Stuck => {
-                    let logs = locked(&instance.exchange).end_run();
-                    return Ok(RunOutcome {
-                        completion: Err(ScriptError::limit(
-                            LimitKind::WallTime,
-                            &limits,
-                            Some(self.blueprint.restarted.clone()),
-                        )),
-                        logs,
-                    });
+                    let restarted = Some(self.blueprint.restarted.clone());
+                    let error = ScriptError::limit(LimitKind::WallTime, &limits, restarted);
+                    break (Err(error), false);
                 }
             }
         };
         let logs = locked(&instance.exchange).end_run();
-        self.instance = Some(instance);
+        if keep {
+            self.instance = Some(instance);
+        }
         Ok(RunOutcome { completion, logs })
     }
 }
