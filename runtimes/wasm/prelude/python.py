@@ -44,18 +44,25 @@ def __codeact_main():
         # The script's own frames, plus the few the prelude adds below them.
         sys.setrecursionlimit(MAX_CALL_DEPTH + 8)
 
+    # One buffer for every read: MicroPython never collects garbage here (see the
+    # end of this file), so each step should leave as little behind as it can.
+    buffer = bytearray(65536)
+    view = memoryview(buffer)
+
     def read_line():
         # In large reads, not readline(): MicroPython's readline reads one byte per
         # system call. The host ends each line it sends with a newline and sends
         # one line at a time; past it, a read returns end-of-file.
         chunks = []
         while True:
-            chunk = stdin.read(65536)
-            if not chunk:
+            n = stdin.readinto(buffer)
+            if not n:
                 break
-            chunks.append(chunk)
-            if chunk[-1:] == b"\n":
+            chunks.append(bytes(view[:n]))
+            if buffer[n - 1] == 10:
                 break
+        if len(chunks) == 1:
+            return chunks[0].decode("utf-8")
         return b"".join(chunks).decode("utf-8")
 
     def flush():
