@@ -123,7 +123,8 @@ fn guests(c: &mut Criterion) {
             b.iter(|| warm.run_blocking(black_box(case.calls)).expect("host ok"))
         });
 
-        let run = warm.run_blocking(case.sum).expect("host ok");
+        let mut fresh = ScriptSession::start(&runtime, toolbox()).expect("session starts");
+        let run = fresh.run_blocking(case.sum).expect("host ok");
         assert_eq!(
             run.output,
             ScriptOutput::final_result(json!(500_000_500_000_i64))

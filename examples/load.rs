@@ -1,14 +1,20 @@
-//! A load probe: N concurrent Rhai sessions on one multi-threaded runtime, mixing
-//! trivial steps, tool calls and runaway loops, for a while. Prints steps done,
-//! errors by kind, threads and peak RSS.
+//! A load probe: N concurrent sessions on one multi-threaded runtime, mixing
+//! runtimes (Rhai, JavaScript in workers, QuickJS, MicroPython and CPython guests)
+//! and scripts (trivial steps, tool calls, runaway loops, memory bombs), for a
+//! while. Prints steps done, limit hits, anything unexpected, threads and RSS
+//! before, during and after, once every session has ended.
 //!
-//! `cargo run --release --example load -- [sessions] [seconds]` (default 500, 20).
+//! `cargo run --release --example load -- [sessions] [seconds] [rhai|mixed]`
+//! (default 500, 20, rhai). `mixed` gives each tenth of the sessions, in order:
+//! five Rhai, one JavaScript worker, two QuickJS, one MicroPython, one CPython
+//! (wasm guests from `scripts/fetch-guests.sh`).
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use codeact::{Limits, RhaiRuntime, ScriptOutput, ScriptSession, Tool, ToolBox};
+use codeact::{Limits, Runtime, ScriptOutput, ScriptSession, Tool, ToolBox, runtime_by_name};
 use serde_json::json;
 
 fn status(field: &str) -> String {
@@ -20,86 +26,173 @@ fn status(field: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The scripts one runtime's sessions cycle through: (runaway loop, memory bomb,
+/// 100 tool calls ending in final_result(N), trivial final_result(N)); `{n}` is
+/// replaced by the step number.
+fn scripts(runtime: &str) -> [&'static str; 4] {
+    match runtime {
+        "rhai" => [
+            "let x = 0; loop { x += 1; }",
+            "let s = \"x\"; loop { s += s; }",
+            "let t = 0; for i in 0..100 { t += add(i); } final_result({n})",
+            "final_result({n})",
+        ],
+        "js" | "wasm:js" => [
+            "while (true) {}",
+            "let a = []; while (true) a.push(new Array(10000).fill(1));",
+            "let t = 0; for (let i = 0; i < 100; i++) t += tools.add({a: i}); final_result({n})",
+            "final_result({n})",
+        ],
+        _ => [
+            "while True:\n    pass",
+            "a = []\nwhile True:\n    a.append([1] * 10000)",
+            "t = 0\nfor i in range(100):\n    t += add(a=i)\nfinal_result({n})",
+            "final_result({n})",
+        ],
+    }
+}
+
+fn runtime_for(index: usize, mix: &str) -> &'static str {
+    if mix != "mixed" {
+        return "rhai";
+    }
+    match index % 10 {
+        0..=4 => "rhai",
+        5 => "js",
+        6 | 7 => "wasm:js",
+        8 => "wasm:micropython",
+        _ => "wasm:python",
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    steps: AtomicU64,
+    limit_hits: AtomicU64,
+    unexpected: AtomicU64,
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    codeact::run_worker_if_requested();
     let args: Vec<String> = std::env::args().collect();
     let sessions: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(500);
     let seconds: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(20);
+    let mix = args.get(3).cloned().unwrap_or_else(|| "rhai".into());
     let limits = Limits {
         wall_time: Duration::from_millis(200),
         ..Limits::default()
     };
-    let runtime = Arc::new(RhaiRuntime::new(limits));
+    let mut runtimes: BTreeMap<&'static str, Arc<dyn Runtime>> = BTreeMap::new();
+    for i in 0..sessions.min(10) {
+        let name = runtime_for(i, &mix);
+        if !runtimes.contains_key(name) {
+            let runtime = runtime_by_name(name, limits.clone()).expect("runtime");
+            runtimes.insert(name, runtime);
+        }
+    }
     let add = Tool::from_fn("add", "Adds.", |a| {
         Ok(json!(a["a"].as_i64().unwrap_or(0) + 1))
     });
     let tools = Arc::new(ToolBox::new([add]).expect("tools"));
-    let steps = Arc::new(AtomicU64::new(0));
-    let limit_hits = Arc::new(AtomicU64::new(0));
-    let wrong = Arc::new(AtomicU64::new(0));
+    let counts: Arc<BTreeMap<&'static str, Counts>> = Arc::new(
+        runtimes
+            .keys()
+            .map(|name| (*name, Counts::default()))
+            .collect(),
+    );
+    let unexpected_samples = Arc::new(Mutex::new(Vec::<String>::new()));
     println!("before: {} {}", status("VmRSS"), status("Threads"));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut handles = Vec::new();
     for i in 0..sessions {
-        let (runtime, tools, steps, limit_hits, wrong) = (
-            runtime.clone(),
-            tools.clone(),
-            steps.clone(),
-            limit_hits.clone(),
-            wrong.clone(),
-        );
+        let name = runtime_for(i, &mix);
+        let runtime = runtimes[name].clone();
+        let (tools, counts, samples) = (tools.clone(), counts.clone(), unexpected_samples.clone());
         handles.push(tokio::spawn(async move {
-            let mut session = ScriptSession::start(&*runtime, tools).expect("session");
+            let count = &counts[name];
+            let mut session = match ScriptSession::start(&*runtime, tools) {
+                Ok(session) => session,
+                Err(e) => {
+                    count.unexpected.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut s) = samples.lock() {
+                        s.push(format!("{name}: session start: {e}"));
+                    }
+                    return;
+                }
+            };
+            let cycle = scripts(name);
             let mut n = 0u64;
             while Instant::now() < deadline {
                 n += 1;
-                let script = match (i + n as usize) % 10 {
-                    0 => "let x = 0; loop { x += 1; }".to_string(),
-                    1 => "let s = \"x\"; loop { s += s; }".to_string(),
-                    2..=4 => format!(
-                        "let t = 0; for i in 0..100 {{ t += add(i); }} final_result(t + {n})"
-                    ),
-                    _ => format!("final_result({n})"),
+                let pick = match (i + n as usize) % 10 {
+                    0 => 0,
+                    1 => 1,
+                    2..=4 => 2,
+                    _ => 3,
                 };
-                match session.run(script).await {
+                let script = cycle[pick].replace("{n}", &n.to_string());
+                let ok = match session.run(script).await {
                     Ok(run) => match run.output {
-                        ScriptOutput::FinalResult { .. } => {}
-                        ScriptOutput::Error { message } if message.contains("exceeded") => {
-                            limit_hits.fetch_add(1, Ordering::Relaxed);
+                        ScriptOutput::FinalResult { value, .. } if value == json!(n) => true,
+                        ScriptOutput::Error { message }
+                            if pick < 2 && message.contains("exceeded the") =>
+                        {
+                            count.limit_hits.fetch_add(1, Ordering::Relaxed);
+                            true
                         }
                         other => {
-                            eprintln!("unexpected: {other}");
-                            wrong.fetch_add(1, Ordering::Relaxed);
+                            if let Ok(mut s) = samples.lock() {
+                                s.push(format!("{name}: {other}"));
+                            }
+                            false
                         }
                     },
                     Err(e) => {
-                        eprintln!("host error: {e}");
-                        wrong.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut s) = samples.lock() {
+                            s.push(format!("{name}: host error: {e}"));
+                        }
+                        false
                     }
+                };
+                if !ok {
+                    count.unexpected.fetch_add(1, Ordering::Relaxed);
                 }
-                steps.fetch_add(1, Ordering::Relaxed);
+                count.steps.fetch_add(1, Ordering::Relaxed);
             }
         }));
     }
+    let total = |counts: &BTreeMap<&'static str, Counts>| -> u64 {
+        counts.values().map(|c| c.steps.load(Ordering::Relaxed)).sum()
+    };
     while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
         println!(
             "during: steps {} · {} {} {}",
-            steps.load(Ordering::Relaxed),
+            total(&counts),
             status("VmHWM"),
             status("VmRSS"),
             status("Threads")
         );
     }
     for handle in handles {
-        handle.await.expect("session task");
+        handle.await.expect("a session task panicked");
     }
-    println!(
-        "after: steps {} · limit hits {} · unexpected {} · {} {}",
-        steps.load(Ordering::Relaxed),
-        limit_hits.load(Ordering::Relaxed),
-        wrong.load(Ordering::Relaxed),
-        status("VmRSS"),
-        status("VmHWM")
-    );
+    for (name, count) in counts.iter() {
+        println!(
+            "{name}: steps {} · limit hits {} · unexpected {}",
+            count.steps.load(Ordering::Relaxed),
+            count.limit_hits.load(Ordering::Relaxed),
+            count.unexpected.load(Ordering::Relaxed)
+        );
+    }
+    if let Ok(samples) = unexpected_samples.lock() {
+        for sample in samples.iter().take(10) {
+            println!("unexpected: {}", sample.chars().take(300).collect::<String>());
+        }
+    }
+    println!("ended: {} {} {}", status("VmRSS"), status("VmHWM"), status("Threads"));
+    // Idle blocking threads of the runtime exit after 10 s; give them time.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    println!("after 12 s idle: {} {}", status("VmRSS"), status("Threads"));
 }
