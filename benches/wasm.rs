@@ -150,7 +150,11 @@ fn guests(c: &mut Criterion) {
         );
         group.measurement_time(Duration::from_secs(5));
         group.bench_function("time_to_stop_200ms_limit", |b| {
-            b.iter(|| stopping.run_blocking(black_box(case.spin)).expect("host ok"))
+            b.iter(|| {
+                stopping
+                    .run_blocking(black_box(case.spin))
+                    .expect("host ok")
+            })
         });
         group.finish();
     }
