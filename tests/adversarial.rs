@@ -621,10 +621,11 @@ fn run_all(runtime_name: &'static str) {
             started.elapsed().as_millis()
         );
     }
-    if failures.is_empty() && only.is_none() {
-        if let Err(problem) = reliability::submit(&SECTION, runtime_name, rows) {
-            failures.push(problem);
-        }
+    if failures.is_empty()
+        && only.is_none()
+        && let Err(problem) = reliability::submit(&SECTION, runtime_name, rows)
+    {
+        failures.push(problem);
     }
     assert!(
         failures.is_empty(),

@@ -913,10 +913,10 @@ async fn every_faulty_server_ends_in_a_bounded_retry_or_a_clear_error_and_keeps_
             Err(failure) => failures.push(format!("{name}: {failure}")),
         }
     }
-    if failures.is_empty() {
-        if let Err(problem) = reliability::submit(&FAULT_SECTION, "outcome", rows) {
-            failures.push(problem);
-        }
+    if failures.is_empty()
+        && let Err(problem) = reliability::submit(&FAULT_SECTION, "outcome", rows)
+    {
+        failures.push(problem);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

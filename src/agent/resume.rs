@@ -250,7 +250,7 @@ impl HostTools {
         self.replayed.load(Ordering::Relaxed)
     }
 
-    fn from_transcript(&self, name: &str, args: &Value) -> Option<Result<Value, ToolError>> {
+    fn recorded_answer(&self, name: &str, args: &Value) -> Option<Result<Value, ToolError>> {
         let mut recorded = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
         match recorded.front() {
             Some(call) if call.name == name && &call.args == args => {
@@ -285,7 +285,7 @@ impl ToolDispatch for HostTools {
     }
 
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
-        if let Some(result) = self.from_transcript(name, &args) {
+        if let Some(result) = self.recorded_answer(name, &args) {
             return result;
         }
         if self.listeners.is_empty() {
