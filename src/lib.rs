@@ -76,8 +76,9 @@ mod tools;
 mod untrusted;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentError, Event, Handover, LoopConfig, Outcome, RunResult, Team,
-    TeamBuilder, TeamOutcome, TeamRun, Transcript, TypedRun,
+    Agent, AgentBuilder, AgentError, Event, Handover, LoopConfig, Outcome, ResumeError,
+    ResumePoint, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun, ToolCallOutcome, Transcript,
+    TypedRun,
 };
 #[doc(hidden)]
 pub use answer::__assert_answer_field;

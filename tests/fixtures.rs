@@ -27,6 +27,21 @@ use codeact::{
 };
 use serde_json::{Value, json};
 
+mod support;
+use support::reliability::{self, Section};
+
+/// The corpus's sandbox, adversarial and limit cases in RELIABILITY.md.
+const CORPUS_SECTION: Section = Section {
+    name: "script-corpus",
+    title: "Script corpus: sandbox, adversarial and limit cases",
+    intro: "The `sandbox__`, `adversarial__` and `limits__` fixtures of `fixtures/scripts/<language>/`, each run in one session per runtime (JS fixtures on Boa and QuickJS, Python fixtures on MicroPython and CPython). A cell is the expectation the fixture states for that runtime, met; after the last run the session must still run a trivial script.",
+    binary: "fixtures",
+    columns: &["rhai", "js", "wasm:js", "wasm:micropython", "wasm:python"],
+};
+
+/// The areas whose cases go into RELIABILITY.md.
+const REPORTED_AREAS: &[&str] = &["sandbox__", "adversarial__", "limits__"];
+
 /// Separates runs: `// --- next run ---` (or with `#` in Python).
 const RUN_SEPARATOR: &str = "--- next run ---";
 
@@ -144,7 +159,33 @@ fn runtime_for(language: &str, limits: Limits) -> Result<Arc<dyn Runtime>, Strin
     }
 }
 
-async fn check(runtime_name: &str, fixture: Fixture) -> Result<(), String> {
+/// What an expectation checked, in a table cell.
+fn describe(expectation: &Expectation) -> String {
+    let short = |text: &str| {
+        let mut cut: String = text.chars().take(70).collect();
+        if cut.len() < text.len() {
+            cut.push('…');
+        }
+        cut
+    };
+    match expectation {
+        Expectation::Output(output) => {
+            let wire = serde_json::to_value(output).unwrap_or_default();
+            let kind = wire["type"].as_str().unwrap_or("?").to_string();
+            let body = wire
+                .get("value")
+                .or_else(|| wire.get("message"))
+                .or_else(|| wire.get("agent_name"))
+                .map(Value::to_string)
+                .unwrap_or_default();
+            format!("{kind} {}", short(&body))
+        }
+        Expectation::ErrorContaining(text) => format!("error ∋ \"{}\"", short(text)),
+        Expectation::LogsContaining(text) => format!("logs ∋ \"{}\"", short(text)),
+    }
+}
+
+async fn check(runtime_name: &str, fixture: Fixture) -> Result<String, String> {
     let runtime = runtime_for(runtime_name, fixture.limits)?;
     let mut session =
         ScriptSession::start(&*runtime, Arc::new(test_tools())).map_err(|e| e.to_string())?;
@@ -169,6 +210,7 @@ async fn check(runtime_name: &str, fixture: Fixture) -> Result<(), String> {
     } else {
         overridden
     };
+    let described: Vec<String> = expectations.iter().map(|e| describe(e)).collect();
     for expectation in expectations {
         match expectation {
             Expectation::Output(expected) if &run.output != expected => {
@@ -209,7 +251,7 @@ async fn check(runtime_name: &str, fixture: Fixture) -> Result<(), String> {
             after.output
         ));
     }
-    Ok(())
+    Ok(format!("✓ {}", described.join("; ")))
 }
 
 fn fixture_paths(language: &str) -> Vec<PathBuf> {
@@ -254,19 +296,34 @@ fn run_corpus_on(
         .build()
         .expect("a runtime");
     let mut failures = Vec::new();
+    let mut rows = Vec::new();
     for path in &paths {
         let result = match parse_fixture(path) {
             Ok(fixture) => {
                 let name = fixture.name.clone();
                 runtime
                     .block_on(check(runtime_name, fixture))
+                    .map(|outcome| (name.clone(), outcome))
                     .map_err(|e| format!("{runtime_name}/{name}: {e}"))
             }
             Err(e) => Err(format!("{}: {e}", path.display())),
         };
-        if let Err(failure) = result {
-            failures.push(failure);
+        match result {
+            Ok((name, outcome)) => {
+                let case = name
+                    .rsplit_once('.')
+                    .map_or(name.as_str(), |(stem, _)| stem);
+                if REPORTED_AREAS.iter().any(|area| case.starts_with(area)) {
+                    rows.push((case.to_string(), outcome));
+                }
+            }
+            Err(failure) => failures.push(failure),
         }
+    }
+    if failures.is_empty()
+        && let Err(problem) = reliability::submit(&CORPUS_SECTION, runtime_name, rows)
+    {
+        failures.push(problem);
     }
     failures
 }

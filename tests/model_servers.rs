@@ -11,12 +11,16 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use codeact::agent::read_transcript;
 use codeact::model::{
     AnthropicClient, AnthropicConfig, ModelClient, ModelError, OpenAiClient, OpenAiConfig,
     RetryPolicy,
 };
-use codeact::{Agent, Event, Limits, LoopConfig, Outcome, RhaiRuntime};
+use codeact::{Agent, Event, Limits, LoopConfig, Outcome, RhaiRuntime, Transcript};
+
+mod support;
 use serde_json::{Value, json};
+use support::reliability::{self, Section};
 
 /// One scripted reply.
 #[derive(Clone)]
@@ -30,6 +34,15 @@ enum Reply {
     },
     /// SSE lines, then silence with the connection held open.
     SseThenStall(Vec<String>),
+    /// Never answers: not even the status line.
+    Hang,
+    /// A 200 with JSON headers, then a body that never comes.
+    HeadersThenStall,
+    /// A 200 with this content type and body, verbatim.
+    Raw {
+        content_type: &'static str,
+        body: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -107,6 +120,20 @@ async fn handle(
             }
             builder.body(Body::from(body))
         }
+        Some(Reply::Hang) => {
+            std::future::pending::<()>().await;
+            builder.body(Body::empty())
+        }
+        Some(Reply::HeadersThenStall) => {
+            builder
+                .header("content-type", "application/json")
+                .body(Body::from_stream(futures_util::stream::pending::<
+                    Result<Bytes, Infallible>,
+                >()))
+        }
+        Some(Reply::Raw { content_type, body }) => builder
+            .header("content-type", content_type)
+            .body(Body::from(body)),
         Some(Reply::SseThenStall(events)) => {
             let first = futures_util::stream::iter(
                 events
@@ -533,5 +560,385 @@ async fn a_refused_connection_is_retried_then_reported() {
     assert!(
         matches!(&err, ModelError::Unavailable { attempts: 4, last, .. } if last.starts_with("could not connect")),
         "{err}"
+    );
+}
+
+const FAULT_SECTION: Section = Section {
+    name: "model-servers",
+    title: "Faulty model servers",
+    intro: "A fault-injecting HTTP server on 127.0.0.1 (axum) speaking the OpenAI or Anthropic wire format, driven by a real agent run with a transcript. Clients are set to 200 ms request and 300 ms idle timeouts and 3 fast retries. Every case must end in a bounded retry or a clear error within 5 s, without a panic, and the transcript must hold the run up to its last event (`finished` or `failed`). The refused connection, 429/503, persistent 500, bad key, stalled and cut stream cases are tests of their own in the same file.",
+    binary: "model_servers",
+    columns: &["outcome"],
+};
+
+/// The provider a fault case talks to.
+#[derive(Clone, Copy)]
+enum Provider {
+    OpenAi,
+    Anthropic,
+}
+
+struct Fault {
+    name: &'static str,
+    provider: Provider,
+    stream: bool,
+    replies: Vec<Reply>,
+    /// The run's end: `Ok(final value)` or `Err(text the error contains)`.
+    expect: Result<serde_json::Value, &'static str>,
+    /// Requests the server must have seen.
+    requests: usize,
+}
+
+fn sse(chunks: &[Value]) -> Vec<String> {
+    chunks.iter().map(|c| format!("data: {c}\n\n")).collect()
+}
+
+fn text_chunk(text: &str) -> Value {
+    json!({"choices": [{"index": 0, "delta": {"content": text}}]})
+}
+
+fn faults() -> Vec<Fault> {
+    let done = "```rhai\nfinal_result(1)\n```";
+    let ten_mb = format!("{}\n```rhai\nobservation(1)\n```", "x".repeat(10 << 20));
+    let mut ten_mb_stream: Vec<String> = ten_mb
+        .as_bytes()
+        .chunks(64 << 10)
+        .map(|part| format!("data: {}\n\n", text_chunk(&String::from_utf8_lossy(part))))
+        .collect();
+    ten_mb_stream.push(format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    ));
+    ten_mb_stream.push("data: [DONE]\n\n".into());
+    vec![
+        Fault {
+            name: "request_that_never_answers",
+            provider: Provider::OpenAi,
+            stream: false,
+            replies: vec![Reply::Hang, Reply::Hang, Reply::Hang, Reply::Hang],
+            expect: Err("unavailable after 4 attempt(s): no response within 200 ms"),
+            requests: 4,
+        },
+        Fault {
+            name: "headers_then_a_body_that_never_comes",
+            provider: Provider::OpenAi,
+            stream: false,
+            replies: vec![
+                Reply::HeadersThenStall,
+                Reply::HeadersThenStall,
+                Reply::HeadersThenStall,
+                Reply::HeadersThenStall,
+            ],
+            expect: Err("unavailable after 4 attempt(s): the reply's body stalled: no data for 300 ms"),
+            requests: 4,
+        },
+        Fault {
+            name: "stream_that_never_answers",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![Reply::Hang, Reply::Hang, Reply::Hang, Reply::Hang],
+            expect: Err("unavailable after 4 attempt(s): no response within 200 ms"),
+            requests: 4,
+        },
+        Fault {
+            name: "malformed_json_body",
+            provider: Provider::OpenAi,
+            stream: false,
+            replies: vec![Reply::Raw {
+                content_type: "application/json",
+                body: r#"{"choices": [{"message": {"content": "```rhai"#.into(),
+            }],
+            expect: Err("openai sent a reply that cannot be used: EOF while parsing"),
+            requests: 1,
+        },
+        Fault {
+            name: "malformed_json_body_anthropic",
+            provider: Provider::Anthropic,
+            stream: false,
+            replies: vec![Reply::Raw {
+                content_type: "application/json",
+                body: "<html>502 Bad Gateway</html>".into(),
+            }],
+            expect: Err("anthropic sent a reply that cannot be used"),
+            requests: 1,
+        },
+        Fault {
+            name: "malformed_json_in_a_stream_chunk",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![Reply::Sse(vec![
+                format!("data: {}\n\n", text_chunk("```rhai\n")),
+                "data: {\"choices\": [{\"delta\": \n\n".into(),
+            ])],
+            expect: Err("bad stream chunk"),
+            requests: 1,
+        },
+        Fault {
+            name: "sse_cut_mid_event_after_text_was_shown",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![Reply::Sse(vec![
+                format!("data: {}\n\n", text_chunk("```rhai\nfinal_")),
+                r#"data: {"choices": [{"delta": {"content": "resu"#.into(),
+            ])],
+            expect: Err("openai sent a reply that cannot be used"),
+            requests: 1,
+        },
+        Fault {
+            name: "sse_cut_mid_event_before_any_text_is_retried",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![
+                Reply::Sse(vec![r#"data: {"choices": [{"delta": {"content": "``"#.into()]),
+                openai_stream(&[done]),
+            ],
+            expect: Ok(json!(1)),
+            requests: 2,
+        },
+        Fault {
+            name: "anthropic_sse_cut_mid_event_before_any_text_is_retried",
+            provider: Provider::Anthropic,
+            stream: true,
+            replies: vec![
+                Reply::Sse(vec!["event: message_start\ndata: {\"type\": \"message_st".into()]),
+                anthropic_stream(&[done]),
+            ],
+            expect: Ok(json!(1)),
+            requests: 2,
+        },
+        Fault {
+            name: "empty_choices_in_every_stream_chunk",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![
+                Reply::Sse(
+                    sse(&[json!({"choices": []}), json!({"choices": []})])
+                        .into_iter()
+                        .chain(["data: [DONE]\n\n".to_string()])
+                        .collect(),
+                ),
+                openai_stream(&[done]),
+            ],
+            expect: Ok(json!(1)),
+            requests: 2,
+        },
+        Fault {
+            name: "stream_deltas_without_content",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![Reply::Sse(
+                sse(&[
+                    json!({"choices": [{"delta": {"role": "assistant"}}]}),
+                    json!({"choices": [{"delta": {"content": null}}]}),
+                    text_chunk(done),
+                    json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+                ])
+                .into_iter()
+                .chain(["data: [DONE]\n\n".to_string()])
+                .collect(),
+            )],
+            expect: Ok(json!(1)),
+            requests: 1,
+        },
+        Fault {
+            name: "message_without_a_content_field",
+            provider: Provider::OpenAi,
+            stream: false,
+            replies: vec![
+                Reply::Json(json!({"choices": [{"message": {"role": "assistant"}, "finish_reason": "stop"}]})),
+                completion(done),
+            ],
+            expect: Ok(json!(1)),
+            requests: 2,
+        },
+        Fault {
+            name: "unknown_finish_reason",
+            provider: Provider::OpenAi,
+            stream: false,
+            replies: vec![Reply::Json(json!({
+                "choices": [{"message": {"content": done}, "finish_reason": "eldritch"}]
+            }))],
+            expect: Ok(json!(1)),
+            requests: 1,
+        },
+        Fault {
+            name: "unknown_finish_reason_in_a_stream",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![Reply::Sse(
+                sse(&[
+                    text_chunk(done),
+                    json!({"choices": [{"delta": {}, "finish_reason": "eldritch"}]}),
+                ])
+                .into_iter()
+                .chain(["data: [DONE]\n\n".to_string()])
+                .collect(),
+            )],
+            expect: Ok(json!(1)),
+            requests: 1,
+        },
+        Fault {
+            name: "unknown_stop_reason_anthropic",
+            provider: Provider::Anthropic,
+            stream: false,
+            replies: vec![Reply::Json(json!({
+                "content": [{"type": "text", "text": done}],
+                "stop_reason": "eldritch", "usage": {"input_tokens": 1, "output_tokens": 1}
+            }))],
+            expect: Ok(json!(1)),
+            requests: 1,
+        },
+        Fault {
+            name: "reply_of_10_mb",
+            provider: Provider::OpenAi,
+            stream: false,
+            // Serialized before the server starts, so the reply is not late.
+            replies: vec![
+                Reply::Raw {
+                    content_type: "application/json",
+                    body: json!({"choices": [{"message": {"content": ten_mb}, "finish_reason": "stop"}]})
+                        .to_string(),
+                },
+                completion(done),
+            ],
+            expect: Ok(json!(1)),
+            requests: 2,
+        },
+        Fault {
+            name: "reply_of_10_mb_streamed_in_64_kib_events",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![Reply::Sse(ten_mb_stream), openai_stream(&[done])],
+            expect: Ok(json!(1)),
+            requests: 2,
+        },
+    ]
+}
+
+/// Runs one fault case; the table cell, or why it failed.
+async fn run_fault(fault: Fault) -> Result<String, String> {
+    let server = FakeServer::start(fault.replies).await;
+    let model: Arc<dyn ModelClient> = match fault.provider {
+        Provider::OpenAi => {
+            let mut config =
+                OpenAiConfig::from_env("test-model").with_base_url(format!("{}/v1", server.url));
+            config.api_key = Some("test-key".into());
+            config.retry = fast_retries();
+            config.request_timeout = Duration::from_millis(200);
+            config.idle_timeout = Duration::from_millis(300);
+            Arc::new(OpenAiClient::new(config).map_err(|e| e.to_string())?)
+        }
+        Provider::Anthropic => {
+            let mut config =
+                AnthropicConfig::from_env("claude-test").with_base_url(server.url.clone());
+            config.api_key = Some("sk-ant-test".into());
+            config.retry = fast_retries();
+            config.request_timeout = Duration::from_millis(200);
+            config.idle_timeout = Duration::from_millis(300);
+            Arc::new(AnthropicClient::new(config).map_err(|e| e.to_string())?)
+        }
+    };
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("model-servers");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let path = dir.join(format!("{}.jsonl", fault.name));
+    let transcript = Transcript::create(&path).map_err(|e| e.to_string())?;
+    let agent = Agent::builder(model, Arc::new(RhaiRuntime::new(Limits::default())))
+        .stream(fault.stream)
+        .listener(transcript.listener())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(20), agent.run("Go."))
+        .await
+        .map_err(|_| "the run hung for 20 s".to_string())?;
+    let elapsed = started.elapsed();
+    if elapsed > Duration::from_secs(5) {
+        return Err(format!("took {} ms", elapsed.as_millis()));
+    }
+    let requests = server.received().len();
+    if requests != fault.requests {
+        return Err(format!(
+            "the server saw {requests} request(s), expected {}",
+            fault.requests
+        ));
+    }
+    let events = read_transcript(&path).map_err(|e| e.to_string())?;
+    let kept = matches!(events.first(), Some(Event::RunStarted { .. }))
+        && events.iter().any(|e| matches!(e, Event::Message { .. }));
+    let cell = match (&fault.expect, result) {
+        (Ok(value), Ok(run))
+            if run.outcome
+                == (Outcome::FinalResult {
+                    value: value.clone(),
+                }) =>
+        {
+            if !matches!(events.last(), Some(Event::Finished { .. })) {
+                return Err("the transcript does not end with the finished run".into());
+            }
+            let retried = if requests > run.steps {
+                format!(", {} retry", requests - run.steps)
+            } else {
+                String::new()
+            };
+            format!(
+                "✓ final_result {value} after {} step(s){retried}",
+                run.steps
+            )
+        }
+        (Err(needle), Err(error)) if error.to_string().contains(needle) => {
+            if !matches!(events.last(), Some(Event::Failed { .. })) {
+                return Err("the transcript does not end with the failure".into());
+            }
+            format!("✓ error after {requests} request(s): \"{needle}…\"")
+        }
+        (_, Ok(run)) => return Err(format!("the run ended with {:?}", run.outcome)),
+        (_, Err(error)) => return Err(format!("the run failed with: {error}")),
+    };
+    if !kept {
+        return Err("the transcript lost the run's start".into());
+    }
+    Ok(format!("{cell}; transcript kept"))
+}
+
+/// If this fails, a model server's fault hangs, crashes or loses a run, or its
+/// error stopped being clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_faulty_server_ends_in_a_bounded_retry_or_a_clear_error_and_keeps_the_transcript() {
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for fault in faults() {
+        let name = fault.name;
+        match run_fault(fault).await {
+            Ok(cell) => rows.push((name.to_string(), cell)),
+            Err(failure) => failures.push(format!("{name}: {failure}")),
+        }
+    }
+    if failures.is_empty()
+        && let Err(problem) = reliability::submit(&FAULT_SECTION, "outcome", rows)
+    {
+        failures.push(problem);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A 10 MB reply is kept cut in the history: the next request does not resend it.
+#[tokio::test]
+async fn a_10_mb_reply_is_not_sent_back_whole_with_the_next_request() {
+    let huge = format!("{}\n```rhai\nobservation(1)\n```", "x".repeat(10 << 20));
+    let server = FakeServer::start(vec![
+        completion(&huge),
+        completion("```rhai\nfinal_result(2)\n```"),
+    ])
+    .await;
+    let run = agent(Arc::new(openai(&server)), false, Arc::default())
+        .run("Go.")
+        .await
+        .expect("run finishes");
+    assert_eq!(run.outcome, Outcome::FinalResult { value: json!(2) });
+    let second = server.received()[1].body.to_string();
+    assert!(
+        second.len() < 100_000,
+        "the second request is {} bytes",
+        second.len()
     );
 }

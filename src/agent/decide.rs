@@ -173,6 +173,18 @@ impl Conversation {
         }
     }
 
+    /// A conversation picked up where a transcript left it: these messages (task
+    /// first) and counters, as [`ResumePoint`](super::ResumePoint) read them.
+    pub fn resumed(point: &super::ResumePoint, fence_tags: &[&str], config: LoopConfig) -> Self {
+        let mut conversation = Self::new("", fence_tags, config);
+        conversation.messages = point.messages.clone();
+        conversation.steps = point.steps;
+        conversation.usage = point.usage;
+        conversation.consecutive_errors = point.consecutive_errors;
+        conversation.refusals = point.refusals;
+        conversation
+    }
+
     /// Declares the agents a script may transfer to, and this agent's own name.
     pub fn with_transfer_targets(
         mut self,

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::decide::{Conversation, LoopConfig, Next, Outcome};
 use super::events::{Event, Listener};
+use super::resume::{HostTools, ResumePoint};
 use crate::chat::{Message, ModelRequest, StreamEvent, Usage};
 use crate::model::{ModelClient, ModelError};
 use crate::output_spec::{ExtraCheck, structured};
@@ -210,6 +211,13 @@ impl AgentBuilder {
             listeners: self.listeners,
         })
     }
+}
+
+/// How a run begins: with a task, or where a transcript left off.
+#[derive(Clone, Copy)]
+enum Start<'a> {
+    Fresh(&'a str),
+    Resume(&'a ResumePoint),
 }
 
 /// What a finished run returns.
@@ -432,6 +440,36 @@ impl Agent {
         targets: &[TransferTarget],
         request: &RequestOutput,
     ) -> Result<RunResult, AgentError> {
+        self.run_from(Start::Fresh(first_message), targets, request)
+            .await
+    }
+
+    /// Continues the interrupted run `point` was read from (see
+    /// [`ResumePoint`]): the finished scripts run again in a fresh session with
+    /// their recorded tool results, without calling the tools, and the loop goes
+    /// on from the step that was cut short, or the next one. Events continue the
+    /// transcript: a [`Event::Resumed`] first, no second `RunStarted`. `request`
+    /// is the request level of the output spec, as for
+    /// [`run_with_output`](Self::run_with_output).
+    pub async fn resume(
+        &self,
+        point: &ResumePoint,
+        request: &OutputSpec,
+    ) -> Result<RunResult, AgentError> {
+        let request = RequestOutput {
+            spec: request.clone(),
+            extra: None,
+        };
+        self.run_from(Start::Resume(point), &self.targets, &request)
+            .await
+    }
+
+    async fn run_from(
+        &self,
+        start: Start<'_>,
+        targets: &[TransferTarget],
+        request: &RequestOutput,
+    ) -> Result<RunResult, AgentError> {
         let contract = if request.is_empty() {
             self.contract.clone()
         } else {
@@ -458,22 +496,36 @@ impl Agent {
                 AgentError::Setup(format!("cannot read the working directory: {e}"))
             })?,
         };
-        let mut conversation = Conversation::new(
-            first_message,
-            self.runtime.info().fence_tags,
-            self.config.clone(),
-        )
-        .with_transfer_targets(
+        let tags = self.runtime.info().fence_tags;
+        let (conversation, resume) = match start {
+            Start::Fresh(first_message) => (
+                Conversation::new(first_message, tags, self.config.clone()),
+                None,
+            ),
+            Start::Resume(point) => (
+                Conversation::resumed(point, tags, self.config.clone()),
+                Some(point),
+            ),
+        };
+        let mut conversation = conversation.with_transfer_targets(
             targets.iter().map(|t| t.name.clone()).collect(),
             self.name.clone(),
         );
-        self.emit(|| Event::RunStarted {
-            model: self.model.label(),
-            runtime: self.runtime.info().name.to_string(),
-            system_prompt: system_prompt.clone(),
-        });
+        if resume.is_none() {
+            self.emit(|| Event::RunStarted {
+                model: self.model.label(),
+                runtime: self.runtime.info().name.to_string(),
+                system_prompt: system_prompt.clone(),
+            });
+        }
         let result = self
-            .drive(&mut conversation, &system_prompt, &contract, &working_dir)
+            .drive(
+                &mut conversation,
+                &system_prompt,
+                &contract,
+                &working_dir,
+                resume,
+            )
             .await;
         if let Err(error) = &result {
             self.emit(|| Event::Failed {
@@ -502,13 +554,29 @@ impl Agent {
         system_prompt: &str,
         contract: &OutputContract,
         working_dir: &Path,
+        resume: Option<&ResumePoint>,
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
-        let mut session = ScriptSession::start(&*self.runtime, self.tools.clone())?;
+        let tools = Arc::new(HostTools::new(
+            self.tools.clone(),
+            self.name.clone(),
+            self.listeners.clone(),
+        ));
+        let mut session = ScriptSession::start(&*self.runtime, tools.clone())?;
         // Messages are reported as soon as they join the conversation: the task
         // here, the rest right after `on_reply` and `on_script`.
         let mut reported = 0;
-        self.report_messages(conversation, &mut reported);
         let mut next = Next::CallModel;
+        match resume {
+            None => self.report_messages(conversation, &mut reported),
+            Some(point) => {
+                next = self
+                    .rebuild(point, conversation, &mut session, &tools)
+                    .await?;
+                // Everything up to the interrupted reply is in the transcript.
+                reported = point.messages.len() + usize::from(point.pending_reply.is_some());
+                self.report_messages(conversation, &mut reported);
+            }
+        }
         let mut final_output = None;
         loop {
             let step = match next {
@@ -561,6 +629,7 @@ impl Agent {
                         step,
                         code: code.clone(),
                     });
+                    tools.set_step(step);
                     let run = session
                         .run(code)
                         .instrument(tracing::info_span!("script", step))
@@ -595,6 +664,41 @@ impl Agent {
                 }
             };
         }
+    }
+
+    /// Re-runs the finished scripts of `point` with their recorded tool results
+    /// (their outputs are already in the conversation and are dropped), queues
+    /// the recorded calls of the step that was cut short, and says what comes
+    /// next.
+    async fn rebuild(
+        &self,
+        point: &ResumePoint,
+        conversation: &mut Conversation,
+        session: &mut ScriptSession,
+        tools: &HostTools,
+    ) -> Result<Next, AgentError> {
+        for script in &point.finished_scripts {
+            tools.set_step(script.step);
+            tools.serve_recorded(script.calls.clone(), true);
+            let run = session
+                .run(script.code.as_str())
+                .instrument(tracing::info_span!("replay", step = script.step))
+                .await?;
+            tracing::debug!(step = script.step, output = %run.output, "replayed a script");
+        }
+        tools.serve_recorded(point.pending_calls.clone(), false);
+        self.emit(|| Event::Resumed {
+            steps: point.steps,
+            replayed_scripts: point.finished_scripts.len(),
+            replayed_tool_calls: tools.replayed(),
+        });
+        Ok(match &point.pending_reply {
+            Some(reply) => conversation.on_reply(reply),
+            None if point.steps >= self.config.max_steps => {
+                Next::Finish(Outcome::StepLimit { steps: point.steps })
+            }
+            None => Next::CallModel,
+        })
     }
 
     async fn call_model(

@@ -68,6 +68,32 @@ pub enum Event {
         /// The script.
         code: String,
     },
+    /// A script called a tool and the host answered (written when the answer is
+    /// in, so a run killed during a call has no line for it). Only the host
+    /// emits these: a script that fakes a tool result in its own code (a
+    /// shadowed `call_tool`, a printed line) produces none. A resumed run
+    /// replays them instead of calling the tools again.
+    ToolCall {
+        /// The step whose script made the call.
+        step: usize,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        args: Value,
+        /// What the script got back.
+        outcome: ToolCallOutcome,
+    },
+    /// The run was resumed from its transcript (`codeact run --resume`): the
+    /// events above are the interrupted run's, the ones below its continuation.
+    Resumed {
+        /// Model calls the interrupted run had made.
+        steps: usize,
+        /// Scripts re-run, with their recorded tool results, to rebuild the
+        /// session's state.
+        replayed_scripts: usize,
+        /// Tool results served from the transcript instead of calling the tools.
+        replayed_tool_calls: usize,
+    },
     /// A script returned an observation.
     Observation {
         /// The step.
@@ -132,6 +158,36 @@ pub enum Event {
     },
 }
 
+/// What a tool call gave the script: `{"ok": value}` or `{"error": message}` on
+/// the wire, as in the guest protocol.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallOutcome {
+    /// The tool's value.
+    Ok(Value),
+    /// The tool's error message.
+    Error(String),
+}
+
+impl From<&Result<Value, codeact_runtime::ToolError>> for ToolCallOutcome {
+    fn from(result: &Result<Value, codeact_runtime::ToolError>) -> Self {
+        match result {
+            Ok(value) => Self::Ok(value.clone()),
+            Err(error) => Self::Error(error.message.clone()),
+        }
+    }
+}
+
+impl ToolCallOutcome {
+    /// Back to what the script gets.
+    pub fn to_result(&self) -> Result<Value, codeact_runtime::ToolError> {
+        match self {
+            Self::Ok(value) => Ok(value.clone()),
+            Self::Error(message) => Err(codeact_runtime::ToolError::new(message.clone())),
+        }
+    }
+}
+
 /// Something that wants to hear about events, with the name of the agent each
 /// happened in. Called on the run's task, in order; keep it quick.
 pub type Listener = Arc<dyn Fn(&str, &Event) + Send + Sync>;
@@ -157,6 +213,22 @@ impl Transcript {
     pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
         Ok(Self {
             file: Arc::new(Mutex::new(File::create(path)?)),
+        })
+    }
+
+    /// Opens the transcript at `path` to go on writing after its last whole event
+    /// (for a resumed run). A last line cut short by a crash is removed first, so
+    /// the lines appended after it can be read back.
+    pub fn append(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)?;
+        let keep = valid_prefix_len(&text);
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        file.set_len(keep as u64)?;
+        let mut file = file;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
+        Ok(Self {
+            file: Arc::new(Mutex::new(file)),
         })
     }
 
@@ -187,6 +259,18 @@ impl Transcript {
 /// cut short by a crash) ends the reading.
 pub fn read_transcript(path: impl AsRef<Path>) -> std::io::Result<Vec<Event>> {
     Ok(parse_transcript(&std::fs::read_to_string(path)?))
+}
+
+/// Bytes of `text` up to and including the last line of its readable prefix.
+fn valid_prefix_len(text: &str) -> usize {
+    let mut end = 0;
+    for line in text.split_inclusive('\n') {
+        if !line.ends_with('\n') || serde_json::from_str::<Event>(line).is_err() {
+            break;
+        }
+        end += line.len();
+    }
+    end
 }
 
 /// Parses transcript text, stopping at the first line that is not an event.

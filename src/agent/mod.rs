@@ -5,11 +5,13 @@ mod driver;
 mod events;
 mod extract;
 mod feedback;
+mod resume;
 mod team;
 
 pub use decide::{Conversation, LoopConfig, Next, Outcome};
 pub use driver::{Agent, AgentBuilder, AgentError, RunResult, TypedRun};
-pub use events::{Event, Listener, Transcript, parse_transcript, read_transcript};
+pub use events::{Event, Listener, ToolCallOutcome, Transcript, parse_transcript, read_transcript};
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;
+pub use resume::{ResumeError, ResumePoint};
 pub use team::{Handover, Team, TeamBuilder, TeamOutcome, TeamRun};

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::Mutex;
 
 use crate::Validation;
-use crate::agent::{Event, Outcome};
+use crate::agent::{Event, Outcome, ToolCallOutcome};
 use crate::chat::Role;
 
 /// Prints events to stderr. Streamed text is printed as it arrives; a reply that
@@ -44,6 +44,22 @@ impl Printer {
             Event::ScriptStarted { step, .. } => {
                 writeln!(err, "── step {step} · running the script")
             }
+            Event::ToolCall { name, outcome, .. } => match outcome {
+                ToolCallOutcome::Ok(value) => {
+                    writeln!(err, "  tool {name} → {}", shorten(&value.to_string()))
+                }
+                ToolCallOutcome::Error(message) => {
+                    writeln!(err, "  tool {name} failed: {}", shorten(message))
+                }
+            },
+            Event::Resumed {
+                steps,
+                replayed_scripts,
+                replayed_tool_calls,
+            } => writeln!(
+                err,
+                "── resumed after step {steps}: {replayed_scripts} script(s) re-run with {replayed_tool_calls} recorded tool result(s)"
+            ),
             Event::Observation { value, logs, .. } => print_logs(&mut err, logs)
                 .and_then(|()| writeln!(err, "observation: {}", shorten(&value.to_string()))),
             Event::Error { message, logs, .. } => print_logs(&mut err, logs)

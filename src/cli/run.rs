@@ -14,10 +14,11 @@ use crate::model::{ModelSpecError, model_from_spec};
 use std::time::Duration;
 
 use super::validate::{load_contract, read_schema};
+use crate::agent::read_transcript;
 use crate::agent::{AgentBuilder, Listener, TeamOutcome};
 use crate::{
-    Agent, AgentError, Event, LoopConfig, OnValidatorError, Outcome, OutputSpec, TeamConfigError,
-    Transcript, TransferTarget, load_team, runtime_by_name,
+    Agent, AgentError, Event, LoopConfig, OnValidatorError, Outcome, OutputSpec, ResumePoint,
+    TeamConfigError, Transcript, TransferTarget, load_team, runtime_by_name,
 };
 
 #[derive(Debug, Args)]
@@ -27,7 +28,7 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         value_name = "PROVIDER:NAME",
-        required_unless_present = "agents",
+        required_unless_present_any = ["agents", "resume"],
         conflicts_with = "agents"
     )]
     model: Option<String>,
@@ -44,8 +45,9 @@ pub(crate) struct RunArgs {
     base_url: Option<String>,
     /// The runtime the model's scripts run in: rhai, js, js-in-process, wasm:js,
     /// wasm:micropython, wasm:python, or wasm:PATH for a WASI guest file.
-    #[arg(long, default_value = "rhai")]
-    runtime: String,
+    /// [default: rhai, or the resumed transcript's runtime]
+    #[arg(long)]
+    runtime: Option<String>,
     /// Model calls before the run stops.
     #[arg(long, value_name = "N", default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..=1000))]
     max_steps: u64,
@@ -53,8 +55,15 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1000))]
     max_errors: u64,
     /// Write every message and event to this JSONL file (replacing it) as they happen.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
     transcript: Option<PathBuf>,
+    /// Continue the interrupted run this transcript recorded (killed, or failed on
+    /// a model error), appending to it: its finished scripts run again with their
+    /// recorded tool results (the tools are not called again), then the loop goes
+    /// on from where it stopped. --model and --runtime default to the
+    /// transcript's; tools and limits must be given again. Not for --agents.
+    #[arg(long, value_name = "TRANSCRIPT", conflicts_with_all = ["agents", "task"])]
+    resume: Option<PathBuf>,
     /// An agent the script may hand over to; the run ends on the transfer. Repeatable.
     #[arg(long = "transfer-target", value_name = "NAME")]
     transfer_targets: Vec<String>,
@@ -92,8 +101,8 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     tools: ToolArgs,
     /// The task, in words.
-    #[arg(value_name = "TASK")]
-    task: String,
+    #[arg(value_name = "TASK", required_unless_present = "resume")]
+    task: Option<String>,
 }
 
 /// The request level of the output spec, from the flags; loaded once here so a
@@ -127,6 +136,29 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
     let mut listeners: Vec<Listener> = vec![Arc::new(move |agent: &str, event: &Event| {
         printer.print(agent, event)
     })];
+    let resume = match &args.resume {
+        Some(path) => match read_transcript(path)
+            .map_err(|e| e.to_string())
+            .and_then(|events| ResumePoint::from_events(&events).map_err(|e| e.to_string()))
+        {
+            Ok(point) => Some(point),
+            Err(e) => {
+                return usage_error(&format!("cannot resume '{}': {e}", path.display()));
+            }
+        },
+        None => None,
+    };
+    if let Some(path) = &args.resume {
+        match Transcript::append(path) {
+            Ok(transcript) => listeners.push(transcript.listener()),
+            Err(e) => {
+                return usage_error(&format!(
+                    "cannot append to the transcript '{}': {e}",
+                    path.display()
+                ));
+            }
+        }
+    }
     if let Some(path) = &args.transcript {
         match Transcript::create(path) {
             Ok(transcript) => listeners.push(transcript.listener()),
@@ -138,9 +170,13 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
             }
         }
     }
-    match (&args.agents, &args.model) {
+    let model = args
+        .model
+        .clone()
+        .or_else(|| resume.as_ref().and_then(|point| point.model.clone()));
+    match (&args.agents, model) {
         (Some(file), _) => run_team(args, file, &host, listeners, &request),
-        (None, Some(model)) => run_agent(args, model, &host, listeners, &request),
+        (None, Some(model)) => run_agent(args, &model, &host, listeners, &request, resume),
         (None, None) => usage_error("--model or --agents is required"),
     }
 }
@@ -167,6 +203,7 @@ fn run_agent(
     host: &tokio::runtime::Runtime,
     listeners: Vec<Listener>,
     request: &OutputSpec,
+    resume: Option<ResumePoint>,
 ) -> ExitCode {
     let model = match model_from_spec(model, args.base_url.as_deref()) {
         Ok(model) => model,
@@ -176,7 +213,12 @@ fn run_agent(
             return ExitCode::from(EXIT_HOST_FAILURE);
         }
     };
-    let runtime = match runtime_by_name(&args.runtime, args.limits.limits()) {
+    let runtime_name = args
+        .runtime
+        .clone()
+        .or_else(|| resume.as_ref().and_then(|point| point.runtime.clone()))
+        .unwrap_or_else(|| "rhai".into());
+    let runtime = match runtime_by_name(&runtime_name, args.limits.limits()) {
         Ok(runtime) => runtime,
         Err(e) => return usage_error(&e.to_string()),
     };
@@ -199,7 +241,13 @@ fn run_agent(
         Ok(agent) => agent,
         Err(e) => return usage_error(&e.to_string()),
     };
-    match host.block_on(agent.run_with_output(&args.task, request)) {
+    let run = match &resume {
+        Some(point) => host.block_on(agent.resume(point, request)),
+        None => {
+            host.block_on(agent.run_with_output(args.task.as_deref().unwrap_or_default(), request))
+        }
+    };
+    match run {
         Ok(result) => finish(&result.outcome),
         Err(AgentError::Output(e)) => usage_error(&e.to_string()),
         Err(e) => {
@@ -239,7 +287,8 @@ fn run_team(
         Err(e) => return usage_error(&format!("'{}': {e}", file.display())),
     };
     let entry = args.agent.clone().or(loaded.entry).unwrap_or(loaded.first);
-    match host.block_on(team.run_with_output(&entry, &args.task, request)) {
+    let task = args.task.as_deref().unwrap_or_default();
+    match host.block_on(team.run_with_output(&entry, task, request)) {
         Ok(run) => match run.outcome {
             TeamOutcome::Finished { agent, outcome } => {
                 eprintln!(

@@ -119,7 +119,7 @@ pub(crate) async fn attempt(
         Ok(result) => result.map_err(|e| transport_error(&e))?,
         Err(_) => {
             return Err(AttemptError::Retryable {
-                reason: format!("no response within {} s", timeout.as_secs()),
+                reason: format!("no response within {} ms", timeout.as_millis()),
                 retry_after: None,
             });
         }
@@ -148,12 +148,32 @@ pub(crate) async fn attempt(
     }))
 }
 
-/// Reads a whole body, refusing more than `max` bytes.
-pub(crate) async fn read_body(response: Response, max: usize) -> Result<Vec<u8>, AttemptError> {
+/// Reads a whole body, refusing more than `max` bytes. Silence longer than `idle`
+/// between chunks is a failure worth retrying: a server that sends its headers and
+/// then nothing would otherwise hang the call (the request timeout ends when the
+/// headers arrive).
+pub(crate) async fn read_body(
+    response: Response,
+    max: usize,
+    idle: Duration,
+) -> Result<Vec<u8>, AttemptError> {
     use futures_util::StreamExt;
     let mut body = Vec::new();
     let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
+    loop {
+        let chunk = match tokio::time::timeout(idle, chunks.next()).await {
+            Err(_) => {
+                return Err(AttemptError::Retryable {
+                    reason: format!(
+                        "the reply's body stalled: no data for {} ms",
+                        idle.as_millis()
+                    ),
+                    retry_after: None,
+                });
+            }
+            Ok(None) => break,
+            Ok(Some(chunk)) => chunk,
+        };
         let chunk = chunk.map_err(|e| transport_error(&e))?;
         if body.len() + chunk.len() > max {
             return Err(AttemptError::Retryable {

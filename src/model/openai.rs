@@ -30,7 +30,8 @@ pub struct OpenAiConfig {
     pub model: String,
     /// Longest wait for the response headers. Default: 120 s.
     pub request_timeout: Duration,
-    /// Longest silence inside a streamed reply. Default: 60 s.
+    /// Longest silence inside a reply once its headers arrived: between streamed
+    /// events, or between chunks of a whole body. Default: 60 s.
     pub idle_timeout: Duration,
     /// Retries for 429, 5xx and timeouts. Default: [`RetryPolicy::default`].
     pub retry: RetryPolicy,
@@ -124,7 +125,7 @@ impl OpenAiClient {
     async fn complete_once(&self, body: &Value) -> Result<ModelResponse, AttemptError> {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
-        let bytes = http::read_body(response, MAX_BODY_BYTES).await?;
+        let bytes = http::read_body(response, MAX_BODY_BYTES, self.config.idle_timeout).await?;
         let reply: Completion = serde_json::from_slice(&bytes)
             .map_err(|e| http::malformed(PROVIDER, format!("{e}")))?;
         let choice = reply

@@ -45,8 +45,10 @@ pub(crate) fn restarted_note(language: &str) -> String {
 /// margin is for a loaded machine).
 pub(crate) const STARTUP_TIME: Duration = Duration::from_secs(10);
 
-/// Memory a guest may grow to while it starts, before its first script. After that
-/// it may grow by the memory limit beyond what it held when it started.
+/// Memory a guest may grow to while it starts, before its first script, on top of
+/// the memory limit (MicroPython allocates its heap, sized to the limit, as it
+/// starts). After that it may grow by the memory limit beyond what it held when
+/// it started.
 const STARTUP_MEMORY: usize = 512 << 20;
 
 /// How long past its deadline a guest that is not running wasm (blocked in a host
@@ -106,7 +108,7 @@ impl ResourceLimiter for MemoryCap {
         }
         let cap = match self.baseline {
             Some(baseline) => baseline.saturating_add(self.limit),
-            None => STARTUP_MEMORY.max(self.limit),
+            None => STARTUP_MEMORY.saturating_add(self.limit),
         };
         if desired <= cap {
             return Ok(true);

@@ -1,0 +1,438 @@
+//! Resuming an interrupted run from its transcript: where it stopped, what its
+//! scripts did, and the tool dispatch that serves recorded results instead of
+//! calling the tools again.
+//!
+//! A transcript holds every message, every script ([`Event::ScriptStarted`]) and
+//! every tool call with its answer ([`Event::ToolCall`], written once the answer is
+//! in). [`ResumePoint::from_events`] reads them back into the conversation so far,
+//! the loop's counters, and the scripts to re-run. The driver then re-runs each
+//! finished script in a fresh session with its recorded tool results (a script
+//! may not call a tool the transcript does not hold for it), which rebuilds the
+//! session's variables, and goes on from the next step. A step cut short (the
+//! process was killed while its script ran) runs again: its recorded tool calls
+//! are served from the transcript, and the calls after them (the one in progress
+//! when the process died included) are made for real.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
+use serde_json::Value;
+
+use super::events::{Event, Listener, ToolCallOutcome};
+use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
+
+/// Why a transcript cannot be resumed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// No run started in it (empty, or not a transcript).
+    #[error("the transcript holds no run (no run_started event and no task)")]
+    NoRun,
+    /// The run already ended; there is nothing to continue.
+    #[error("the run already finished ({outcome}); there is nothing to resume")]
+    Finished {
+        /// How it ended, as its `outcome` tag.
+        outcome: String,
+    },
+    /// The transcript is a team's (it has handovers): only single-agent runs resume.
+    #[error("the transcript is a team run with handovers; only single-agent runs can be resumed")]
+    Team,
+}
+
+/// One tool call as the transcript recorded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCall {
+    /// The tool.
+    pub name: String,
+    /// Its arguments.
+    pub args: Value,
+    /// What the script got back.
+    pub outcome: ToolCallOutcome,
+}
+
+/// A script the interrupted run started, with the tool calls it made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedScript {
+    /// Its step.
+    pub step: usize,
+    /// The code.
+    pub code: String,
+    /// Its tool calls, in order.
+    pub calls: Vec<RecordedCall>,
+}
+
+/// Where an interrupted run stopped, read from its transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumePoint {
+    /// The model's label in the transcript (`openai:NAME`, `replay:FILE`, …).
+    pub model: Option<String>,
+    /// The runtime's name in the transcript.
+    pub runtime: Option<String>,
+    /// The conversation so far, task first.
+    pub messages: Vec<Message>,
+    /// Model replies received.
+    pub steps: usize,
+    /// Tokens used.
+    pub usage: Usage,
+    /// Errors in a row at the end.
+    pub consecutive_errors: usize,
+    /// Final results refused.
+    pub refusals: usize,
+    /// Scripts that finished, in order: re-run to rebuild the session.
+    pub finished_scripts: Vec<RecordedScript>,
+    /// The last reply, when the run stopped before its step was over (its script
+    /// did not finish, or did not start): it is handled again.
+    pub pending_reply: Option<ModelResponse>,
+    /// The tool calls the pending reply's script made before the run stopped.
+    pub pending_calls: Vec<RecordedCall>,
+}
+
+impl ResumePoint {
+    /// Reads the events of a transcript (see [`read_transcript`](super::read_transcript)).
+    pub fn from_events(events: &[Event]) -> Result<Self, ResumeError> {
+        let mut point = ResumePoint {
+            model: None,
+            runtime: None,
+            messages: Vec::new(),
+            steps: 0,
+            usage: Usage::default(),
+            consecutive_errors: 0,
+            refusals: 0,
+            finished_scripts: Vec::new(),
+            pending_reply: None,
+            pending_calls: Vec::new(),
+        };
+        let mut scripts: Vec<RecordedScript> = Vec::new();
+        let mut last_stop = StopReason::EndTurn;
+        for event in events {
+            match event {
+                Event::RunStarted { model, runtime, .. } => {
+                    point.model.get_or_insert_with(|| model.clone());
+                    point.runtime.get_or_insert_with(|| runtime.clone());
+                }
+                Event::Message { message } => point.messages.push(message.clone()),
+                Event::ModelReply { stop_reason, .. } => {
+                    point.steps += 1;
+                    last_stop = stop_reason.clone();
+                }
+                Event::Usage { total, .. } => point.usage = *total,
+                Event::ScriptStarted { step, code } => scripts.push(RecordedScript {
+                    step: *step,
+                    code: code.clone(),
+                    calls: Vec::new(),
+                }),
+                Event::ToolCall {
+                    step,
+                    name,
+                    args,
+                    outcome,
+                } => {
+                    if let Some(script) = scripts.iter_mut().rev().find(|s| s.step == *step) {
+                        script.calls.push(RecordedCall {
+                            name: name.clone(),
+                            args: args.clone(),
+                            outcome: outcome.clone(),
+                        });
+                    }
+                }
+                Event::Observation { .. } => point.consecutive_errors = 0,
+                Event::Error { .. } => point.consecutive_errors += 1,
+                Event::ResultRefused { refusals, .. } => point.refusals = *refusals,
+                Event::Finished { outcome, .. } => {
+                    let outcome = serde_json::to_value(outcome)
+                        .ok()
+                        .and_then(|v| v["outcome"].as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    return Err(ResumeError::Finished { outcome });
+                }
+                Event::Handover { .. } => return Err(ResumeError::Team),
+                Event::ModelRequest { .. }
+                | Event::TextDelta { .. }
+                | Event::FinalOutput { .. }
+                | Event::Failed { .. }
+                | Event::Resumed { .. } => {}
+            }
+        }
+        if point.messages.first().is_none_or(|m| m.role != Role::User) {
+            return Err(ResumeError::NoRun);
+        }
+        // A conversation whose last message is the model's reply stopped inside
+        // that reply's step: the reply is handled again.
+        if point
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::Assistant)
+            && let Some(reply) = point.messages.pop()
+        {
+            if scripts.last().is_some_and(|s| s.step == point.steps)
+                && let Some(script) = scripts.pop()
+            {
+                point.pending_calls = script.calls;
+            }
+            point.steps = point.steps.saturating_sub(1);
+            point.pending_reply = Some(ModelResponse {
+                content: vec![ContentBlock::text(reply.joined_text())],
+                stop_reason: last_stop,
+                usage: Usage::default(),
+                model: point.model.clone().unwrap_or_default(),
+            });
+        }
+        point.finished_scripts = scripts;
+        Ok(point)
+    }
+
+    /// The task: the first message's text.
+    pub fn task(&self) -> String {
+        self.messages
+            .first()
+            .map(Message::joined_text)
+            .unwrap_or_default()
+    }
+
+    /// Tool results the rebuild and the pending step will take from the transcript.
+    pub fn recorded_tool_calls(&self) -> usize {
+        self.finished_scripts
+            .iter()
+            .map(|s| s.calls.len())
+            .sum::<usize>()
+            + self.pending_calls.len()
+    }
+}
+
+/// The tools as the driver hands them to a session: every call a script makes
+/// goes through here, is reported as an [`Event::ToolCall`] once answered, and,
+/// while a resumed run is rebuilt, is served from the transcript instead.
+pub(crate) struct HostTools {
+    inner: Arc<dyn ToolDispatch>,
+    agent: String,
+    listeners: Vec<Listener>,
+    step: AtomicUsize,
+    /// Recorded calls to serve, in order, before any real one.
+    recorded: Mutex<VecDeque<RecordedCall>>,
+    /// While true (re-running a finished script), a call the transcript does not
+    /// hold is an error rather than a real call.
+    replay_only: AtomicBool,
+    replayed: AtomicUsize,
+}
+
+impl HostTools {
+    pub(crate) fn new(
+        inner: Arc<dyn ToolDispatch>,
+        agent: impl Into<String>,
+        listeners: Vec<Listener>,
+    ) -> Self {
+        Self {
+            inner,
+            agent: agent.into(),
+            listeners,
+            step: AtomicUsize::new(0),
+            recorded: Mutex::new(VecDeque::new()),
+            replay_only: AtomicBool::new(false),
+            replayed: AtomicUsize::new(0),
+        }
+    }
+
+    /// The step whose script makes the next calls.
+    pub(crate) fn set_step(&self, step: usize) {
+        self.step.store(step, Ordering::Relaxed);
+    }
+
+    /// Serves `calls` first; with `replay_only`, nothing else.
+    pub(crate) fn serve_recorded(&self, calls: Vec<RecordedCall>, replay_only: bool) {
+        *self.recorded.lock().unwrap_or_else(|p| p.into_inner()) = calls.into();
+        self.replay_only.store(replay_only, Ordering::Relaxed);
+    }
+
+    /// Recorded results served so far.
+    pub(crate) fn replayed(&self) -> usize {
+        self.replayed.load(Ordering::Relaxed)
+    }
+
+    fn recorded_answer(&self, name: &str, args: &Value) -> Option<Result<Value, ToolError>> {
+        let mut recorded = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        match recorded.front() {
+            Some(call) if call.name == name && &call.args == args => {
+                let result = call.outcome.to_result();
+                recorded.pop_front();
+                self.replayed.fetch_add(1, Ordering::Relaxed);
+                Some(result)
+            }
+            Some(call) if self.replay_only.load(Ordering::Relaxed) => {
+                Some(Err(ToolError::new(format!(
+                    "resume: the script called '{name}' where the transcript recorded '{}' with other arguments; the call is not made again",
+                    call.name
+                ))))
+            }
+            None if self.replay_only.load(Ordering::Relaxed) => Some(Err(ToolError::new(format!(
+                "resume: the transcript records no call of '{name}' here; the call is not made again"
+            )))),
+            // The script went another way than recorded: the rest of the record no
+            // longer applies.
+            Some(_) => {
+                recorded.clear();
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+impl ToolDispatch for HostTools {
+    fn specs(&self) -> &[ToolSpec] {
+        self.inner.specs()
+    }
+
+    fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        if let Some(result) = self.recorded_answer(name, &args) {
+            return result;
+        }
+        if self.listeners.is_empty() {
+            return self.inner.call(name, args);
+        }
+        let result = self.inner.call(name, args.clone());
+        let event = Event::ToolCall {
+            step: self.step.load(Ordering::Relaxed),
+            name: name.to_string(),
+            args,
+            outcome: ToolCallOutcome::from(&result),
+        };
+        for listener in &self.listeners {
+            listener(&self.agent, &event);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Tool, ToolBox};
+    use serde_json::json;
+
+    fn events(lines: &[Event]) -> Vec<Event> {
+        lines.to_vec()
+    }
+
+    fn started() -> Event {
+        Event::RunStarted {
+            model: "replay:x".into(),
+            runtime: "rhai".into(),
+            system_prompt: "s".into(),
+        }
+    }
+
+    fn reply(step: usize) -> Event {
+        Event::ModelReply {
+            step,
+            stop_reason: StopReason::EndTurn,
+        }
+    }
+
+    fn call(step: usize, n: i64) -> Event {
+        Event::ToolCall {
+            step,
+            name: "add".into(),
+            args: json!({"a": n, "b": n}),
+            outcome: ToolCallOutcome::Ok(json!(n * 2)),
+        }
+    }
+
+    #[test]
+    fn a_run_killed_inside_a_script_resumes_that_step_with_its_recorded_calls() {
+        let point = ResumePoint::from_events(&events(&[
+            started(),
+            Event::Message {
+                message: Message::user("task"),
+            },
+            reply(1),
+            Event::Message {
+                message: Message::assistant("```rhai\nobservation(add(1, 1))\n```"),
+            },
+            Event::ScriptStarted {
+                step: 1,
+                code: "observation(add(1, 1))".into(),
+            },
+            call(1, 1),
+            Event::Observation {
+                step: 1,
+                value: json!(2),
+                logs: String::new(),
+            },
+            Event::Message {
+                message: Message::user("Observation: 2"),
+            },
+            reply(2),
+            Event::Message {
+                message: Message::assistant("```rhai\nadd(2, 2); add(3, 3)\n```"),
+            },
+            Event::ScriptStarted {
+                step: 2,
+                code: "add(2, 2); add(3, 3)".into(),
+            },
+            call(2, 2),
+        ]))
+        .expect("resumable");
+        assert_eq!(point.task(), "task");
+        assert_eq!(point.steps, 1);
+        assert_eq!(point.messages.len(), 2);
+        assert_eq!(point.finished_scripts.len(), 1);
+        assert_eq!(point.finished_scripts[0].calls.len(), 1);
+        assert_eq!(point.pending_calls.len(), 1);
+        assert!(point.pending_reply.is_some());
+        assert_eq!(point.recorded_tool_calls(), 2);
+    }
+
+    #[test]
+    fn a_finished_run_or_an_empty_transcript_is_not_resumed() {
+        assert_eq!(ResumePoint::from_events(&[]), Err(ResumeError::NoRun));
+        let finished = ResumePoint::from_events(&[
+            started(),
+            Event::Message {
+                message: Message::user("task"),
+            },
+            Event::Finished {
+                outcome: crate::Outcome::StepLimit { steps: 1 },
+                steps: 1,
+                usage: Usage::default(),
+            },
+        ]);
+        assert_eq!(
+            finished,
+            Err(ResumeError::Finished {
+                outcome: "step_limit".into()
+            })
+        );
+    }
+
+    #[test]
+    fn while_rebuilding_a_call_the_transcript_does_not_hold_is_refused_not_made() {
+        let made = Arc::new(AtomicUsize::new(0));
+        let counter = made.clone();
+        let tool = Tool::from_fn("add", "", move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ok(json!(0))
+        });
+        let tools = HostTools::new(
+            Arc::new(ToolBox::new([tool]).expect("valid")),
+            "main",
+            Vec::new(),
+        );
+        tools.serve_recorded(
+            vec![RecordedCall {
+                name: "add".into(),
+                args: json!({"a": 1}),
+                outcome: ToolCallOutcome::Ok(json!(41)),
+            }],
+            true,
+        );
+        assert_eq!(tools.call("add", json!({"a": 1})), Ok(json!(41)));
+        assert!(tools.call("add", json!({"a": 1})).is_err());
+        assert_eq!(made.load(Ordering::Relaxed), 0);
+        tools.serve_recorded(Vec::new(), false);
+        assert_eq!(tools.call("add", json!({"a": 1})), Ok(json!(0)));
+        assert_eq!(made.load(Ordering::Relaxed), 1);
+        assert_eq!(tools.replayed(), 1);
+    }
+}
