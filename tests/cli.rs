@@ -808,5 +808,9 @@ fn a_missing_guest_is_a_usage_error_naming_the_fetch_script() {
         .output()
         .expect("codeact runs");
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("scripts/fetch-guests.sh"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("scripts/fetch-guests.sh"),
+        "{}",
+        stderr(&out)
+    );
 }
