@@ -129,6 +129,29 @@ pub fn cpu_seconds() -> Option<f64> {
     Some((own + children) as f64 / 100.0)
 }
 
+/// Waits until this process and its children use less than a quarter of a CPU
+/// over a 250 ms window, or `max` has passed; returns how long it waited. A case
+/// that abandons work (an in-process JavaScript session gives up on a runaway
+/// thread at the deadline, which runs on to Boa's loop limit) must not leave it
+/// burning CPU under the next case's figures.
+pub fn wait_until_idle(max: std::time::Duration) -> std::time::Duration {
+    const WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
+    let started = std::time::Instant::now();
+    while started.elapsed() < max {
+        let Some(before) = cpu_seconds() else {
+            break;
+        };
+        std::thread::sleep(WINDOW);
+        let Some(after) = cpu_seconds() else {
+            break;
+        };
+        if (after - before) / WINDOW.as_secs_f64() < 0.25 {
+            break;
+        }
+    }
+    started.elapsed()
+}
+
 /// `utime + stime` from a `/proc/<pid>/stat` line. The command name (field 2) may
 /// hold spaces and parentheses, so fields are counted after its last `)`.
 fn stat_ticks(stat: &str) -> Option<u64> {
