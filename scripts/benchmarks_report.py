@@ -70,6 +70,12 @@ def fmt_ratio(r):
     return f"**{r:.2f}×**"
 
 
+def cpu_line(text):
+    """`model name : AMD EPYC` -> `AMD EPYC`."""
+    text = str(text or "?")
+    return " ".join(text.split(":", 1)[-1].split())
+
+
 def case_of(backend, name):
     for c in backend.get("cases", []):
         if c.get("case") == name and "median_us" in c:
@@ -339,7 +345,7 @@ def main():
         L.append("")
         L.append(f"Peers measured {pm.get('date_utc', '?')}"
                  + (f", load average at start {pl[0]:.2f}" if pl else "")
-                 + f"; CPU line `{' '.join(str((pm.get('machine') or {}).get('cpu_model_line') or '?').split())}`.")
+                 + f"; CPU line `{cpu_line((pm.get('machine') or {}).get('cpu_model_line'))}`.")
     L.append("")
     L += targets_section(ours, peers_doc)
     if a.notes and a.notes.exists():

@@ -142,7 +142,7 @@ pub fn sample_value(bytes: usize) -> serde_json::Value {
             "id": i,
             "name": format!("item number {i}"),
             "price": f64::from(i % 97) + 0.25,
-            "in_stock": i % 3 != 0,
+            "in_stock": !i.is_multiple_of(3),
             "tags": ["alpha", "beta"],
         });
         size += item.to_string().len() + 1;
