@@ -3,6 +3,7 @@
 //! `cargo bench --bench rhai`. Targets (issue 2): warm trivial step ≤ 5 µs, new
 //! session ≤ 20 µs, 1,000 tool calls ≤ 1 ms, time to stop a runaway loop ≤ the
 //! 200 ms limit + 10%. The `floor` group is a bare engine with nothing of ours.
+//! `json_10kb` takes a 10 KB value from a tool and returns it (issue 8).
 
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
@@ -20,12 +21,16 @@ const TOOL_CALLS: &str =
 const SUM: &str = "let s = 0; for i in 1..=1000000 { s += i; } final_result(s)";
 
 fn toolbox() -> Arc<ToolBox> {
+    let value = Arc::new(codeact::bench::sample_value(10 * 1024));
+    let data = Tool::from_fn("data", "A 10 KB value.", move |_| {
+        Ok(serde_json::Value::clone(&value))
+    });
     let add = Tool::from_fn("add", "Adds a and b.", |args| {
         Ok(json!(
             args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
         ))
     });
-    Arc::new(ToolBox::new([add]).expect("valid tools"))
+    Arc::new(ToolBox::new([add, data]).expect("valid tools"))
 }
 
 fn session(limits: Limits) -> ScriptSession {
@@ -76,6 +81,17 @@ fn steps(c: &mut Criterion) {
     expect_final(&mut calls, TOOL_CALLS, json!(500_500));
     group.bench_function("tool_calls_1000", |b| {
         b.iter(|| calls.run_blocking(black_box(TOOL_CALLS)).expect("host ok"))
+    });
+
+    const JSON: &str = "let d = call_tool(\"data\", #{}); final_result(d)";
+    let mut json_session = session(Limits::default());
+    expect_final(
+        &mut json_session,
+        JSON,
+        codeact::bench::sample_value(10 * 1024),
+    );
+    group.bench_function("json_10kb", |b| {
+        b.iter(|| json_session.run_blocking(black_box(JSON)).expect("host ok"))
     });
 
     // A session that degraded during the measurement (a limit creeping up, state

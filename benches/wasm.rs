@@ -3,7 +3,8 @@
 //!
 //! `cargo bench --bench wasm` (guests from `scripts/fetch-guests.sh`). Cases: load
 //! from the disk cache, new session, warm trivial step, 1,000 tool calls, sum of
-//! 1..=1,000,000 in a loop, and time to stop an infinite loop under a 200 ms limit.
+//! 1..=1,000,000 in a loop, time to stop an infinite loop under a 200 ms limit, and
+//! a 10 KB JSON value from a tool and back as the result.
 //! Compiling a guest cold takes seconds, too long for criterion's samples: it is
 //! timed once per guest and printed first (`compile_cold`). Each case checks its
 //! result before it is timed.
@@ -26,6 +27,7 @@ struct Case {
     calls: &'static str,
     sum: &'static str,
     spin: &'static str,
+    json: &'static str,
 }
 
 const CASES: &[Case] = &[
@@ -35,6 +37,7 @@ const CASES: &[Case] = &[
         calls: "let s = 0; for (let i = 0; i < 1000; i++) s += tools.add({a: i, b: 1}); final_result(s)",
         sum: "let s = 0; for (let i = 1; i <= 1000000; i++) s += i; final_result(s)",
         spin: "while (true) {}",
+        json: "let d = tools.data({}); final_result(d)",
     },
     Case {
         guest: "wasm:micropython",
@@ -42,6 +45,7 @@ const CASES: &[Case] = &[
         calls: "s = 0\nfor i in range(1000):\n    s += add(a=i, b=1)\nfinal_result(s)",
         sum: "s = 0\nfor i in range(1, 1000001):\n    s += i\nfinal_result(s)",
         spin: "while True:\n    pass",
+        json: "d = data()\nfinal_result(d)",
     },
     Case {
         guest: "wasm:python",
@@ -49,16 +53,21 @@ const CASES: &[Case] = &[
         calls: "s = 0\nfor i in range(1000):\n    s += add(a=i, b=1)\nfinal_result(s)",
         sum: "s = 0\nfor i in range(1, 1000001):\n    s += i\nfinal_result(s)",
         spin: "while True:\n    pass",
+        json: "d = data()\nfinal_result(d)",
     },
 ];
 
 fn toolbox() -> Arc<ToolBox> {
+    let value = Arc::new(codeact::bench::sample_value(10 * 1024));
+    let data = Tool::from_fn("data", "A 10 KB value.", move |_| {
+        Ok(serde_json::Value::clone(&value))
+    });
     let add = Tool::from_fn("add", "Adds a and b.", |args| {
         Ok(json!(
             args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
         ))
     });
-    Arc::new(ToolBox::new([add]).expect("valid tools"))
+    Arc::new(ToolBox::new([add, data]).expect("valid tools"))
 }
 
 fn guest(name: &str) -> Guest {
@@ -121,6 +130,15 @@ fn guests(c: &mut Criterion) {
         group.sample_size(10);
         group.bench_function("tool_calls_1000", |b| {
             b.iter(|| warm.run_blocking(black_box(case.calls)).expect("host ok"))
+        });
+
+        let run = warm.run_blocking(case.json).expect("host ok");
+        assert_eq!(
+            run.output,
+            ScriptOutput::final_result(codeact::bench::sample_value(10 * 1024))
+        );
+        group.bench_function("json_10kb", |b| {
+            b.iter(|| warm.run_blocking(black_box(case.json)).expect("host ok"))
         });
 
         let mut fresh = ScriptSession::start(&runtime, toolbox()).expect("session starts");

@@ -60,6 +60,7 @@ extern crate self as codeact;
 
 pub mod agent;
 mod answer;
+pub mod bench;
 pub mod chat;
 pub mod cli;
 mod command_tool;

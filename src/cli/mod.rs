@@ -1,5 +1,6 @@
 //! The `codeact` command line.
 
+mod bench;
 mod exec;
 mod printer;
 mod run;
@@ -52,6 +53,11 @@ enum Command {
     /// {"verdict":"unusable","reason":…}. Exit 0 when valid, 1 when invalid or
     /// unusable, 2 when the validator or schema cannot be loaded.
     Validate(validate::ValidateArgs),
+    /// Measure every backend on the same cases (new session, warm step, 1,000 tool
+    /// calls, a 1..1,000,000 loop, stopping an infinite loop, 10 KB of JSON, a
+    /// 10-step agent run), then at scale; print a table, or JSON with --json.
+    /// Progress goes to stderr. Exit 1 when a backend or a case could not run.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -142,6 +148,7 @@ pub fn main() -> ExitCode {
         Command::Exec(args) => exec::exec(&args),
         Command::Run(args) => run::run(&args),
         Command::Validate(args) => validate::validate(&args),
+        Command::Bench(args) => bench::bench(&args),
     }
 }
 
