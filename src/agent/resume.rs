@@ -376,7 +376,7 @@ mod tests {
         .expect("resumable");
         assert_eq!(point.task(), "task");
         assert_eq!(point.steps, 1);
-        assert_eq!(point.messages.len(), 2);
+        assert_eq!(point.messages.len(), 3);
         assert_eq!(point.finished_scripts.len(), 1);
         assert_eq!(point.finished_scripts[0].calls.len(), 1);
         assert_eq!(point.pending_calls.len(), 1);
