@@ -163,7 +163,10 @@ async fn main() {
         }));
     }
     let total = |counts: &BTreeMap<&'static str, Counts>| -> u64 {
-        counts.values().map(|c| c.steps.load(Ordering::Relaxed)).sum()
+        counts
+            .values()
+            .map(|c| c.steps.load(Ordering::Relaxed))
+            .sum()
     };
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -188,10 +191,18 @@ async fn main() {
     }
     if let Ok(samples) = unexpected_samples.lock() {
         for sample in samples.iter().take(10) {
-            println!("unexpected: {}", sample.chars().take(300).collect::<String>());
+            println!(
+                "unexpected: {}",
+                sample.chars().take(300).collect::<String>()
+            );
         }
     }
-    println!("ended: {} {} {}", status("VmRSS"), status("VmHWM"), status("Threads"));
+    println!(
+        "ended: {} {} {}",
+        status("VmRSS"),
+        status("VmHWM"),
+        status("Threads")
+    );
     // Idle blocking threads of the runtime exit after 10 s; give them time.
     tokio::time::sleep(Duration::from_secs(12)).await;
     println!("after 12 s idle: {} {}", status("VmRSS"), status("Threads"));
