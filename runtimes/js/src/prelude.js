@@ -49,7 +49,11 @@
   // Fixed in place (neither writable nor configurable): the worker calls it on
   // every completion value.
   Object.defineProperty(g, "__codeact_encode", { writable: false, configurable: false, enumerable: false, value: (value, maxDepth) => {
+    // The values on the path to the current one, as a plain array with its own
+    // count: no Array methods (a script may replace them) and no writes to
+    // `length` (shrinking it throws in Boa after index writes).
     const ancestors = [];
+    let open = 0;
     const check = (v, path, depth) => {
       if (depth > maxDepth) throw new TypeError(`${path} is nested deeper than the nesting depth limit of ${maxDepth}`);
       switch (typeof v) {
@@ -62,16 +66,16 @@
         case "symbol": throw new TypeError(`${path} is a symbol, which JSON cannot hold`);
         case "object":
           if (v === null) return;
-          for (let i = 0; i < ancestors.length; i++) {
+          for (let i = 0; i < open; i++) {
             if (ancestors[i] === v) throw new TypeError(`${path} refers back to itself (a cycle), which JSON cannot hold`);
           }
-          ancestors[ancestors.length] = v;
+          ancestors[open++] = v;
           if (isArray(v)) for (let i = 0; i < v.length; i++) check(v[i], `${path}[${i}]`, depth + 1);
           else {
             const keys = keysOf(v);
             for (let i = 0; i < keys.length; i++) check(v[keys[i]], `${path}.${keys[i]}`, depth + 1);
           }
-          ancestors.length -= 1;
+          ancestors[--open] = undefined;
           return;
         default: return;
       }
