@@ -325,6 +325,7 @@ def main():
     ap.add_argument("--command", default="scripts/benchmarks.sh")
     ap.add_argument("--out", required=True, type=Path)
     a = ap.parse_args()
+    a.command = a.command.strip()
     ours = json.loads(a.ours.read_text())
     peers_doc = json.loads(a.peers.read_text()) if a.peers and a.peers.exists() else None
     m = ours["machine"]
