@@ -2,7 +2,8 @@
 //! server. Runs only when `CODEACT_TEST_MODEL_URL` names the server's base URL
 //! (e.g. `http://127.0.0.1:18080/v1`, as `../shared/local-model/` serves
 //! Qwen2.5-Coder-1.5B); `CODEACT_TEST_MODEL` names the model (default `local`).
-//! Set `CODEACT_RECORD_TRANSCRIPTS=DIR` to keep each run's transcript.
+//! Set `CODEACT_RECORD_TRANSCRIPTS=DIR` to keep each run's transcript, and
+//! `CODEACT_TEST_RUNTIMES` to choose the runtimes (default `rhai,js`).
 //!
 //! Every run must keep the protocol (end in an outcome, never a host failure); at
 //! least `CODEACT_TEST_MIN_RIGHT` (default 2) of the 5 answers must be right.
@@ -135,7 +136,10 @@ async fn a_real_model_solves_small_tasks_in_every_runtime() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(2);
-    for runtime_name in ["rhai", "js", "wasm:python"] {
+    // CODEACT_TEST_RUNTIMES picks the runtimes (comma-separated, default rhai,js);
+    // add wasm:python, wasm:js or wasm:micropython to try the wasm guests.
+    let runtimes = std::env::var("CODEACT_TEST_RUNTIMES").unwrap_or_else(|_| "rhai,js".into());
+    for runtime_name in runtimes.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let right = solve_all(runtime_name, &base_url, &model_name, record.as_deref()).await;
         assert!(
             right >= min_right,
