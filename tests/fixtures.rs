@@ -328,17 +328,21 @@ fn run_corpus_on(
     failures
 }
 
-/// The corpus is the behaviour contract of the Rhai backend: if this fails, a script
-/// gets a different output, a limit no longer holds, or a session is wedged.
-#[test]
-fn every_rhai_fixture_meets_its_expectation_and_memory_stays_bounded() {
-    let failures = run_corpus("rhai", 40);
+/// Fails listing every fixture that did not meet its expectation.
+fn assert_none_failed(failures: &[String]) {
     assert!(
         failures.is_empty(),
         "{} fixture(s) failed:\n{}",
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The corpus is the behaviour contract of the Rhai backend: if this fails, a script
+/// gets a different output, a limit no longer holds, or a session is wedged.
+#[test]
+fn every_rhai_fixture_meets_its_expectation_and_memory_stays_bounded() {
+    assert_none_failed(&run_corpus("rhai", 40));
     // Each memory bomb is capped by a 64 MiB limit; a few copies may coexist during
     // one operation. Far above that means a cap is not holding.
     if let Some(peak) = peak_rss_bytes() {
@@ -351,44 +355,22 @@ fn every_rhai_fixture_meets_its_expectation_and_memory_stays_bounded() {
 /// Memory bombs run in worker processes, whose caps the cases check.
 #[test]
 fn every_js_fixture_meets_its_expectation() {
-    let failures = run_corpus("js", 40);
-    assert!(
-        failures.is_empty(),
-        "{} fixture(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_none_failed(&run_corpus("js", 40));
 }
 
+/// The JS corpus on QuickJS in wasm, with its `// expect on wasm:js` differences.
 #[test]
 fn every_js_fixture_on_quickjs() {
-    let failures = run_corpus_on("js", "wasm:js", 40);
-    assert!(
-        failures.is_empty(),
-        "{} fixture(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_none_failed(&run_corpus_on("js", "wasm:js", 40));
 }
 
+/// The Python corpus on both Python guests.
 #[test]
 fn every_python_fixture_on_micropython() {
-    let failures = run_corpus_on("python", "wasm:micropython", 40);
-    assert!(
-        failures.is_empty(),
-        "{} fixture(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_none_failed(&run_corpus_on("python", "wasm:micropython", 40));
 }
 
 #[test]
 fn every_python_fixture_on_cpython() {
-    let failures = run_corpus_on("python", "wasm:python", 40);
-    assert!(
-        failures.is_empty(),
-        "{} fixture(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_none_failed(&run_corpus_on("python", "wasm:python", 40));
 }
