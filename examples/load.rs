@@ -1,13 +1,20 @@
 //! A load probe: N concurrent sessions on one multi-threaded runtime, mixing
 //! runtimes (Rhai, JavaScript in workers, QuickJS, MicroPython and CPython guests)
 //! and scripts (trivial steps, tool calls, runaway loops, memory bombs), for a
-//! while. Prints steps done, limit hits, anything unexpected, threads and RSS
-//! before, during and after, once every session has ended.
+//! while. Prints steps done, how each kind of script ended, anything unexpected,
+//! and RSS before, during and after: once every session has ended and after 12 s
+//! idle. With more than one round the same load runs again in the same process:
+//! memory leaked grows round by round, memory the allocator keeps for reuse does not.
 //!
-//! `cargo run --release --example load -- [sessions] [seconds] [rhai|mixed]`
-//! (default 500, 20, rhai). `mixed` gives each tenth of the sessions, in order:
+//! `cargo run --release --example load -- [sessions] [seconds] [rhai|mixed] [rounds]`
+//! (default 500, 20, rhai, 1). `mixed` gives each tenth of the sessions, in order:
 //! five Rhai, one JavaScript worker, two QuickJS, one MicroPython, one CPython
 //! (wasm guests from `scripts/fetch-guests.sh`).
+//!
+//! Every limit is a wall-clock one (200 ms here): with hundreds of sessions on two
+//! cores a legitimate script can be stopped too, which is counted apart from runaway
+//! scripts (all of which must be stopped) and from anything unexpected (which must
+//! stay at zero).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,10 +73,43 @@ fn runtime_for(index: usize, mix: &str) -> &'static str {
 }
 
 #[derive(Default)]
-struct Counts {
+struct Tally {
     steps: AtomicU64,
-    limit_hits: AtomicU64,
+    results: AtomicU64,
+    runaways_stopped: AtomicU64,
+    slowest_stop_ms: AtomicU64,
+    legit_stopped_by_clock: AtomicU64,
     unexpected: AtomicU64,
+}
+
+/// How one step ended, against what its script should do.
+fn judge(pick: usize, n: u64, outcome: &Result<codeact::ScriptRun, codeact::HostError>) -> Verdict {
+    let runaway = pick < 2;
+    match outcome {
+        Ok(run) => match &run.output {
+            ScriptOutput::FinalResult { value, .. } if !runaway && *value == json!(n) => {
+                Verdict::Result
+            }
+            ScriptOutput::Error { message } if message.contains("exceeded the") => {
+                if runaway {
+                    Verdict::RunawayStopped
+                } else if message.contains("time limit") {
+                    Verdict::LegitStoppedByClock
+                } else {
+                    Verdict::Unexpected(message.clone())
+                }
+            }
+            other => Verdict::Unexpected(other.to_string()),
+        },
+        Err(e) => Verdict::Unexpected(format!("host error: {e}")),
+    }
+}
+
+enum Verdict {
+    Result,
+    RunawayStopped,
+    LegitStoppedByClock,
+    Unexpected(String),
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -79,6 +119,7 @@ async fn main() {
     let sessions: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(500);
     let seconds: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(20);
     let mix = args.get(3).cloned().unwrap_or_else(|| "rhai".into());
+    let rounds: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(1);
     let limits = Limits {
         wall_time: Duration::from_millis(200),
         ..Limits::default()
@@ -95,31 +136,50 @@ async fn main() {
         Ok(json!(a["a"].as_i64().unwrap_or(0) + 1))
     });
     let tools = Arc::new(ToolBox::new([add]).expect("tools"));
-    let counts: Arc<BTreeMap<&'static str, Counts>> = Arc::new(
+    println!("before: {} {}", status("VmRSS"), status("Threads"));
+    for round in 1..=rounds {
+        if rounds > 1 {
+            println!("round {round} of {rounds}");
+        }
+        run_round(sessions, seconds, &mix, &runtimes, &tools).await;
+        // Idle blocking threads of the runtime exit after 10 s; give them time.
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        println!("after 12 s idle: {} {}", status("VmRSS"), status("Threads"));
+    }
+}
+
+async fn run_round(
+    sessions: usize,
+    seconds: u64,
+    mix: &str,
+    runtimes: &BTreeMap<&'static str, Arc<dyn Runtime>>,
+    tools: &Arc<ToolBox>,
+) {
+    let tallies: Arc<BTreeMap<&'static str, Tally>> = Arc::new(
         runtimes
             .keys()
-            .map(|name| (*name, Counts::default()))
+            .map(|name| (*name, Tally::default()))
             .collect(),
     );
     let unexpected_samples = Arc::new(Mutex::new(Vec::<String>::new()));
-    println!("before: {} {}", status("VmRSS"), status("Threads"));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut handles = Vec::new();
     for i in 0..sessions {
-        let name = runtime_for(i, &mix);
+        let name = runtime_for(i, mix);
         let runtime = runtimes[name].clone();
-        let (tools, counts, samples) = (tools.clone(), counts.clone(), unexpected_samples.clone());
+        let (tools, tallies, samples) =
+            (tools.clone(), tallies.clone(), unexpected_samples.clone());
         handles.push(tokio::spawn(async move {
-            let count = &counts[name];
+            let tally = &tallies[name];
+            let note = |sample: String| {
+                tally.unexpected.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut s) = samples.lock() {
+                    s.push(format!("{name}: {sample}"));
+                }
+            };
             let mut session = match ScriptSession::start(&*runtime, tools) {
                 Ok(session) => session,
-                Err(e) => {
-                    count.unexpected.fetch_add(1, Ordering::Relaxed);
-                    if let Ok(mut s) = samples.lock() {
-                        s.push(format!("{name}: session start: {e}"));
-                    }
-                    return;
-                }
+                Err(e) => return note(format!("session start: {e}")),
             };
             let cycle = scripts(name);
             let mut n = 0u64;
@@ -132,47 +192,38 @@ async fn main() {
                     _ => 3,
                 };
                 let script = cycle[pick].replace("{n}", &n.to_string());
-                let ok = match session.run(script).await {
-                    Ok(run) => match run.output {
-                        ScriptOutput::FinalResult { value, .. } if value == json!(n) => true,
-                        ScriptOutput::Error { message }
-                            if pick < 2 && message.contains("exceeded the") =>
-                        {
-                            count.limit_hits.fetch_add(1, Ordering::Relaxed);
-                            true
-                        }
-                        other => {
-                            if let Ok(mut s) = samples.lock() {
-                                s.push(format!("{name}: {other}"));
-                            }
-                            false
-                        }
-                    },
-                    Err(e) => {
-                        if let Ok(mut s) = samples.lock() {
-                            s.push(format!("{name}: host error: {e}"));
-                        }
-                        false
+                let started = Instant::now();
+                let outcome = session.run(script).await;
+                let took = started.elapsed();
+                match judge(pick, n, &outcome) {
+                    Verdict::Result => {
+                        tally.results.fetch_add(1, Ordering::Relaxed);
                     }
-                };
-                if !ok {
-                    count.unexpected.fetch_add(1, Ordering::Relaxed);
+                    Verdict::RunawayStopped => {
+                        tally.runaways_stopped.fetch_add(1, Ordering::Relaxed);
+                        let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+                        tally.slowest_stop_ms.fetch_max(ms, Ordering::Relaxed);
+                    }
+                    Verdict::LegitStoppedByClock => {
+                        tally.legit_stopped_by_clock.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Verdict::Unexpected(what) => note(what),
                 }
-                count.steps.fetch_add(1, Ordering::Relaxed);
+                tally.steps.fetch_add(1, Ordering::Relaxed);
             }
         }));
     }
-    let total = |counts: &BTreeMap<&'static str, Counts>| -> u64 {
-        counts
+    let total = || -> u64 {
+        tallies
             .values()
-            .map(|c| c.steps.load(Ordering::Relaxed))
+            .map(|t| t.steps.load(Ordering::Relaxed))
             .sum()
     };
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(5)).await;
         println!(
             "during: steps {} · {} {} {}",
-            total(&counts),
+            total(),
             status("VmHWM"),
             status("VmRSS"),
             status("Threads")
@@ -181,12 +232,17 @@ async fn main() {
     for handle in handles {
         handle.await.expect("a session task panicked");
     }
-    for (name, count) in counts.iter() {
+    for (name, tally) in tallies.iter() {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         println!(
-            "{name}: steps {} · limit hits {} · unexpected {}",
-            count.steps.load(Ordering::Relaxed),
-            count.limit_hits.load(Ordering::Relaxed),
-            count.unexpected.load(Ordering::Relaxed)
+            "{name}: steps {} · results {} · runaways stopped {} (slowest {} ms) · \
+             legitimate scripts stopped by the clock {} · unexpected {}",
+            get(&tally.steps),
+            get(&tally.results),
+            get(&tally.runaways_stopped),
+            get(&tally.slowest_stop_ms),
+            get(&tally.legit_stopped_by_clock),
+            get(&tally.unexpected),
         );
     }
     if let Ok(samples) = unexpected_samples.lock() {
@@ -203,7 +259,4 @@ async fn main() {
         status("VmHWM"),
         status("Threads")
     );
-    // Idle blocking threads of the runtime exit after 10 s; give them time.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    println!("after 12 s idle: {} {}", status("VmRSS"), status("Threads"));
 }

@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::http::{self, AttemptError, Retrier, RetryPolicy};
+use super::sse::{Flow, StreamFault, StreamFold};
 use super::{ModelClient, ModelError};
 use crate::chat::{
     ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, Usage,
@@ -176,108 +176,125 @@ impl AnthropicClient {
         &self,
         body: &Value,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
-        emitted: &mut bool,
     ) -> Result<ModelResponse, AttemptError> {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
-        let mut events = response.bytes_stream().eventsource();
-        let mut blocks: Vec<String> = Vec::new();
-        let mut usage = Usage::default();
-        let mut stop: Option<String> = None;
-        let mut model = None;
-        let mut stopped = false;
-        loop {
-            let Some(event) =
-                http::next_event(PROVIDER, &mut events, self.config.idle_timeout, *emitted).await?
-            else {
-                break;
-            };
-            if event.data.trim().is_empty() {
-                continue;
-            }
-            let data: Value = serde_json::from_str(&event.data).map_err(|e| {
-                http::malformed(
-                    PROVIDER,
-                    format!(
-                        "bad stream event ({e}): {}",
-                        http::shorten(&event.data, 200)
-                    ),
-                )
-            })?;
-            match data
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or(event.event.as_str())
-            {
-                "message_start" => {
-                    let message = &data["message"];
-                    model = message["model"].as_str().map(str::to_string);
-                    usage.input_tokens = message["usage"]["input_tokens"].as_u64().unwrap_or(0);
-                }
-                "content_block_start" => blocks.push(String::new()),
-                "content_block_delta" => {
-                    if let Some(text) = data["delta"]["text"].as_str().filter(|t| !t.is_empty()) {
-                        if blocks.is_empty() {
-                            blocks.push(String::new());
-                        }
-                        if let Some(last) = blocks.last_mut() {
-                            last.push_str(text);
-                        }
-                        *emitted = true;
-                        on_event(StreamEvent::TextDelta {
-                            text: text.to_string(),
-                        });
-                    }
-                }
-                "content_block_stop" => {
-                    let index = data["index"].as_u64().unwrap_or(0) as usize;
-                    on_event(StreamEvent::ContentBlockStop { index });
-                }
-                "message_delta" => {
-                    if let Some(reason) = data["delta"]["stop_reason"].as_str() {
-                        stop = Some(reason.to_string());
-                    }
-                    if let Some(output) = data["usage"]["output_tokens"].as_u64() {
-                        usage.output_tokens = output;
-                    }
-                }
-                "message_stop" => {
-                    stopped = true;
-                    break;
-                }
-                "error" => {
-                    let message = data["error"]["message"]
-                        .as_str()
-                        .unwrap_or("unknown error")
-                        .to_string();
-                    return Err(http::stream_broke(
-                        PROVIDER,
-                        *emitted,
-                        format!("the server reported an error mid-stream: {message}"),
-                    ));
-                }
-                _ => {}
-            }
+        let fold = AnthropicStream::new(self.config.model.clone());
+        http::fold_stream(PROVIDER, response, self.config.idle_timeout, fold, on_event).await
+    }
+}
+
+/// A streamed message, folded event by event: `message_start`, content blocks
+/// (`content_block_start` / `_delta` / `_stop`), `message_delta` with the stop
+/// reason and output tokens, and `message_stop`, which alone completes it.
+#[derive(Debug, Clone, Default)]
+pub struct AnthropicStream {
+    blocks: Vec<String>,
+    usage: Usage,
+    stop: Option<String>,
+    model: Option<String>,
+    fallback_model: String,
+    stopped: bool,
+    emitted: bool,
+}
+
+impl AnthropicStream {
+    /// A fold for a reply whose model is `fallback_model` unless `message_start`
+    /// names one.
+    pub fn new(fallback_model: impl Into<String>) -> Self {
+        Self {
+            fallback_model: fallback_model.into(),
+            ..Self::default()
         }
-        if !stopped {
-            return Err(http::stream_broke(
-                PROVIDER,
-                *emitted,
+    }
+}
+
+impl StreamFold for AnthropicStream {
+    fn event(
+        &mut self,
+        name: &str,
+        data: &str,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<Flow, StreamFault> {
+        if data.trim().is_empty() {
+            return Ok(Flow::More);
+        }
+        let data: Value = serde_json::from_str(data).map_err(|e| {
+            StreamFault::Malformed(format!(
+                "bad stream event ({e}): {}",
+                http::shorten(data, 200)
+            ))
+        })?;
+        match data.get("type").and_then(Value::as_str).unwrap_or(name) {
+            "message_start" => {
+                let message = &data["message"];
+                self.model = message["model"].as_str().map(str::to_string);
+                self.usage.input_tokens = message["usage"]["input_tokens"].as_u64().unwrap_or(0);
+            }
+            "content_block_start" => self.blocks.push(String::new()),
+            "content_block_delta" => {
+                if let Some(text) = data["delta"]["text"].as_str().filter(|t| !t.is_empty()) {
+                    match self.blocks.last_mut() {
+                        Some(last) => last.push_str(text),
+                        None => self.blocks.push(text.to_string()),
+                    }
+                    self.emitted = true;
+                    on_event(StreamEvent::TextDelta {
+                        text: text.to_string(),
+                    });
+                }
+            }
+            "content_block_stop" => {
+                let index = data["index"].as_u64().unwrap_or(0);
+                on_event(StreamEvent::ContentBlockStop {
+                    index: usize::try_from(index).unwrap_or(usize::MAX),
+                });
+            }
+            "message_delta" => {
+                if let Some(reason) = data["delta"]["stop_reason"].as_str() {
+                    self.stop = Some(reason.to_string());
+                }
+                if let Some(output) = data["usage"]["output_tokens"].as_u64() {
+                    self.usage.output_tokens = output;
+                }
+            }
+            "message_stop" => {
+                self.stopped = true;
+                return Ok(Flow::Complete);
+            }
+            "error" => {
+                let message = data["error"]["message"].as_str().unwrap_or("unknown error");
+                return Err(StreamFault::Broken(format!(
+                    "the server reported an error mid-stream: {message}"
+                )));
+            }
+            _ => {}
+        }
+        Ok(Flow::More)
+    }
+
+    fn finish(self, on_event: &mut dyn FnMut(StreamEvent)) -> Result<ModelResponse, StreamFault> {
+        if !self.stopped {
+            return Err(StreamFault::Broken(
                 "the stream ended before message_stop".into(),
             ));
         }
-        let stop_reason = stop_reason(stop.as_deref());
+        let stop_reason = stop_reason(self.stop.as_deref());
         on_event(StreamEvent::Final {
             stop_reason: stop_reason.clone(),
-            usage,
+            usage: self.usage,
         });
         on_event(StreamEvent::Done);
         Ok(ModelResponse {
-            content: blocks.into_iter().map(ContentBlock::text).collect(),
+            content: self.blocks.into_iter().map(ContentBlock::text).collect(),
             stop_reason,
-            usage,
-            model: model.unwrap_or_else(|| self.config.model.clone()),
+            usage: self.usage,
+            model: self.model.unwrap_or(self.fallback_model),
         })
+    }
+
+    fn emitted(&self) -> bool {
+        self.emitted
     }
 }
 
@@ -301,9 +318,8 @@ impl ModelClient for AnthropicClient {
         let mut retrier = Retrier::new(PROVIDER, self.config.retry);
         loop {
             // Once text has reached the caller, a retry would repeat it: only a
-            // stream that failed before its first delta is retried.
-            let mut emitted = false;
-            match self.stream_once(&body, on_event, &mut emitted).await {
+            // stream that failed before its first delta is retried (`fold_stream`).
+            match self.stream_once(&body, on_event).await {
                 Ok(response) => return Ok(response),
                 Err(failure) => retrier.after(failure).await?,
             }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use reqwest::{RequestBuilder, Response, StatusCode};
 
 use super::ModelError;
+use super::sse::{Flow, StreamFault, StreamFold};
+use crate::chat::{ModelResponse, StreamEvent};
 
 /// How a client retries: 429, 5xx, timeouts and refused connections are retried;
 /// other 4xx are not.
@@ -204,37 +206,43 @@ pub(crate) fn stream_broke(provider: &'static str, emitted: bool, reason: String
     }
 }
 
-/// The next server-sent event, or `None` at the end of the stream; silence longer
-/// than `idle` is a failure, so a stalled server cannot hang a run.
-pub(crate) async fn next_event<S>(
+/// Reads a streamed reply's events off `response` into `fold`. Silence longer than
+/// `idle` between events is a failure, so a stalled server cannot hang a run.
+pub(crate) async fn fold_stream<F: StreamFold + Send>(
     provider: &'static str,
-    events: &mut S,
+    response: reqwest::Response,
     idle: Duration,
-    emitted: bool,
-) -> Result<Option<eventsource_stream::Event>, AttemptError>
-where
-    S: futures_util::Stream<
-            Item = Result<
-                eventsource_stream::Event,
-                eventsource_stream::EventStreamError<reqwest::Error>,
-            >,
-        > + Unpin,
-{
+    mut fold: F,
+    on_event: &mut (dyn FnMut(StreamEvent) + Send),
+) -> Result<ModelResponse, AttemptError> {
+    use eventsource_stream::Eventsource;
     use futures_util::StreamExt;
-    match tokio::time::timeout(idle, events.next()).await {
-        Err(_) => Err(stream_broke(
-            provider,
-            emitted,
-            format!("no data for {} ms", idle.as_millis()),
-        )),
-        Ok(None) => Ok(None),
-        Ok(Some(Err(e))) => Err(stream_broke(
-            provider,
-            emitted,
-            format!("the stream broke: {e}"),
-        )),
-        Ok(Some(Ok(event))) => Ok(Some(event)),
+    let mut events = response.bytes_stream().eventsource();
+    let fault = |emitted: bool, fault: StreamFault| match fault {
+        StreamFault::Malformed(reason) => malformed(provider, reason),
+        StreamFault::Broken(reason) => stream_broke(provider, emitted, reason),
+    };
+    loop {
+        let event = match tokio::time::timeout(idle, events.next()).await {
+            Err(_) => {
+                let reason = format!("no data for {} ms", idle.as_millis());
+                return Err(stream_broke(provider, fold.emitted(), reason));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                let reason = format!("the stream broke: {e}");
+                return Err(stream_broke(provider, fold.emitted(), reason));
+            }
+            Ok(Some(Ok(event))) => event,
+        };
+        match fold.event(&event.event, &event.data, on_event) {
+            Ok(Flow::More) => {}
+            Ok(Flow::Complete) => break,
+            Err(e) => return Err(fault(fold.emitted(), e)),
+        }
     }
+    let emitted = fold.emitted();
+    fold.finish(on_event).map_err(|e| fault(emitted, e))
 }
 
 /// Checks a base URL and builds the HTTP client every call of a provider shares.

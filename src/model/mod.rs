@@ -5,6 +5,7 @@ mod anthropic;
 mod http;
 mod openai;
 mod replay;
+mod sse;
 
 use std::sync::Arc;
 
@@ -12,10 +13,11 @@ use async_trait::async_trait;
 
 use crate::chat::{ModelRequest, ModelResponse, StreamEvent};
 
-pub use anthropic::{AnthropicClient, AnthropicConfig};
+pub use anthropic::{AnthropicClient, AnthropicConfig, AnthropicStream};
 pub use http::RetryPolicy;
-pub use openai::{OpenAiClient, OpenAiConfig};
+pub use openai::{OpenAiClient, OpenAiConfig, OpenAiStream};
 pub use replay::ReplayModel;
+pub use sse::{Flow, StreamFault, StreamFold, fold_sse_bytes};
 
 /// A model the loop can talk to.
 ///

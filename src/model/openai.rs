@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::http::{self, AttemptError, Retrier, RetryPolicy};
+use super::sse::{Flow, StreamFault, StreamFold};
 use super::{ModelClient, ModelError};
 use crate::chat::{
     ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, Usage,
@@ -147,86 +147,112 @@ impl OpenAiClient {
         &self,
         body: &Value,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
-        emitted: &mut bool,
     ) -> Result<ModelResponse, AttemptError> {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
-        let mut events = response.bytes_stream().eventsource();
-        let mut text = String::new();
-        let mut finish: Option<String> = None;
-        let mut usage = Usage::default();
-        let mut model = None;
-        let mut done = false;
-        loop {
-            let Some(event) =
-                http::next_event(PROVIDER, &mut events, self.config.idle_timeout, *emitted).await?
-            else {
-                break;
-            };
-            let data = event.data.trim();
-            if data == "[DONE]" {
-                done = true;
-                break;
+        let fold = OpenAiStream::new(self.config.model.clone());
+        http::fold_stream(PROVIDER, response, self.config.idle_timeout, fold, on_event).await
+    }
+}
+
+/// A streamed chat completion, folded chunk by chunk: `data:` lines holding JSON
+/// chunks, ending with `data: [DONE]` (or at least a chunk with a finish reason).
+#[derive(Debug, Clone, Default)]
+pub struct OpenAiStream {
+    text: String,
+    finish: Option<String>,
+    usage: Usage,
+    model: Option<String>,
+    fallback_model: String,
+    done: bool,
+    emitted: bool,
+}
+
+impl OpenAiStream {
+    /// A fold for a reply whose model is `fallback_model` unless a chunk names one.
+    pub fn new(fallback_model: impl Into<String>) -> Self {
+        Self {
+            fallback_model: fallback_model.into(),
+            ..Self::default()
+        }
+    }
+}
+
+impl StreamFold for OpenAiStream {
+    fn event(
+        &mut self,
+        _name: &str,
+        data: &str,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<Flow, StreamFault> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(Flow::Complete);
+        }
+        if data.is_empty() {
+            return Ok(Flow::More);
+        }
+        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+            StreamFault::Malformed(format!(
+                "bad stream chunk ({e}): {}",
+                http::shorten(data, 200)
+            ))
+        })?;
+        if let Some(error) = chunk.error {
+            return Err(StreamFault::Broken(format!(
+                "the server reported an error mid-stream: {}",
+                http::error_message(&error.to_string())
+            )));
+        }
+        if let Some(choice) = chunk.choices.into_iter().next() {
+            if let Some(delta) = choice
+                .delta
+                .and_then(|d| d.content)
+                .filter(|d| !d.is_empty())
+            {
+                self.emitted = true;
+                self.text.push_str(&delta);
+                on_event(StreamEvent::TextDelta { text: delta });
             }
-            if data.is_empty() {
-                continue;
-            }
-            let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
-                http::malformed(
-                    PROVIDER,
-                    format!("bad stream chunk ({e}): {}", http::shorten(data, 200)),
-                )
-            })?;
-            if let Some(error) = chunk.error {
-                return Err(http::malformed(
-                    PROVIDER,
-                    format!(
-                        "the server reported an error mid-stream: {}",
-                        http::error_message(&error.to_string())
-                    ),
-                ));
-            }
-            if let Some(choice) = chunk.choices.into_iter().next() {
-                if let Some(delta) = choice
-                    .delta
-                    .and_then(|d| d.content)
-                    .filter(|d| !d.is_empty())
-                {
-                    *emitted = true;
-                    text.push_str(&delta);
-                    on_event(StreamEvent::TextDelta { text: delta });
-                }
-                if choice.finish_reason.is_some() {
-                    finish = choice.finish_reason;
-                }
-            }
-            if let Some(chunk_usage) = chunk.usage {
-                usage = chunk_usage.into();
-            }
-            if chunk.model.is_some() {
-                model = chunk.model;
+            if choice.finish_reason.is_some() {
+                self.finish = choice.finish_reason;
             }
         }
-        if !done && finish.is_none() {
-            return Err(http::stream_broke(
-                PROVIDER,
-                *emitted,
+        if let Some(usage) = chunk.usage {
+            self.usage = usage.into();
+        }
+        if chunk.model.is_some() {
+            self.model = chunk.model;
+        }
+        Ok(Flow::More)
+    }
+
+    fn finish(self, on_event: &mut dyn FnMut(StreamEvent)) -> Result<ModelResponse, StreamFault> {
+        // `[DONE]` is the end marker, but some servers stop right after the chunk
+        // carrying the finish reason; that reply is complete too.
+        if self.finish.is_none() && !self.done {
+            return Err(StreamFault::Broken(
                 "the stream ended before the reply was complete".into(),
             ));
         }
-        let stop_reason = stop_reason(finish.as_deref());
+        let stop_reason = stop_reason(self.finish.as_deref());
         on_event(StreamEvent::ContentBlockStop { index: 0 });
         on_event(StreamEvent::Final {
             stop_reason: stop_reason.clone(),
-            usage,
+            usage: self.usage,
         });
         on_event(StreamEvent::Done);
         Ok(ModelResponse {
-            content: vec![ContentBlock::text(text)],
+            content: vec![ContentBlock::text(self.text)],
             stop_reason,
-            usage,
-            model: model.unwrap_or_else(|| self.config.model.clone()),
+            usage: self.usage,
+            model: self.model.unwrap_or(self.fallback_model),
         })
+    }
+
+    fn emitted(&self) -> bool {
+        self.emitted
     }
 }
 
@@ -250,9 +276,8 @@ impl ModelClient for OpenAiClient {
         let mut retrier = Retrier::new(PROVIDER, self.config.retry);
         loop {
             // Once text has reached the caller, a retry would repeat it: only a
-            // stream that failed before its first delta is retried.
-            let mut emitted = false;
-            match self.stream_once(&body, on_event, &mut emitted).await {
+            // stream that failed before its first delta is retried (`fold_stream`).
+            match self.stream_once(&body, on_event).await {
                 Ok(response) => return Ok(response),
                 Err(failure) => retrier.after(failure).await?,
             }
