@@ -77,7 +77,8 @@ struct Tally {
     steps: AtomicU64,
     results: AtomicU64,
     runaways_stopped: AtomicU64,
-    slowest_stop_ms: AtomicU64,
+    slowest_loop_stop_ms: AtomicU64,
+    slowest_bomb_stop_ms: AtomicU64,
     legit_stopped_by_clock: AtomicU64,
     unexpected: AtomicU64,
 }
@@ -192,17 +193,21 @@ async fn run_round(
                     _ => 3,
                 };
                 let script = cycle[pick].replace("{n}", &n.to_string());
-                let started = Instant::now();
                 let outcome = session.run(script).await;
-                let took = started.elapsed();
                 match judge(pick, n, &outcome) {
                     Verdict::Result => {
                         tally.results.fetch_add(1, Ordering::Relaxed);
                     }
                     Verdict::RunawayStopped => {
                         tally.runaways_stopped.fetch_add(1, Ordering::Relaxed);
+                        let took = outcome.as_ref().map(|run| run.ran_for).unwrap_or_default();
                         let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-                        tally.slowest_stop_ms.fetch_max(ms, Ordering::Relaxed);
+                        let slowest = if pick == 0 {
+                            &tally.slowest_loop_stop_ms
+                        } else {
+                            &tally.slowest_bomb_stop_ms
+                        };
+                        slowest.fetch_max(ms, Ordering::Relaxed);
                     }
                     Verdict::LegitStoppedByClock => {
                         tally.legit_stopped_by_clock.fetch_add(1, Ordering::Relaxed);
@@ -235,12 +240,13 @@ async fn run_round(
     for (name, tally) in tallies.iter() {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         println!(
-            "{name}: steps {} · results {} · runaways stopped {} (slowest {} ms) · \
+            "{name}: steps {} · results {} · runaways stopped {} (slowest: loop {} ms, memory bomb {} ms) · \
              legitimate scripts stopped by the clock {} · unexpected {}",
             get(&tally.steps),
             get(&tally.results),
             get(&tally.runaways_stopped),
-            get(&tally.slowest_stop_ms),
+            get(&tally.slowest_loop_stop_ms),
+            get(&tally.slowest_bomb_stop_ms),
             get(&tally.legit_stopped_by_clock),
             get(&tally.unexpected),
         );

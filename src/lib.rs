@@ -70,6 +70,7 @@ mod output;
 mod output_spec;
 mod prompts;
 mod registry;
+mod run_slots;
 mod session;
 mod team_config;
 mod tool_manifest;
@@ -105,6 +106,7 @@ pub use output_spec::{
 };
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
 pub use registry::{RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
+pub use run_slots::{max_running_scripts, set_max_running_scripts};
 pub use session::{ScriptRun, ScriptSession};
 pub use team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use tool_manifest::load_tool_manifest;

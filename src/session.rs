@@ -2,10 +2,12 @@
 //! and its completion value is decoded into a [`ScriptOutput`].
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use codeact_runtime::{HostError, LogBuffer, Runtime, Session, ToolDispatch};
 
 use crate::ScriptOutput;
+use crate::run_slots::Slot;
 
 /// One script run as the host sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,6 +16,9 @@ pub struct ScriptRun {
     pub output: ScriptOutput,
     /// What the script printed.
     pub logs: LogBuffer,
+    /// How long the script ran: from when it got a running slot (the wait for one
+    /// is not counted, nor is its limits' clock) to its end.
+    pub ran_for: Duration,
 }
 
 /// A session of some runtime, plus the bookkeeping to run it from async code.
@@ -40,11 +45,13 @@ impl ScriptSession {
     }
 
     /// Runs `script` where blocking is allowed (tool calls block the thread) and
-    /// decodes the result. On a multi-threaded tokio runtime the script runs in
-    /// place (`block_in_place`: the worker's other tasks move to another thread,
-    /// and this task skips a round trip through the blocking pool); elsewhere on a
-    /// blocking-pool thread. A panic inside the engine or a tool loses the session
-    /// (later runs say so) but never the caller.
+    /// decodes the result. First waits, without holding a thread, for one of the
+    /// process's running-script slots ([`crate::set_max_running_scripts`]); the
+    /// script's clock starts after. On a multi-threaded tokio runtime the script
+    /// runs in place (`block_in_place`: the worker's other tasks move to another
+    /// thread, and this task skips a round trip through the blocking pool);
+    /// elsewhere on a blocking-pool thread. A panic inside the engine or a tool
+    /// loses the session (later runs say so) but never the caller.
     pub async fn run(&mut self, script: impl Into<String>) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
         let script = script.into();
@@ -53,9 +60,14 @@ impl ScriptSession {
         let in_place = tokio::runtime::Handle::try_current().is_ok_and(|handle| {
             handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
         });
+        let slot = Slot::wait().await;
         let (session, result) = if in_place {
             let result = tokio::task::block_in_place(|| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.run(&script)))
+                slot.run_here(|| {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        timed(|| session.run(&script))
+                    }))
+                })
             });
             match result {
                 Ok(result) => (session, result),
@@ -63,7 +75,7 @@ impl ScriptSession {
             }
         } else {
             tokio::task::spawn_blocking(move || {
-                let result = session.run(&script);
+                let result = slot.run_here(|| timed(|| session.run(&script)));
                 (session, result)
             })
             .await
@@ -74,10 +86,13 @@ impl ScriptSession {
     }
 
     /// Runs `script` on this thread, for callers that are not async (and for
-    /// benchmarks). The thread must be allowed to block.
+    /// benchmarks). The thread must be allowed to block: it waits here for a
+    /// running-script slot unless its caller's script already holds one.
     pub fn run_blocking(&mut self, script: &str) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
-        let result = session.run(script);
+        let slot = Slot::wait_blocking();
+        let result = slot.run_here(|| timed(|| session.run(script)));
+        drop(slot);
         self.session = Some(session);
         Self::decode(result)
     }
@@ -90,12 +105,19 @@ impl ScriptSession {
     }
 
     fn decode(
-        result: Result<codeact_runtime::RunOutcome, HostError>,
+        (result, ran_for): (Result<codeact_runtime::RunOutcome, HostError>, Duration),
     ) -> Result<ScriptRun, HostError> {
         let outcome = result?;
         Ok(ScriptRun {
             output: ScriptOutput::from_completion(outcome.completion),
             logs: outcome.logs,
+            ran_for,
         })
     }
+}
+
+fn timed<T>(run: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let result = run();
+    (result, started.elapsed())
 }

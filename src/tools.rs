@@ -163,7 +163,8 @@ impl ToolDispatch for ToolBox {
             }
             future
         };
-        handle.block_on(&mut future)
+        // The tool has to wait: its script's running slot is free meanwhile.
+        crate::run_slots::released_during(|| handle.block_on(&mut future))
     }
 }
 

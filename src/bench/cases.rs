@@ -350,6 +350,7 @@ mod tests {
         let run = ScriptRun {
             output: ScriptOutput::final_result(json!(41)),
             logs: Default::default(),
+            ran_for: Default::default(),
         };
         let err = check(&run, &ScriptOutput::final_result(json!(42))).expect_err("differs");
         assert!(err.contains("42") && err.contains("41"), "{err}");

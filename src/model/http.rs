@@ -215,9 +215,8 @@ pub(crate) async fn fold_stream<F: StreamFold + Send>(
     mut fold: F,
     on_event: &mut (dyn FnMut(StreamEvent) + Send),
 ) -> Result<ModelResponse, AttemptError> {
-    use eventsource_stream::Eventsource;
     use futures_util::StreamExt;
-    let mut events = response.bytes_stream().eventsource();
+    let mut events = std::pin::pin!(super::sse::sse_events(response.bytes_stream()));
     let fault = |emitted: bool, fault: StreamFault| match fault {
         StreamFault::Malformed(reason) => malformed(provider, reason),
         StreamFault::Broken(reason) => stream_broke(provider, emitted, reason),

@@ -7,8 +7,8 @@
 
 use std::convert::Infallible;
 
-use eventsource_stream::Eventsource;
-use futures_util::{FutureExt, StreamExt};
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures_util::{FutureExt, Stream, StreamExt};
 
 use crate::chat::{ModelResponse, StreamEvent};
 
@@ -73,7 +73,7 @@ where
     C: AsRef<[u8]>,
 {
     let chunks = futures_util::stream::iter(chunks.into_iter().map(Ok::<C, Infallible>));
-    let mut events = chunks.eventsource();
+    let mut events = std::pin::pin!(sse_events(chunks));
     // Every chunk is already here, so each poll is ready at once.
     while let Some(Some(event)) = events.next().now_or_never() {
         let event = event.map_err(|e| StreamFault::Broken(format!("the stream broke: {e}")))?;
@@ -82,6 +82,51 @@ where
         }
     }
     fold.finish(on_event)
+}
+
+const BYTE_ORDER_MARK: &[u8] = "\u{feff}".as_bytes();
+
+/// The server-sent events in a byte stream.
+///
+/// The stream may start with a byte-order mark, which the SSE format says to skip.
+/// `eventsource-stream` 0.2.3 skips it by slicing one *byte* off its first piece of
+/// text, which panics on the three-byte mark (found by fuzzing), so the mark is
+/// skipped here and the parser is handed an empty line first: an empty line before
+/// any field dispatches nothing, and its first text then never starts with a mark.
+pub(crate) fn sse_events<S, B, E>(
+    bytes: S,
+) -> impl Stream<Item = Result<Event, EventStreamError<E>>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    let undecided = Some(Vec::new());
+    futures_util::stream::unfold(
+        (Box::pin(bytes.fuse()), undecided),
+        |(mut bytes, mut head)| async move {
+            let Some(first) = head.as_mut() else {
+                let item = bytes.next().await?;
+                return Some((item.map(|piece| piece.as_ref().to_vec()), (bytes, None)));
+            };
+            loop {
+                match bytes.next().await {
+                    Some(Ok(piece)) => {
+                        first.extend_from_slice(piece.as_ref());
+                        if first.len() < BYTE_ORDER_MARK.len() && BYTE_ORDER_MARK.starts_with(first)
+                        {
+                            continue;
+                        }
+                    }
+                    Some(Err(e)) => return Some((Err(e), (bytes, head))),
+                    None => {}
+                }
+                let mut text = b"\n".to_vec();
+                text.extend_from_slice(first.strip_prefix(BYTE_ORDER_MARK).unwrap_or(first));
+                return Some((Ok(text), (bytes, None)));
+            }
+        },
+    )
+    .eventsource()
 }
 
 #[cfg(test)]
@@ -164,6 +209,30 @@ mod tests {
         let (result, _) =
             fold_openai(&[b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"]);
         assert!(matches!(result, Err(StreamFault::Broken(_))), "{result:?}");
+    }
+
+    #[test]
+    fn a_stream_starting_with_a_byte_order_mark_is_read_however_it_is_cut() {
+        let marked = format!("\u{feff}{OPENAI}");
+        let bytes = marked.as_bytes();
+        let (whole, _) = fold_openai(&[bytes]);
+        assert_eq!(whole, fold_openai(&[OPENAI.as_bytes()]).0);
+        for cut in 1..8 {
+            assert_eq!(
+                fold_openai(&[&bytes[..cut], &bytes[cut..]]).0,
+                whole,
+                "cut at {cut}"
+            );
+        }
+        // Only one mark is skipped: a second one is part of the first line's field
+        // name, so that line is ignored, and the rest still reads.
+        let twice = format!("\u{feff}\u{feff}{OPENAI}");
+        assert_eq!(
+            fold_openai(&[twice.as_bytes()]).0.map(|r| r.usage),
+            whole.map(|r| r.usage)
+        );
+        let (empty, _) = fold_openai(&[b"\xef\xbb"]);
+        assert!(matches!(empty, Err(StreamFault::Broken(_))), "{empty:?}");
     }
 
     #[test]
