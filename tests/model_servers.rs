@@ -707,6 +707,28 @@ fn faults() -> Vec<Fault> {
             requests: 2,
         },
         Fault {
+            name: "stream_starting_with_a_byte_order_mark",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![match openai_stream(&[done]) {
+                Reply::Sse(events) => Reply::Sse([vec!["\u{feff}".to_string()], events].concat()),
+                other => other,
+            }],
+            expect: Ok(json!(1)),
+            requests: 1,
+        },
+        Fault {
+            name: "error_chunk_mid_stream_before_any_text_is_retried",
+            provider: Provider::OpenAi,
+            stream: true,
+            replies: vec![
+                Reply::Sse(sse(&[json!({"error": {"message": "overloaded"}})])),
+                openai_stream(&[done]),
+            ],
+            expect: Ok(json!(1)),
+            requests: 2,
+        },
+        Fault {
             name: "empty_choices_in_every_stream_chunk",
             provider: Provider::OpenAi,
             stream: true,

@@ -22,6 +22,7 @@
 //! in `main` (the `codeact` binary does).
 
 mod cases;
+mod load;
 mod machine;
 mod report;
 mod sampler;
@@ -30,6 +31,9 @@ mod scripts;
 mod stats;
 
 pub use cases::{AGENT_STEPS, JSON_BYTES, STOP_LIMIT, agent_replies};
+pub use load::{
+    LoadPlan, LoadProgress, LoadTally, MIXED, StepKind, Verdict, add_tool, judge, run_load,
+};
 pub use machine::{Machine, format_utc, now_utc, rss_bytes};
 pub use report::{
     BackendReport, BenchReport, CaseId, CaseResult, History, IdleMemory, Measured, ScaleReport,
