@@ -11,8 +11,8 @@ use std::time::Duration;
 use codeact::agent::read_transcript;
 use codeact::model::ReplayModel;
 use codeact::{
-    Agent, Event, JsRuntime, Limits, Outcome, ResumePoint, Runtime, ScriptOutput, ScriptRun,
-    ScriptSession, Tool, ToolBox, ToolCallOutcome, Transcript, runtime_by_name,
+    Agent, Event, Limits, Outcome, ResumePoint, Runtime, ScriptOutput, ScriptRun, ScriptSession,
+    Tool, ToolBox, ToolCallOutcome, Transcript,
 };
 use serde_json::{Value, json};
 
@@ -69,10 +69,7 @@ impl Lang {
 }
 
 fn runtime(name: &str, limits: Limits) -> Arc<dyn Runtime> {
-    match name {
-        "js" => Arc::new(JsRuntime::new(limits).with_worker(env!("CARGO_BIN_EXE_codeact"))),
-        other => runtime_by_name(other, limits).unwrap_or_else(|e| panic!("{other}: {e}")),
-    }
+    support::runtimes::runtime(name, limits).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn tools() -> Arc<ToolBox> {

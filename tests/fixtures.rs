@@ -21,10 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use codeact::{
-    JsRuntime, Limits, Runtime, ScriptOutput, ScriptSession, Tool, ToolBox, ToolError,
-    runtime_by_name,
-};
+use codeact::{Limits, ScriptOutput, ScriptSession, Tool, ToolBox, ToolError};
 use serde_json::{Value, json};
 
 mod support;
@@ -148,17 +145,6 @@ fn test_tools() -> ToolBox {
     ToolBox::new([add, echo, fail]).expect("test tools are valid")
 }
 
-/// The runtime a fixture language runs on. JavaScript workers are the codeact
-/// binary (this test binary cannot serve as one).
-fn runtime_for(language: &str, limits: Limits) -> Result<Arc<dyn Runtime>, String> {
-    match language {
-        "js" => Ok(Arc::new(
-            JsRuntime::new(limits).with_worker(env!("CARGO_BIN_EXE_codeact")),
-        )),
-        other => runtime_by_name(other, limits).map_err(|e| e.to_string()),
-    }
-}
-
 /// What an expectation checked, in a table cell.
 fn describe(expectation: &Expectation) -> String {
     let short = |text: &str| {
@@ -186,7 +172,7 @@ fn describe(expectation: &Expectation) -> String {
 }
 
 async fn check(runtime_name: &str, fixture: Fixture) -> Result<String, String> {
-    let runtime = runtime_for(runtime_name, fixture.limits)?;
+    let runtime = support::runtimes::runtime(runtime_name, fixture.limits)?;
     let mut session =
         ScriptSession::start(&*runtime, Arc::new(test_tools())).map_err(|e| e.to_string())?;
     let mut last = None;

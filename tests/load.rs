@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codeact::bench::{LoadPlan, LoadProgress, LoadTally, MIXED, run_load};
-use codeact::{JsRuntime, Limits, Runtime, runtime_by_name};
+use codeact::{Limits, Runtime};
 
 mod support;
 use support::reliability::{self, Section};
@@ -27,10 +27,7 @@ const LIMIT: Duration = Duration::from_millis(500);
 const GRACE: Duration = Duration::from_secs(1);
 
 fn runtime(name: &str, limits: Limits) -> Arc<dyn Runtime> {
-    match name {
-        "js" => Arc::new(JsRuntime::new(limits).with_worker(env!("CARGO_BIN_EXE_codeact"))),
-        other => runtime_by_name(other, limits).unwrap_or_else(|e| panic!("{other}: {e}")),
-    }
+    support::runtimes::runtime(name, limits).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The rows for one runtime's tally, or what went wrong.

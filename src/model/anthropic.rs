@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::http::{self, AttemptError, Retrier, RetryPolicy};
-use super::sse::{Flow, StreamFault, StreamFold};
+use super::sse::{self, Flow, StreamFault, StreamFold};
 use super::{ModelClient, ModelError};
 use crate::chat::{
     ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, Usage,
@@ -219,12 +219,7 @@ impl StreamFold for AnthropicStream {
         if data.trim().is_empty() {
             return Ok(Flow::More);
         }
-        let data: Value = serde_json::from_str(data).map_err(|e| {
-            StreamFault::Malformed(format!(
-                "bad stream event ({e}): {}",
-                http::shorten(data, 200)
-            ))
-        })?;
+        let data: Value = sse::parse_data(data, "event")?;
         match data.get("type").and_then(Value::as_str).unwrap_or(name) {
             "message_start" => {
                 let message = &data["message"];

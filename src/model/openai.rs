@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::http::{self, AttemptError, Retrier, RetryPolicy};
-use super::sse::{Flow, StreamFault, StreamFold};
+use super::sse::{self, Flow, StreamFault, StreamFold};
 use super::{ModelClient, ModelError};
 use crate::chat::{
     ContentBlock, ModelRequest, ModelResponse, Role, StopReason, StreamEvent, Usage,
@@ -193,12 +193,7 @@ impl StreamFold for OpenAiStream {
         if data.is_empty() {
             return Ok(Flow::More);
         }
-        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
-            StreamFault::Malformed(format!(
-                "bad stream chunk ({e}): {}",
-                http::shorten(data, 200)
-            ))
-        })?;
+        let chunk: Chunk = sse::parse_data(data, "chunk")?;
         if let Some(error) = chunk.error {
             return Err(StreamFault::Broken(format!(
                 "the server reported an error mid-stream: {}",

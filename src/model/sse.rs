@@ -84,6 +84,20 @@ where
     fold.finish(on_event)
 }
 
+/// One event's data read as JSON; an unreadable one is [`StreamFault::Malformed`],
+/// quoting it (shortened) after `what` ("chunk", "event").
+pub(crate) fn parse_data<T: serde::de::DeserializeOwned>(
+    data: &str,
+    what: &str,
+) -> Result<T, StreamFault> {
+    serde_json::from_str(data).map_err(|e| {
+        StreamFault::Malformed(format!(
+            "bad stream {what} ({e}): {}",
+            super::http::shorten(data, 200)
+        ))
+    })
+}
+
 const BYTE_ORDER_MARK: &[u8] = "\u{feff}".as_bytes();
 
 /// The server-sent events in a byte stream.
