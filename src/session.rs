@@ -16,8 +16,9 @@ pub struct ScriptRun {
     pub output: ScriptOutput,
     /// What the script printed.
     pub logs: LogBuffer,
-    /// How long the script ran: from when it got a running slot (the wait for one
-    /// is not counted, nor is its limits' clock) to its end.
+    /// How long the script ran, from when it got its running slot to its end. Its
+    /// limits' clock starts at about the same moment: waiting for a slot counts in
+    /// neither.
     pub ran_for: Duration,
 }
 
