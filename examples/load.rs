@@ -7,10 +7,11 @@
 //! than one round the same load runs again in the same process: memory leaked
 //! grows round by round, memory the allocator keeps for reuse does not.
 //!
-//! `cargo run --release --example load -- [sessions] [seconds] [rhai|mixed] [rounds]`
+//! `cargo run --release --example load -- [sessions] [seconds] [mixed|NAME,…] [rounds]`
 //! (default 500, 20, rhai, 1). `mixed` gives each tenth of the sessions, in order:
 //! five Rhai, one JavaScript worker, two QuickJS, one MicroPython, one CPython
-//! (wasm guests from `scripts/fetch-guests.sh`).
+//! (wasm guests from `scripts/fetch-guests.sh`); runtime names, comma-separated,
+//! take turns instead.
 //!
 //! Every limit is a wall-clock one (200 ms here). At most twice as many scripts as
 //! cores run at once (`codeact::set_max_running_scripts`; the others wait, their
@@ -43,7 +44,11 @@ async fn main() {
         wall_time: Duration::from_millis(200),
         ..Limits::default()
     };
-    let names: &[&str] = if mix == "mixed" { &MIXED } else { &["rhai"] };
+    let names: Vec<&str> = if mix == "mixed" {
+        MIXED.to_vec()
+    } else {
+        mix.split(',').map(str::trim).collect()
+    };
     let mut runtimes: Vec<(String, Arc<dyn Runtime>)> = Vec::new();
     let mut loaded: Vec<(&str, Arc<dyn Runtime>)> = Vec::new();
     for name in names.iter().copied() {
