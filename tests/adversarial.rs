@@ -178,16 +178,7 @@ fn session_runs(
             );
         }
         // Whatever happened, the session still runs a trivial script.
-        let after = session
-            .run("final_result(\"alive\")")
-            .await
-            .map_err(|e| format!("host failed: {e}"))?;
-        if after.output != ScriptOutput::final_result(json!("alive")) {
-            return Err(format!(
-                "the session is unusable afterwards: {}",
-                shown(&after.output)
-            ));
-        }
+        support::runtimes::still_runs(&mut session).await?;
         Ok(runs)
     })
 }

@@ -227,16 +227,7 @@ async fn check(runtime_name: &str, fixture: Fixture) -> Result<String, String> {
             _ => {}
         }
     }
-    let after = session
-        .run("final_result(\"alive\")")
-        .await
-        .map_err(|e| format!("host failed: {e}"))?;
-    if after.output != ScriptOutput::final_result(json!("alive")) {
-        return Err(format!(
-            "the session is unusable afterwards: {}",
-            after.output
-        ));
-    }
+    support::runtimes::still_runs(&mut session).await?;
     Ok(format!("✓ {}", described.join("; ")))
 }
 

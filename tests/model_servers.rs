@@ -593,6 +593,13 @@ fn sse(chunks: &[Value]) -> Vec<String> {
     chunks.iter().map(|c| format!("data: {c}\n\n")).collect()
 }
 
+/// An OpenAI stream of these chunks, ended by `[DONE]`.
+fn sse_done(chunks: &[Value]) -> Reply {
+    let mut events = sse(chunks);
+    events.push("data: [DONE]\n\n".into());
+    Reply::Sse(events)
+}
+
 fn text_chunk(text: &str) -> Value {
     json!({"choices": [{"index": 0, "delta": {"content": text}}]})
 }
@@ -733,12 +740,7 @@ fn faults() -> Vec<Fault> {
             provider: Provider::OpenAi,
             stream: true,
             replies: vec![
-                Reply::Sse(
-                    sse(&[json!({"choices": []}), json!({"choices": []})])
-                        .into_iter()
-                        .chain(["data: [DONE]\n\n".to_string()])
-                        .collect(),
-                ),
+                sse_done(&[json!({"choices": []}), json!({"choices": []})]),
                 openai_stream(&[done]),
             ],
             expect: Ok(json!(1)),
@@ -748,17 +750,12 @@ fn faults() -> Vec<Fault> {
             name: "stream_deltas_without_content",
             provider: Provider::OpenAi,
             stream: true,
-            replies: vec![Reply::Sse(
-                sse(&[
-                    json!({"choices": [{"delta": {"role": "assistant"}}]}),
-                    json!({"choices": [{"delta": {"content": null}}]}),
-                    text_chunk(done),
-                    json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
-                ])
-                .into_iter()
-                .chain(["data: [DONE]\n\n".to_string()])
-                .collect(),
-            )],
+            replies: vec![sse_done(&[
+                json!({"choices": [{"delta": {"role": "assistant"}}]}),
+                json!({"choices": [{"delta": {"content": null}}]}),
+                text_chunk(done),
+                json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+            ])],
             expect: Ok(json!(1)),
             requests: 1,
         },
@@ -787,15 +784,10 @@ fn faults() -> Vec<Fault> {
             name: "unknown_finish_reason_in_a_stream",
             provider: Provider::OpenAi,
             stream: true,
-            replies: vec![Reply::Sse(
-                sse(&[
-                    text_chunk(done),
-                    json!({"choices": [{"delta": {}, "finish_reason": "eldritch"}]}),
-                ])
-                .into_iter()
-                .chain(["data: [DONE]\n\n".to_string()])
-                .collect(),
-            )],
+            replies: vec![sse_done(&[
+                text_chunk(done),
+                json!({"choices": [{"delta": {}, "finish_reason": "eldritch"}]}),
+            ])],
             expect: Ok(json!(1)),
             requests: 1,
         },

@@ -74,6 +74,18 @@ impl Scene {
         command
     }
 
+    /// The run to interrupt: the scene's replies and tools, its transcript in
+    /// `run.jsonl`.
+    fn first_run(&self, task: &str) -> Command {
+        let model = format!("replay:{}", self.path("replies.json").display());
+        let transcript = self.path("run.jsonl");
+        let transcript = transcript.to_string_lossy();
+        let args = ["run", "--model", &model, "--tools", "tools.json"];
+        let mut command = self.command(&args);
+        command.args(["--transcript", &transcript, task]);
+        command
+    }
+
     fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().expect("codeact runs")
     }
@@ -108,19 +120,9 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn a_run_killed_mid_tool_call_resumes_without_calling_the_recorded_tools_again() {
     let scene = Scene::new("killed", &[STEP_ONE, STEP_TWO, STEP_THREE]);
-    let model = format!("replay:{}", scene.path("replies.json").display());
     let transcript = scene.path("run.jsonl");
     let mut child = scene
-        .command(&[
-            "run",
-            "--model",
-            &model,
-            "--tools",
-            "tools.json",
-            "--transcript",
-            &transcript.to_string_lossy(),
-            "Bump the counter.",
-        ])
+        .first_run("Bump the counter.")
         .env("BUMP_SLEEP_TAG", "s2b")
         .spawn()
         .expect("codeact starts");
@@ -186,18 +188,11 @@ fn a_run_killed_mid_tool_call_resumes_without_calling_the_recorded_tools_again()
 #[test]
 fn a_run_that_failed_on_its_model_resumes_with_another_model_spec() {
     let scene = Scene::new("model-failed", &[STEP_ONE]);
-    let model = format!("replay:{}", scene.path("replies.json").display());
     let transcript = scene.path("run.jsonl");
-    let failed = scene.run(&[
-        "run",
-        "--model",
-        &model,
-        "--tools",
-        "tools.json",
-        "--transcript",
-        &transcript.to_string_lossy(),
-        "Bump once.",
-    ]);
+    let failed = scene
+        .first_run("Bump once.")
+        .output()
+        .expect("codeact runs");
     assert_eq!(failed.status.code(), Some(1), "{}", text(&failed.stderr));
     assert!(text(&failed.stderr).contains("ran out of replies"));
     let full = scene.replies(
@@ -256,18 +251,11 @@ fn a_run_that_failed_on_its_model_resumes_with_another_model_spec() {
 #[test]
 fn a_transcript_cut_mid_line_resumes_from_its_last_whole_event() {
     let scene = Scene::new("cut-line", &[STEP_ONE]);
-    let model = format!("replay:{}", scene.path("replies.json").display());
     let transcript = scene.path("run.jsonl");
-    let failed = scene.run(&[
-        "run",
-        "--model",
-        &model,
-        "--tools",
-        "tools.json",
-        "--transcript",
-        &transcript.to_string_lossy(),
-        "Bump once.",
-    ]);
+    let failed = scene
+        .first_run("Bump once.")
+        .output()
+        .expect("codeact runs");
     assert_eq!(failed.status.code(), Some(1));
     // A crash while a line was being written leaves half of it.
     let mut bytes = std::fs::read(&transcript).expect("transcript");

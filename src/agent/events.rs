@@ -223,9 +223,8 @@ impl Transcript {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)?;
         let keep = valid_prefix_len(&text);
-        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
         file.set_len(keep as u64)?;
-        let mut file = file;
         std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
         Ok(Self {
             file: Arc::new(Mutex::new(file)),

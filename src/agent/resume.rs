@@ -311,10 +311,6 @@ mod tests {
     use crate::{Tool, ToolBox};
     use serde_json::json;
 
-    fn events(lines: &[Event]) -> Vec<Event> {
-        lines.to_vec()
-    }
-
     fn started() -> Event {
         Event::RunStarted {
             model: "replay:x".into(),
@@ -341,7 +337,7 @@ mod tests {
 
     #[test]
     fn a_run_killed_inside_a_script_resumes_that_step_with_its_recorded_calls() {
-        let point = ResumePoint::from_events(&events(&[
+        let point = ResumePoint::from_events(&[
             started(),
             Event::Message {
                 message: Message::user("task"),
@@ -372,7 +368,7 @@ mod tests {
                 code: "add(2, 2); add(3, 3)".into(),
             },
             call(2, 2),
-        ]))
+        ])
         .expect("resumable");
         assert_eq!(point.task(), "task");
         assert_eq!(point.steps, 1);

@@ -68,19 +68,11 @@ pub fn now_utc() -> String {
 }
 
 /// Formats seconds since the Unix epoch as `YYYY-MM-DD HH:MM UTC` (proleptic
-/// Gregorian calendar; days-from-civil inverted as in Howard Hinnant's algorithm).
+/// Gregorian calendar).
 pub fn format_utc(secs: u64) -> String {
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = crate::final_output::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
         rem / 3_600,

@@ -148,23 +148,18 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
         },
         None => None,
     };
-    if let Some(path) = &args.resume {
-        match Transcript::append(path) {
+    // --resume and --transcript conflict: a resumed run appends to its own.
+    let transcript = match (&args.resume, &args.transcript) {
+        (Some(path), _) => Some((path, Transcript::append(path), "append to")),
+        (None, Some(path)) => Some((path, Transcript::create(path), "create")),
+        (None, None) => None,
+    };
+    if let Some((path, opened, verb)) = transcript {
+        match opened {
             Ok(transcript) => listeners.push(transcript.listener()),
             Err(e) => {
                 return usage_error(&format!(
-                    "cannot append to the transcript '{}': {e}",
-                    path.display()
-                ));
-            }
-        }
-    }
-    if let Some(path) = &args.transcript {
-        match Transcript::create(path) {
-            Ok(transcript) => listeners.push(transcript.listener()),
-            Err(e) => {
-                return usage_error(&format!(
-                    "cannot create the transcript '{}': {e}",
+                    "cannot {verb} the transcript '{}': {e}",
                     path.display()
                 ));
             }
