@@ -59,32 +59,22 @@
 extern crate self as codeact;
 
 pub mod agent;
-mod answer;
 pub mod bench;
 pub mod chat;
 pub mod cli;
-mod command_tool;
-mod final_output;
+mod exec;
 pub mod model;
 mod output;
-mod output_spec;
 mod prompts;
-mod registry;
-mod run_slots;
-mod session;
-mod team_config;
-mod tool_manifest;
 mod tools;
 mod untrusted;
 
+pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use agent::{
     Agent, AgentBuilder, AgentError, Event, Handover, LoopConfig, Outcome, ResumeError,
     ResumePoint, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun, ToolCallOutcome, Transcript,
     TypedRun,
 };
-#[doc(hidden)]
-pub use answer::__assert_answer_field;
-pub use answer::{AnswerField, FinalAnswer};
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
 pub use codeact_macros::FinalAnswer;
 pub use codeact_rhai::RhaiRuntime;
@@ -94,21 +84,23 @@ pub use codeact_runtime::{
     RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
 };
 pub use codeact_wasm::{Guest, WasmRuntime};
-pub use command_tool::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
-pub use final_output::{
+pub use exec::registry::{RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
+pub use exec::run_slots::{max_running_scripts, set_max_running_scripts};
+pub use exec::session::{ScriptRun, ScriptSession};
+#[doc(hidden)]
+pub use output::answer::__assert_answer_field;
+pub use output::answer::{AnswerField, FinalAnswer};
+pub use output::final_output::{
     ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
     cut_at_char_boundary,
 };
-pub use output::ScriptOutput;
-pub use output_spec::{
+pub use output::script_output::ScriptOutput;
+pub use output::spec::{
     Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
     content_text,
 };
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
-pub use registry::{RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
-pub use run_slots::{max_running_scripts, set_max_running_scripts};
-pub use session::{ScriptRun, ScriptSession};
-pub use team_config::{LoadedTeam, TeamConfigError, load_team};
-pub use tool_manifest::load_tool_manifest;
-pub use tools::{Tool, ToolBox, ToolBoxError, ToolFuture};
+pub use tools::command::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
+pub use tools::manifest::load_tool_manifest;
+pub use tools::toolbox::{Tool, ToolBox, ToolBoxError, ToolFuture};
 pub use untrusted::{FENCE_RULE, UntrustedText, fence};

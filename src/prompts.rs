@@ -113,7 +113,7 @@ pub fn render_system_prompt(
             fence => info.fence_tags.first().copied().unwrap_or(info.name),
             instructions => instructions.trim(),
             card => card,
-            fence_rule => crate::FENCE_RULE,
+            fence_rule => crate::untrusted::FENCE_RULE,
             output => output.trim(),
         },
     )

@@ -9,8 +9,9 @@ use serde_json::Value;
 use super::extract::{Extraction, extract_code};
 use super::feedback;
 use crate::chat::{Message, ModelResponse, StopReason, Usage};
-use crate::output_spec::Check;
-use crate::{DEFAULT_CONTENT_CAP, ScriptOutput};
+use crate::output::final_output::DEFAULT_CONTENT_CAP;
+use crate::output::script_output::ScriptOutput;
+use crate::output::spec::Check;
 
 /// The loop's rules, with their defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,7 +385,7 @@ impl Conversation {
 mod tests {
     use super::*;
     use crate::chat::{ContentBlock, Role};
-    use crate::output_spec::RefusedBy;
+    use crate::output::spec::RefusedBy;
     use serde_json::json;
 
     fn reply(text: &str) -> ModelResponse {

@@ -12,13 +12,17 @@ use super::decide::{Conversation, LoopConfig, Next, Outcome};
 use super::events::{Event, Listener};
 use super::resume::{HostTools, ResumePoint};
 use crate::chat::{Message, ModelRequest, StreamEvent, Usage};
+use crate::exec::session::ScriptSession;
 use crate::model::{ModelClient, ModelError};
-use crate::output_spec::{ExtraCheck, structured};
-use crate::prompts::{PromptError, TransferTarget, render_system_prompt};
-use crate::{
-    Check, FinalAnswer, FinalOutput, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
-    ScriptOutput, ScriptSession, ToolBox, Validation, artifact_path, content_text,
+use crate::output::answer::FinalAnswer;
+use crate::output::final_output::{FinalOutput, Validation, artifact_path};
+use crate::output::script_output::ScriptOutput;
+use crate::output::spec::{
+    Check, OutputContract, OutputSpec, OutputSpecError, RefusedBy, content_text,
 };
+use crate::output::spec::{ExtraCheck, structured};
+use crate::prompts::{PromptError, TransferTarget, render_system_prompt};
+use crate::tools::toolbox::ToolBox;
 
 /// A CodeAct agent: a model, a runtime, tools, and the loop's rules.
 ///
@@ -78,7 +82,7 @@ pub struct AgentBuilder {
     targets: Vec<TransferTarget>,
     model: Arc<dyn ModelClient>,
     runtime: Arc<dyn Runtime>,
-    tools: Vec<crate::Tool>,
+    tools: Vec<crate::tools::toolbox::Tool>,
     config: LoopConfig,
     instructions: String,
     output: OutputSpec,
@@ -110,13 +114,13 @@ impl AgentBuilder {
     }
 
     /// Adds a tool.
-    pub fn tool(mut self, tool: crate::Tool) -> Self {
+    pub fn tool(mut self, tool: crate::tools::toolbox::Tool) -> Self {
         self.tools.push(tool);
         self
     }
 
     /// Adds tools.
-    pub fn tools(mut self, tools: impl IntoIterator<Item = crate::Tool>) -> Self {
+    pub fn tools(mut self, tools: impl IntoIterator<Item = crate::tools::toolbox::Tool>) -> Self {
         self.tools.extend(tools);
         self
     }
@@ -810,7 +814,8 @@ mod tests {
 
     use super::*;
     use crate::model::ReplayModel;
-    use crate::{Limits, RhaiRuntime};
+    use codeact_rhai::RhaiRuntime;
+    use codeact_runtime::Limits;
 
     fn recorded(replies: &[&str], config: LoopConfig) -> (Agent, Arc<Mutex<Vec<Event>>>) {
         let events = Arc::new(Mutex::new(Vec::new()));

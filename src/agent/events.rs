@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use super::decide::Outcome;
 use crate::chat::{Message, StopReason, Usage};
-use crate::{FinalOutput, RefusedBy};
+use crate::output::final_output::FinalOutput;
+use crate::output::spec::RefusedBy;
 
 /// One thing that happened in a run. Every message of the conversation is an
 /// [`Event::Message`], so the events alone rebuild the transcript.

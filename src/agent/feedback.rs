@@ -5,8 +5,8 @@
 use codeact_runtime::LogBuffer;
 use serde_json::Value;
 
-use crate::output_spec::RefusedBy;
-use crate::{UntrustedText, fence};
+use crate::output::spec::RefusedBy;
+use crate::untrusted::{UntrustedText, fence};
 
 /// The feedback for an observation: the value, then what the script printed.
 pub fn observation(value: &Value, logs: &LogBuffer, limit: usize) -> String {

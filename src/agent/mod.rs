@@ -1,12 +1,13 @@
 //! The CodeAct loop: decisions in [`decide`], the async driver in [`driver`].
 
 pub mod decide;
-mod driver;
-mod events;
-mod extract;
-mod feedback;
-mod resume;
-mod team;
+pub(crate) mod driver;
+pub(crate) mod events;
+pub(crate) mod extract;
+pub(crate) mod feedback;
+pub(crate) mod resume;
+pub(crate) mod team;
+pub(crate) mod team_config;
 
 pub use decide::{Conversation, LoopConfig, Next, Outcome};
 pub use driver::{Agent, AgentBuilder, AgentError, RunResult, TypedRun};

@@ -308,7 +308,7 @@ impl ToolDispatch for HostTools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Tool, ToolBox};
+    use crate::tools::toolbox::{Tool, ToolBox};
     use serde_json::json;
 
     fn started() -> Event {
@@ -389,7 +389,7 @@ mod tests {
                 message: Message::user("task"),
             },
             Event::Finished {
-                outcome: crate::Outcome::StepLimit { steps: 1 },
+                outcome: crate::agent::decide::Outcome::StepLimit { steps: 1 },
                 steps: 1,
                 usage: Usage::default(),
             },

@@ -10,7 +10,9 @@ use super::decide::Outcome;
 use super::driver::{Agent, AgentError, RequestOutput};
 use super::events::{Event, Listener};
 use crate::chat::{Message, Role, Usage};
-use crate::{OutputSpec, TransferTarget, UntrustedText, fence};
+use crate::output::spec::OutputSpec;
+use crate::prompts::TransferTarget;
+use crate::untrusted::{UntrustedText, fence};
 
 /// How a team run ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,7 +58,7 @@ pub struct TeamRun {
     /// Tokens over all agents.
     pub usage: Usage,
     /// The record of the accepted final result, when the run ended with one.
-    pub final_output: Option<crate::FinalOutput>,
+    pub final_output: Option<crate::output::final_output::FinalOutput>,
 }
 
 /// Agents that hand work to each other. Build with [`Team::builder`].

@@ -13,10 +13,13 @@ use super::report::{CaseId, CaseResult, Measured};
 use super::sampler::{Budget, measure, measure_spans};
 use super::scripts::{Lang, sample_value};
 use super::stats::Summary;
+use crate::agent::decide::Outcome;
+use crate::agent::driver::Agent;
+use crate::exec::registry::runtime_by_name;
+use crate::exec::session::{ScriptRun, ScriptSession};
 use crate::model::ReplayModel;
-use crate::{
-    Agent, Outcome, ScriptOutput, ScriptRun, ScriptSession, Tool, ToolBox, runtime_by_name,
-};
+use crate::output::script_output::ScriptOutput;
+use crate::tools::toolbox::{Tool, ToolBox};
 
 /// Runs over this long, measured once, get the slow budget (fewer, longer runs).
 const SLOW_RUN: Duration = Duration::from_millis(5);
@@ -113,7 +116,7 @@ impl Backend {
 }
 
 /// The tools every case may call: `add(a, b)` and `data()` (a 10 KB value).
-fn bench_tools() -> Result<Arc<dyn ToolDispatch>, crate::ToolBoxError> {
+fn bench_tools() -> Result<Arc<dyn ToolDispatch>, crate::tools::toolbox::ToolBoxError> {
     let add = Tool::from_fn("add", "Adds a and b.", |args| {
         Ok(json!(
             args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
@@ -154,7 +157,7 @@ fn shorten(text: &str) -> String {
     if text.len() <= MAX {
         return text.to_string();
     }
-    let cut = crate::cut_at_char_boundary(text, MAX);
+    let cut = crate::output::final_output::cut_at_char_boundary(text, MAX);
     format!("{cut}…")
 }
 
@@ -317,7 +320,7 @@ fn agent_run(backend: &Backend, host: &tokio::runtime::Runtime) -> Result<Summar
         host.block_on(agent.run("Count to ten."))
             .map_err(|e| e.to_string())
     };
-    let check_run = |run: &crate::RunResult| {
+    let check_run = |run: &crate::agent::driver::RunResult| {
         if run.outcome == expected && run.steps == AGENT_STEPS {
             Ok(())
         } else {

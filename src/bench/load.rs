@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::scripts::Lang;
-use crate::{HostError, Runtime, ScriptOutput, ScriptRun, ScriptSession, Tool, ToolBox};
+use crate::exec::session::{ScriptRun, ScriptSession};
+use crate::output::script_output::ScriptOutput;
+use crate::tools::toolbox::{Tool, ToolBox};
+use codeact_runtime::{HostError, Runtime};
 
 /// Runtimes for each tenth of a mixed load, in session order: five Rhai, one
 /// JavaScript worker, two QuickJS, one MicroPython, one CPython.

@@ -72,7 +72,7 @@ pub fn now_utc() -> String {
 pub fn format_utc(secs: u64) -> String {
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let rem = secs % 86_400;
-    let (year, month, day) = crate::final_output::civil_from_days(days);
+    let (year, month, day) = crate::output::final_output::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
         rem / 3_600,

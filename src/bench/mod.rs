@@ -44,7 +44,7 @@ pub use scale::{CONCURRENCY, HISTORY_STEPS, SCRIPT_SIZES, idle_sessions};
 pub use scripts::{Lang, sample_value};
 pub use stats::{Summary, ratio};
 
-use crate::RUNTIME_NAMES;
+use crate::exec::registry::RUNTIME_NAMES;
 
 /// The version of the JSON report's format.
 pub const REPORT_FORMAT: u32 = 1;

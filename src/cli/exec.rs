@@ -7,7 +7,9 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime, usage_error};
-use crate::{ScriptSession, ToolBox, runtime_by_name};
+use crate::exec::registry::runtime_by_name;
+use crate::exec::session::ScriptSession;
+use crate::tools::toolbox::ToolBox;
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {

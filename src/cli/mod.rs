@@ -13,8 +13,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use codeact_runtime::Limits;
 
-use crate::command_tool::{CommandSpec, command_tool};
-use crate::{Tool, load_tool_manifest};
+use crate::tools::command::{CommandSpec, command_tool};
+use crate::tools::manifest::load_tool_manifest;
+use crate::tools::toolbox::Tool;
 
 /// Exit status for a run that produced a `ScriptOutput` (an error output included).
 pub(crate) const EXIT_OK: u8 = 0;

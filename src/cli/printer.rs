@@ -3,9 +3,10 @@
 use std::io::Write;
 use std::sync::Mutex;
 
-use crate::Validation;
-use crate::agent::{Event, Outcome, ToolCallOutcome};
+use crate::agent::decide::Outcome;
+use crate::agent::events::{Event, ToolCallOutcome};
 use crate::chat::Role;
+use crate::output::final_output::Validation;
 
 /// Prints events to stderr. Streamed text is printed as it arrives; a reply that
 /// was not streamed is printed whole when it joins the conversation.

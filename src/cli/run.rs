@@ -14,12 +14,18 @@ use crate::model::{ModelSpecError, model_from_spec};
 use std::time::Duration;
 
 use super::validate::{load_contract, read_schema};
+use crate::agent::decide::{LoopConfig, Outcome};
+use crate::agent::driver::AgentBuilder;
+use crate::agent::driver::{Agent, AgentError};
+use crate::agent::events::Listener;
+use crate::agent::events::{Event, Transcript};
 use crate::agent::read_transcript;
-use crate::agent::{AgentBuilder, Listener, TeamOutcome};
-use crate::{
-    Agent, AgentError, Event, LoopConfig, OnValidatorError, Outcome, OutputSpec, ResumePoint,
-    TeamConfigError, Transcript, TransferTarget, load_team, runtime_by_name,
-};
+use crate::agent::resume::ResumePoint;
+use crate::agent::team::TeamOutcome;
+use crate::agent::team_config::{TeamConfigError, load_team};
+use crate::exec::registry::runtime_by_name;
+use crate::output::spec::{OnValidatorError, OutputSpec};
+use crate::prompts::TransferTarget;
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {

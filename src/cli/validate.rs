@@ -8,7 +8,7 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::{EXIT_NOT_VALID, EXIT_OK, usage_error};
-use crate::{Check, OnValidatorError, OutputContract, OutputSpec, RefusedBy};
+use crate::output::spec::{Check, OnValidatorError, OutputContract, OutputSpec, RefusedBy};
 
 #[derive(Debug, Args)]
 pub(crate) struct ValidateArgs {
@@ -42,7 +42,7 @@ pub(crate) fn load_contract(
     schema_file: Option<&Path>,
 ) -> Result<OutputContract, String> {
     spec.load().map_err(|e| match (&e, schema_file) {
-        (crate::OutputSpecError::Schema(message), Some(path)) => {
+        (crate::output::spec::OutputSpecError::Schema(message), Some(path)) => {
             format!(
                 "schema '{}': not a valid JSON Schema: {message}",
                 path.display()

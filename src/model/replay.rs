@@ -86,7 +86,7 @@ fn transcript_replies(text: &str) -> Vec<String> {
     crate::agent::parse_transcript(text)
         .into_iter()
         .filter_map(|event| match event {
-            crate::agent::Event::Message { message }
+            crate::agent::events::Event::Message { message }
                 if message.role == crate::chat::Role::Assistant =>
             {
                 Some(message.joined_text())

@@ -36,11 +36,15 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::agent::{Agent, LoopConfig, Team, TeamBuilder};
+use crate::agent::decide::LoopConfig;
+use crate::agent::driver::Agent;
+use crate::agent::team::{Team, TeamBuilder};
+use crate::exec::registry::runtime_by_name;
 use crate::model::{ModelSpecError, model_from_spec};
-use crate::{
-    Limits, OnValidatorError, OutputSpec, TransferTarget, load_tool_manifest, runtime_by_name,
-};
+use crate::output::spec::{OnValidatorError, OutputSpec};
+use crate::prompts::TransferTarget;
+use crate::tools::manifest::load_tool_manifest;
+use codeact_runtime::Limits;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -151,7 +155,7 @@ pub fn load_team(
     path: &Path,
     limits: &Limits,
     tool_timeout: Duration,
-    configure: impl Fn(crate::AgentBuilder) -> crate::AgentBuilder,
+    configure: impl Fn(crate::agent::driver::AgentBuilder) -> crate::agent::driver::AgentBuilder,
 ) -> Result<LoadedTeam, TeamConfigError> {
     let invalid =
         |message: String| TeamConfigError::Invalid(format!("'{}': {message}", path.display()));

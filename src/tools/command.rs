@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use crate::Tool;
+use crate::tools::toolbox::Tool;
 
 /// How long a command tool may run before it is killed. Default: 30 s.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::UntrustedText;
+use crate::untrusted::UntrustedText;
 
 /// A type that can be a field of a [`FinalAnswer`]: anything that cannot smuggle
 /// unmarked free text. Implemented for numbers, booleans, `char`, `()`,

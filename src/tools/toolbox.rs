@@ -164,7 +164,7 @@ impl ToolDispatch for ToolBox {
             future
         };
         // The tool has to wait: its script's running slot is free meanwhile.
-        crate::run_slots::released_during(|| handle.block_on(&mut future))
+        crate::exec::run_slots::released_during(|| handle.block_on(&mut future))
     }
 }
 

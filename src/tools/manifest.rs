@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::Tool;
-use crate::command_tool::{CommandSpec, command_tool};
+use crate::tools::command::{CommandSpec, command_tool};
+use crate::tools::toolbox::Tool;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

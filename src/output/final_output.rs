@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::UntrustedText;
+use crate::untrusted::UntrustedText;
 
 /// Bytes of submitted content a [`FinalOutput`] keeps by default: 256 KiB.
 pub const DEFAULT_CONTENT_CAP: usize = 256 * 1024;

@@ -145,7 +145,7 @@ impl OutputSpec {
         let text = |field: &Option<String>| field.as_deref().unwrap_or("").trim().to_string();
         let rendered = render_strict(
             "output",
-            include_str!("../prompts/output.md"),
+            include_str!("../../prompts/output.md"),
             context! {
                 format => text(&self.format),
                 instructions => text(&self.instructions),

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use codeact_runtime::{HostError, LogBuffer, Runtime, Session, ToolDispatch};
 
-use crate::ScriptOutput;
-use crate::run_slots::Slot;
+use crate::exec::run_slots::Slot;
+use crate::output::script_output::ScriptOutput;
 
 /// One script run as the host sees it.
 #[derive(Debug, Clone, PartialEq)]

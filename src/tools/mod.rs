@@ -1,0 +1,7 @@
+//! Tools a script can call: the [`ToolBox`](toolbox::ToolBox) that serves a
+//! session's calls, tools backed by external commands, and the JSON manifests that
+//! describe them.
+
+pub(crate) mod command;
+pub(crate) mod manifest;
+pub(crate) mod toolbox;
