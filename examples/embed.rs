@@ -3,6 +3,11 @@
 //! `cargo run --example embed` replays a recorded conversation (no network, no key).
 //! With `OPENAI_BASE_URL` (and `OPENAI_API_KEY` where needed) set, it asks that
 //! server's model instead: `CODEACT_MODEL` names it (default `gpt-4o-mini`).
+//!
+//! A complete program to copy: it needs `codeact`, `serde_json` and `tokio` (with
+//! the `rt-multi-thread` and `macros` features) in `Cargo.toml`. The first lines of
+//! `main` matter once the app uses `JsRuntime` (Boa in worker processes): each
+//! worker is this program started again, and must stop there.
 
 use std::sync::Arc;
 
@@ -10,8 +15,16 @@ use codeact::model::{ModelClient, OpenAiClient, OpenAiConfig, ReplayModel};
 use codeact::{Agent, Event, Limits, Outcome, RhaiRuntime, Tool, ToolError};
 use serde_json::{Value, json};
 
+fn main() -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
+    if let Some(code) = codeact::run_worker_if_requested() {
+        return Ok(code);
+    }
+    ask()?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn ask() -> Result<(), Box<dyn std::error::Error>> {
     let model: Arc<dyn ModelClient> = match std::env::var("OPENAI_BASE_URL") {
         Ok(_) => {
             let name = std::env::var("CODEACT_MODEL").unwrap_or_else(|_| "gpt-4o-mini".into());

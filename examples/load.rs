@@ -32,9 +32,17 @@ fn status(field: &str) -> String {
         .unwrap_or_default()
 }
 
+fn main() -> std::process::ExitCode {
+    // The JavaScript sessions' workers are this program started again.
+    if let Some(code) = codeact::run_worker_if_requested() {
+        return code;
+    }
+    probe();
+    std::process::ExitCode::SUCCESS
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    codeact::run_worker_if_requested();
+async fn probe() {
     let args: Vec<String> = std::env::args().collect();
     let sessions: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(500);
     let seconds: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(20);

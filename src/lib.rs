@@ -59,8 +59,10 @@
 extern crate self as codeact;
 
 pub mod agent;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod chat;
+#[cfg(feature = "cli")]
 pub mod cli;
 mod exec;
 pub mod model;
@@ -75,6 +77,7 @@ pub use agent::{
     ResumePoint, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun, ToolCallOutcome, Transcript,
     TypedRun,
 };
+#[cfg(feature = "js")]
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
 pub use codeact_macros::FinalAnswer;
 pub use codeact_rhai::RhaiRuntime;
@@ -83,8 +86,9 @@ pub use codeact_runtime::{
     Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
     RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
 };
+#[cfg(feature = "wasm")]
 pub use codeact_wasm::{Guest, WasmRuntime};
-pub use exec::registry::{RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
+pub use exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
 pub use exec::run_slots::{max_running_scripts, set_max_running_scripts};
 pub use exec::session::{ScriptRun, ScriptSession};
 #[doc(hidden)]

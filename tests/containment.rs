@@ -17,7 +17,14 @@ const SECTION: Section = Section {
     title: "Containment: the audit's attacks",
     intro: "Each attack of the containment audit (issue 14), run by `tests/containment.rs` on every runtime it applies to with default limits unless the case says otherwise. A cell says how the attack was contained; `host` holds attacks on the host itself (tool processes, artifacts, streamed replies, terminals, fences).",
     binary: "containment",
-    columns: &["rhai", "js", "wasm:js", "wasm:micropython", "wasm:python", "host"],
+    columns: &[
+        "rhai",
+        "js",
+        "wasm:js",
+        "wasm:micropython",
+        "wasm:python",
+        "host",
+    ],
 };
 
 /// Every area's attacks, in the order of the audit's findings.
@@ -31,7 +38,10 @@ fn run_column(column: &'static str) {
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for attack in attacks() {
-        if only.as_deref().is_some_and(|only| !attack.name.contains(only)) {
+        if only
+            .as_deref()
+            .is_some_and(|only| !attack.name.contains(only))
+        {
             continue;
         }
         let started = Instant::now();
@@ -40,7 +50,11 @@ fn run_column(column: &'static str) {
             Some(Ok(outcome)) => rows.push((attack.name.to_string(), format!("✓ {outcome}"))),
             Some(Err(failure)) => failures.push(format!("{column}/{}: {failure}", attack.name)),
         }
-        eprintln!("{column}/{}: {} ms", attack.name, started.elapsed().as_millis());
+        eprintln!(
+            "{column}/{}: {} ms",
+            attack.name,
+            started.elapsed().as_millis()
+        );
     }
     if failures.is_empty()
         && only.is_none()

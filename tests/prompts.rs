@@ -1,4 +1,4 @@
-//! Prompt cards rendered from `prompts/`, compared with snapshots under
+//! Prompt cards rendered from each runtime crate's `prompts/`, compared with snapshots under
 //! `fixtures/snapshots/`. After an intended change, regenerate them with
 //! `UPDATE_SNAPSHOTS=1 cargo test --test prompts` and review the diff.
 

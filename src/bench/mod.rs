@@ -44,7 +44,7 @@ pub use scale::{CONCURRENCY, HISTORY_STEPS, SCRIPT_SIZES, idle_sessions};
 pub use scripts::{Lang, sample_value};
 pub use stats::{Summary, ratio};
 
-use crate::exec::registry::RUNTIME_NAMES;
+use crate::exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES};
 
 /// The version of the JSON report's format.
 pub const REPORT_FORMAT: u32 = 1;
@@ -53,6 +53,7 @@ pub const REPORT_FORMAT: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BenchOptions {
     /// Runtimes by name, as `runtime_by_name` takes them. See [`expand_runtimes`].
+    /// Default: `all` (every built-in runtime but the opt-in ones).
     pub runtimes: Vec<String>,
     /// Fewer samples, shorter windows and fewer idle sessions (about a tenth): a
     /// smoke test of the harness, not figures to quote. Default: false.
@@ -64,7 +65,7 @@ pub struct BenchOptions {
 impl Default for BenchOptions {
     fn default() -> Self {
         Self {
-            runtimes: RUNTIME_NAMES.iter().map(|name| name.to_string()).collect(),
+            runtimes: expand_runtimes("all"),
             quick: false,
             scale: true,
         }
@@ -72,15 +73,20 @@ impl Default for BenchOptions {
 }
 
 /// Turns a `--runtime` value into runtime names: `all` is every built-in runtime
-/// ([`RUNTIME_NAMES`]), `wasm` every wasm guest, and a comma-separated list names
-/// several. Unknown names are kept: the report says why they did not run.
+/// ([`RUNTIME_NAMES`]) but the opt-in ones ([`OPT_IN_RUNTIMES`]), `wasm` every such
+/// wasm guest, and a comma-separated list names several (an opt-in runtime runs when
+/// named). Unknown names are kept: the report says why they did not run.
 pub fn expand_runtimes(spec: &str) -> Vec<String> {
+    let shipped = || {
+        RUNTIME_NAMES
+            .iter()
+            .filter(|name| !OPT_IN_RUNTIMES.iter().any(|(opt_in, _)| opt_in == *name))
+    };
     let mut names: Vec<String> = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let expanded: Vec<String> = match part {
-            "all" => RUNTIME_NAMES.iter().map(|n| n.to_string()).collect(),
-            "wasm" => RUNTIME_NAMES
-                .iter()
+            "all" => shipped().map(|n| n.to_string()).collect(),
+            "wasm" => shipped()
                 .filter(|n| n.starts_with("wasm:"))
                 .map(|n| n.to_string())
                 .collect(),
@@ -164,17 +170,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn all_expands_to_every_built_in_runtime() {
-        assert_eq!(expand_runtimes("all").len(), RUNTIME_NAMES.len());
+    fn all_expands_to_every_built_in_runtime_but_the_opt_in_ones() {
+        let all = expand_runtimes("all");
+        assert_eq!(all.len(), RUNTIME_NAMES.len() - OPT_IN_RUNTIMES.len());
+        assert!(!all.iter().any(|name| name == "wasm:micropython"), "{all:?}");
     }
 
     #[test]
-    fn wasm_expands_to_the_wasm_guests_and_lists_are_deduplicated() {
+    fn wasm_expands_to_the_shipped_wasm_guests_and_lists_are_deduplicated() {
         let names = expand_runtimes("rhai, wasm,wasm:js");
-        assert_eq!(
-            names,
-            ["rhai", "wasm:js", "wasm:micropython", "wasm:python"]
-        );
+        assert_eq!(names, ["rhai", "wasm:js", "wasm:python"]);
+    }
+
+    #[test]
+    fn an_opt_in_runtime_runs_when_named() {
+        assert_eq!(expand_runtimes("wasm:micropython"), ["wasm:micropython"]);
     }
 
     #[test]

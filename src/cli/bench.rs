@@ -10,7 +10,8 @@ use crate::bench::{BenchOptions, expand_runtimes, run};
 
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
-    /// Which runtimes: all, rhai, js, js-in-process, wasm (every guest), wasm:js,
+    /// Which runtimes: all (every built-in runtime but the opt-in
+    /// wasm:micropython), rhai, js, js-in-process, wasm (the same guests), wasm:js,
     /// wasm:micropython, wasm:python, wasm:PATH, or several separated by commas.
     #[arg(long, default_value = "all")]
     runtime: String,

@@ -1,23 +1,38 @@
 //! Runtimes by name, as users select them (`--runtime rhai`).
 
-use std::path::Path;
 use std::sync::Arc;
 
+#[cfg(feature = "js")]
 use codeact_js::JsRuntime;
 use codeact_rhai::RhaiRuntime;
 use codeact_runtime::{Limits, Runtime};
+#[cfg(feature = "wasm")]
 use codeact_wasm::{Guest, LoadError, WasmRuntime};
 
 /// The runtime names this build knows, for help texts and errors. Besides these,
 /// `wasm:PATH` runs any WASI guest file that speaks the guest protocol.
 pub const RUNTIME_NAMES: &[&str] = &[
     "rhai",
+    #[cfg(feature = "js")]
     "js",
+    #[cfg(feature = "js")]
     "js-in-process",
+    #[cfg(feature = "wasm")]
     "wasm:js",
+    #[cfg(feature = "wasm")]
     "wasm:micropython",
+    #[cfg(feature = "wasm")]
     "wasm:python",
 ];
+
+/// Runtimes this build knows that run only when named: `all` and `wasm` in
+/// `codeact bench` leave them out. Each comes with why.
+pub const OPT_IN_RUNTIMES: &[(&str, &str)] = &[(
+    "wasm:micropython",
+    "its WASI build loses live objects when its garbage collector runs, so the \
+     collector is off and a plain loop such as sum(range(1, 1_000_001)) fills the \
+     heap up to the memory limit",
+)];
 
 /// Why `runtime_by_name` gave no runtime.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +45,7 @@ pub enum RuntimeByNameError {
         name: String,
     },
     /// A wasm guest could not be loaded (missing, wrong hash, refused by wasmtime).
+    #[cfg(feature = "wasm")]
     #[error(transparent)]
     Wasm(#[from] LoadError),
 }
@@ -45,26 +61,39 @@ pub fn runtime_by_name(name: &str, limits: Limits) -> Result<Arc<dyn Runtime>, R
         "rhai" => Ok(Arc::new(RhaiRuntime::new(limits))),
         // Workers are this executable, which must call `run_worker_if_requested`
         // first thing (the codeact binary does).
+        #[cfg(feature = "js")]
         "js" | "javascript" => Ok(Arc::new(JsRuntime::new(limits))),
         // Opt-in, without the worker's guarantees: see JsMode::InProcess.
+        #[cfg(feature = "js")]
         "js-in-process" => Ok(Arc::new(JsRuntime::in_process(limits))),
-        _ => match name.strip_prefix("wasm:") {
-            Some(path) if path.ends_with(".wasm") || path.ends_with(".wat") => {
-                let stem = Path::new(path)
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "guest".into());
-                let guest = Guest::custom(path, &stem, &[&stem]);
-                Ok(Arc::new(WasmRuntime::new(guest, limits)?))
+        #[cfg(feature = "wasm")]
+        _ if name.starts_with("wasm:") => wasm_runtime_by_name(name, limits),
+        _ => Err(RuntimeByNameError::Unknown { name: name.into() }),
+    }
+}
+
+/// A `wasm:` runtime: a pinned guest by name, or a guest file by path.
+#[cfg(feature = "wasm")]
+fn wasm_runtime_by_name(
+    name: &str,
+    limits: Limits,
+) -> Result<Arc<dyn Runtime>, RuntimeByNameError> {
+    match name.strip_prefix("wasm:") {
+        Some(path) if path.ends_with(".wasm") || path.ends_with(".wat") => {
+            let stem = std::path::Path::new(path)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "guest".into());
+            let guest = Guest::custom(path, &stem, &[&stem]);
+            Ok(Arc::new(WasmRuntime::new(guest, limits)?))
+        }
+        Some(_) => match WasmRuntime::by_name(name, limits) {
+            Ok(runtime) => Ok(Arc::new(runtime)),
+            Err(LoadError::UnknownGuest(_)) => {
+                Err(RuntimeByNameError::Unknown { name: name.into() })
             }
-            Some(_) => match WasmRuntime::by_name(name, limits) {
-                Ok(runtime) => Ok(Arc::new(runtime)),
-                Err(LoadError::UnknownGuest(_)) => {
-                    Err(RuntimeByNameError::Unknown { name: name.into() })
-                }
-                Err(e) => Err(e.into()),
-            },
-            None => Err(RuntimeByNameError::Unknown { name: name.into() }),
+            Err(e) => Err(e.into()),
         },
+        None => Err(RuntimeByNameError::Unknown { name: name.into() }),
     }
 }

@@ -16,7 +16,8 @@ pub struct RuntimeInfo {
     pub language: &'static str,
     /// Code-fence tags this runtime accepts, preferred tag first.
     pub fence_tags: &'static [&'static str],
-    /// The prompt card template (a minijinja template from `prompts/`). The host
+    /// The prompt card template (a minijinja template, kept in the runtime crate's
+    /// own `prompts/` so each crate packages on its own). The host
     /// renders it with `tools` (each with `name`, `description`, `signature`),
     /// `limits` and `transfer_targets`.
     pub card_template: &'static str,

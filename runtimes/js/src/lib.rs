@@ -24,7 +24,7 @@ use codeact_runtime::{
     ToolSpec,
 };
 
-pub use protocol::WORKER_ARG;
+pub use protocol::{WORKER_ARG, WORKER_ENV};
 pub use session::{JsMode, JsSession};
 pub use worker::run_worker_if_requested;
 
@@ -67,7 +67,7 @@ static INFO: RuntimeInfo = RuntimeInfo {
     name: "js",
     language: "JavaScript",
     fence_tags: &["js", "javascript"],
-    card_template: include_str!("../../../prompts/js.md"),
+    card_template: include_str!("../prompts/js.md"),
     enforcement: ENFORCEMENT,
 };
 
@@ -111,7 +111,7 @@ static IN_PROCESS_INFO: RuntimeInfo = RuntimeInfo {
     name: "js-in-process",
     language: "JavaScript",
     fence_tags: &["js", "javascript"],
-    card_template: include_str!("../../../prompts/js.md"),
+    card_template: include_str!("../prompts/js.md"),
     enforcement: IN_PROCESS_ENFORCEMENT,
 };
 

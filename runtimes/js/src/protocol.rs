@@ -9,6 +9,12 @@ use serde_json::Value;
 /// `argv[1]` that makes a binary run as a JavaScript worker.
 pub const WORKER_ARG: &str = "__codeact-js-worker";
 
+/// Set in a worker's environment. A process that has it and is about to start a
+/// worker itself is an app whose `main` did not call `run_worker_if_requested`
+/// first: it refuses, so a misbuilt app fails with the fix named instead of
+/// starting copies of itself without end.
+pub const WORKER_ENV: &str = "CODEACT_JS_WORKER";
+
 /// Host to worker.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

@@ -12,7 +12,7 @@ use codeact_runtime::{
     HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, ToolDispatch,
 };
 
-use crate::protocol::{Failure, FailureKind, Reply, Request, WORKER_ARG};
+use crate::protocol::{Failure, FailureKind, Reply, Request, WORKER_ARG, WORKER_ENV};
 
 const RUNTIME: &str = "js";
 
@@ -64,6 +64,10 @@ enum Link {
 struct Worker {
     link: Link,
     replies: Receiver<Reply>,
+    /// Whether the worker has sent any reply: one that exits before its first
+    /// reply is most likely not a worker at all (an app that skipped
+    /// `run_worker_if_requested`).
+    replied: bool,
 }
 
 impl Worker {
@@ -147,6 +151,7 @@ impl JsSession {
                 requests: request_sender,
             },
             replies,
+            replied: false,
         })
     }
 
@@ -155,11 +160,19 @@ impl JsSession {
             runtime: RUNTIME,
             reason,
         };
+        if std::env::var_os(WORKER_ENV).is_some() {
+            return Err(start(format!(
+                "this process was started as a JavaScript worker, but its `main` did not call \
+                 `run_worker_if_requested()` first, so it is trying to start workers of its own; \
+                 {CALL_THE_WORKER_FIRST}"
+            )));
+        }
         let limits = serde_json::to_string(&*self.limits).map_err(|e| start(e.to_string()))?;
         let mut child = Command::new(&self.worker_path)
             .arg(WORKER_ARG)
             .arg(limits)
             .env_clear()
+            .env(WORKER_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -196,6 +209,7 @@ impl JsSession {
         Ok(Worker {
             link: Link::Process { child, stdin },
             replies,
+            replied: false,
         })
     }
 
@@ -226,7 +240,10 @@ impl JsSession {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let reply = match worker.replies.recv_timeout(remaining) {
-                Ok(reply) => reply,
+                Ok(reply) => {
+                    worker.replied = true;
+                    reply
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     self.worker = None;
                     return Ok(Err(ScriptError::limit(
@@ -237,7 +254,18 @@ impl JsSession {
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     let status = worker.end();
+                    let replied = worker.replied;
                     self.worker = None;
+                    if !replied && exited_normally(status) {
+                        return Err(HostError::SessionStart {
+                            runtime: RUNTIME,
+                            reason: format!(
+                                "the worker '{}' exited before it answered, so it does not \
+                                 speak the worker protocol; {CALL_THE_WORKER_FIRST}",
+                                self.worker_path.display()
+                            ),
+                        });
+                    }
                     return Ok(Err(died(status, &limits)));
                 }
             };
@@ -286,6 +314,17 @@ fn write_request(stdin: &mut ChildStdin, request: &Request) -> std::io::Result<(
     let line = serde_json::to_string(request).map_err(std::io::Error::other)?;
     writeln!(stdin, "{line}")?;
     stdin.flush()
+}
+
+/// The fix for a program that starts workers of itself without serving as one.
+const CALL_THE_WORKER_FIRST: &str = "a program that hosts JavaScript sessions must call \
+    `codeact::run_worker_if_requested()` first thing in `main` and return its exit code \
+    when it gives one (see examples/embed.rs)";
+
+/// Whether a worker process ended by itself (an exit code, not a signal): a
+/// worker killed for memory or crashed ends by a signal.
+fn exited_normally(status: Option<std::process::ExitStatus>) -> bool {
+    status.is_some_and(|status| status.code().is_some())
 }
 
 /// Why a worker ended without finishing its run: killed by the kernel for memory

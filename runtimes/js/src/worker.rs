@@ -26,7 +26,22 @@ const BASELINE_BYTES: u64 = 48 << 20;
 
 /// Runs the worker if this process was started as one (`argv[1]` is
 /// [`WORKER_ARG`]); returns `None` otherwise. Call it first thing in `main` of any
-/// binary that hosts JavaScript sessions.
+/// binary that hosts JavaScript sessions, and return the code it gives:
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     if let Some(code) = codeact_js::run_worker_if_requested() {
+///         return code;
+///     }
+///     // … the app …
+///     std::process::ExitCode::SUCCESS
+/// }
+/// ```
+///
+/// Without it, a worker is the app's own `main` again: starting a session then
+/// fails with a host error naming this fix (the worker's environment carries
+/// [`WORKER_ENV`](crate::WORKER_ENV), so it never starts workers of its own).
+#[must_use = "when it returns Some, this process is a worker that has finished: return the code from main"]
 pub fn run_worker_if_requested() -> Option<ExitCode> {
     let mut args = std::env::args().skip(1);
     if args.next().as_deref() != Some(WORKER_ARG) {

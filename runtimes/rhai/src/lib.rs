@@ -52,7 +52,7 @@ static INFO: RuntimeInfo = RuntimeInfo {
     name: "rhai",
     language: "Rhai",
     fence_tags: &["rhai"],
-    card_template: include_str!("../../../prompts/rhai.md"),
+    card_template: include_str!("../prompts/rhai.md"),
     enforcement: engine::ENFORCEMENT,
 };
 

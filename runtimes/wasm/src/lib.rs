@@ -90,7 +90,7 @@ static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
     name: "wasm:js",
     language: "JavaScript",
     fence_tags: &["js", "javascript"],
-    card_template: include_str!("../../../prompts/wasm-js.md"),
+    card_template: include_str!("../prompts/wasm-js.md"),
     enforcement: ENFORCEMENT,
 };
 
@@ -98,7 +98,7 @@ static MICROPYTHON_INFO: RuntimeInfo = RuntimeInfo {
     name: "wasm:micropython",
     language: "Python",
     fence_tags: &["python", "py"],
-    card_template: include_str!("../../../prompts/python.md"),
+    card_template: include_str!("../prompts/python.md"),
     enforcement: ENFORCEMENT,
 };
 
@@ -106,7 +106,7 @@ static CPYTHON_INFO: RuntimeInfo = RuntimeInfo {
     name: "wasm:python",
     language: "Python",
     fence_tags: &["python", "py"],
-    card_template: include_str!("../../../prompts/python.md"),
+    card_template: include_str!("../prompts/python.md"),
     enforcement: ENFORCEMENT,
 };
 
@@ -295,7 +295,7 @@ fn custom_info(guest: &Guest) -> &'static RuntimeInfo {
         name: leak(guest.name.clone()),
         language: leak(guest.language.clone()),
         fence_tags: Box::leak(tags.into_boxed_slice()),
-        card_template: include_str!("../../../prompts/wasm-custom.md"),
+        card_template: include_str!("../prompts/wasm-custom.md"),
         enforcement: ENFORCEMENT,
     }))
 }
