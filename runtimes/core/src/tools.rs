@@ -54,6 +54,28 @@ impl ToolSpec {
             })
             .collect()
     }
+
+    /// How a JavaScript script calls this tool: `tools.add({a: integer, b: integer})`
+    /// (one object of named arguments). Shared by the Boa and QuickJS backends.
+    pub fn js_signature(&self) -> String {
+        let fields: Vec<String> = self
+            .argument_names()
+            .into_iter()
+            .map(|(name, ty)| format!("{name}: {ty}"))
+            .collect();
+        format!("tools.{}({{{}}})", self.name, fields.join(", "))
+    }
+
+    /// How a Python script calls this tool: `add(a=integer, b=integer)` (keyword
+    /// arguments).
+    pub fn python_signature(&self) -> String {
+        let fields: Vec<String> = self
+            .argument_names()
+            .into_iter()
+            .map(|(name, ty)| format!("{name}={ty}"))
+            .collect();
+        format!("{}({})", self.name, fields.join(", "))
+    }
 }
 
 /// True when `name` can name a tool in every language: ASCII letters, digits and

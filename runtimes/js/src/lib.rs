@@ -166,12 +166,7 @@ impl Runtime for JsRuntime {
     }
 
     fn tool_signature(&self, tool: &ToolSpec) -> String {
-        let fields: Vec<String> = tool
-            .argument_names()
-            .into_iter()
-            .map(|(name, ty)| format!("{name}: {ty}"))
-            .collect();
-        format!("tools.{}({{{}}})", tool.name, fields.join(", "))
+        tool.js_signature()
     }
 
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {

@@ -330,22 +330,13 @@ impl Runtime for WasmRuntime {
     }
 
     fn tool_signature(&self, tool: &ToolSpec) -> String {
-        let arguments = tool.argument_names();
         if matches!(
             self.blueprint.guest.launch,
             Launch::MicroPython | Launch::CPython
         ) {
-            let fields: Vec<String> = arguments
-                .into_iter()
-                .map(|(name, ty)| format!("{name}={ty}"))
-                .collect();
-            format!("{}({})", tool.name, fields.join(", "))
+            tool.python_signature()
         } else {
-            let fields: Vec<String> = arguments
-                .into_iter()
-                .map(|(name, ty)| format!("{name}: {ty}"))
-                .collect();
-            format!("tools.{}({{{}}})", tool.name, fields.join(", "))
+            tool.js_signature()
         }
     }
 
