@@ -96,7 +96,6 @@ pub use output::answer::__assert_answer_field;
 pub use output::answer::{AnswerField, FinalAnswer};
 pub use output::final_output::{
     ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
-    cut_at_char_boundary,
 };
 pub use output::script_output::ScriptOutput;
 pub use output::spec::{

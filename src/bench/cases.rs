@@ -153,12 +153,7 @@ pub fn check(run: &ScriptRun, expected: &ScriptOutput) -> Result<(), String> {
 }
 
 fn shorten(text: &str) -> String {
-    const MAX: usize = 200;
-    if text.len() <= MAX {
-        return text.to_string();
-    }
-    let cut = crate::output::final_output::cut_at_char_boundary(text, MAX);
-    format!("{cut}…")
+    codeact_runtime::text::shorten(text, 200)
 }
 
 /// Runs every case on `backend`, calling `progress` before each.

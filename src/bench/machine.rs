@@ -70,13 +70,17 @@ pub fn now_utc() -> String {
 /// Formats seconds since the Unix epoch as `YYYY-MM-DD HH:MM UTC` (proleptic
 /// Gregorian calendar).
 pub fn format_utc(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    let (year, month, day) = crate::output::final_output::civil_from_days(days);
+    let at = i64::try_from(secs)
+        .ok()
+        .and_then(|secs| time::OffsetDateTime::from_unix_timestamp(secs).ok())
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
-        rem / 3_600,
-        (rem % 3_600) / 60
+        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute()
     )
 }
 

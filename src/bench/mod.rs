@@ -173,7 +173,10 @@ mod tests {
     fn all_expands_to_every_built_in_runtime_but_the_opt_in_ones() {
         let all = expand_runtimes("all");
         assert_eq!(all.len(), RUNTIME_NAMES.len() - OPT_IN_RUNTIMES.len());
-        assert!(!all.iter().any(|name| name == "wasm:micropython"), "{all:?}");
+        assert!(
+            !all.iter().any(|name| name == "wasm:micropython"),
+            "{all:?}"
+        );
     }
 
     #[test]

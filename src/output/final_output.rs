@@ -4,6 +4,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use codeact_runtime::text::prefix_within;
 use serde::{Deserialize, Serialize};
 
 use crate::untrusted::UntrustedText;
@@ -61,7 +62,7 @@ impl FinalOutput {
         artifacts: Vec<PathBuf>,
         validation: Validation,
     ) -> Self {
-        let kept = cut_at_char_boundary(content, cap);
+        let kept = prefix_within(content, cap);
         Self {
             truncated: kept.len() < content.len(),
             content_bytes: content.len(),
@@ -73,19 +74,6 @@ impl FinalOutput {
             validation,
         }
     }
-}
-
-/// The longest prefix of `text` of at most `cap` bytes that ends on a character
-/// boundary.
-pub fn cut_at_char_boundary(text: &str, cap: usize) -> &str {
-    if text.len() <= cap {
-        return text;
-    }
-    let mut end = cap;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// Why an artifact path was refused.
@@ -141,34 +129,19 @@ pub fn artifact_path(workdir: &Path, declared: &str) -> Result<PathBuf, Artifact
     Ok(normal)
 }
 
-/// `time` as RFC 3339 in UTC with milliseconds, e.g. `2026-04-14T09:30:00.250Z`.
-pub fn rfc3339_utc(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let seconds = since.as_secs();
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = civil_from_days(days as i64);
+/// `instant` as RFC 3339 in UTC with milliseconds, e.g. `2026-04-14T09:30:00.250Z`.
+pub fn rfc3339_utc(instant: SystemTime) -> String {
+    let at = time::OffsetDateTime::from(instant.max(UNIX_EPOCH));
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        since.subsec_millis()
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.millisecond()
     )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
-/// `civil_from_days`).
-pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
@@ -192,12 +165,12 @@ mod tests {
     #[test]
     fn a_four_byte_character_is_never_split() {
         for cap in 0..8 {
-            let kept = cut_at_char_boundary("a🦀b", cap);
+            let kept = prefix_within("a🦀b", cap);
             assert!("a🦀b".starts_with(kept));
             assert!(kept.len() <= cap);
         }
-        assert_eq!(cut_at_char_boundary("a🦀b", 4), "a");
-        assert_eq!(cut_at_char_boundary("a🦀b", 5), "a🦀");
+        assert_eq!(prefix_within("a🦀b", 4), "a");
+        assert_eq!(prefix_within("a🦀b", 5), "a🦀");
     }
 
     #[test]

