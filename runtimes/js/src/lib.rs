@@ -12,6 +12,7 @@
 //! A binary that hosts JavaScript sessions calls [`run_worker_if_requested`] first
 //! thing in `main`; the `codeact` binary does.
 
+mod confine;
 mod protocol;
 mod session;
 mod worker;

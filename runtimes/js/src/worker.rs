@@ -62,6 +62,12 @@ fn worker_main(limits: &Limits) -> ExitCode {
         ));
         return ExitCode::FAILURE;
     }
+    if let Err(problem) = crate::confine::confine_worker() {
+        send(Reply::fatal(&format!(
+            "the JavaScript worker could not confine itself: {problem}"
+        )));
+        return ExitCode::FAILURE;
+    }
     if serve(limits) {
         ExitCode::SUCCESS
     } else {
