@@ -213,6 +213,19 @@ impl JsSession {
         })
     }
 
+    /// The error for a worker that ended by itself before its first reply: most
+    /// likely an app whose `main` does not serve as a worker.
+    fn not_a_worker(&self) -> HostError {
+        HostError::SessionStart {
+            runtime: RUNTIME,
+            reason: format!(
+                "the worker '{}' exited before it answered, so it does not speak the \
+                 worker protocol; {CALL_THE_WORKER_FIRST}",
+                self.worker_path.display()
+            ),
+        }
+    }
+
     /// Drives one run to its end: tool calls served, logs collected, the deadline
     /// kept by killing the worker.
     fn drive(
@@ -232,11 +245,17 @@ impl JsSession {
         let Some(worker) = self.worker.as_mut() else {
             return Err(lost("the worker did not start".into()));
         };
-        worker
-            .send(Request::Run {
-                script: script.to_string(),
-            })
-            .map_err(|e| lost(format!("cannot send the script to the worker: {e}")))?;
+        if let Err(e) = worker.send(Request::Run {
+            script: script.to_string(),
+        }) {
+            let status = worker.end();
+            let replied = worker.replied;
+            self.worker = None;
+            if !replied && exited_normally(status) {
+                return Err(self.not_a_worker());
+            }
+            return Err(lost(format!("cannot send the script to the worker: {e}")));
+        }
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let reply = match worker.replies.recv_timeout(remaining) {
@@ -257,14 +276,7 @@ impl JsSession {
                     let replied = worker.replied;
                     self.worker = None;
                     if !replied && exited_normally(status) {
-                        return Err(HostError::SessionStart {
-                            runtime: RUNTIME,
-                            reason: format!(
-                                "the worker '{}' exited before it answered, so it does not \
-                                 speak the worker protocol; {CALL_THE_WORKER_FIRST}",
-                                self.worker_path.display()
-                            ),
-                        });
+                        return Err(self.not_a_worker());
                     }
                     return Ok(Err(died(status, &limits)));
                 }
