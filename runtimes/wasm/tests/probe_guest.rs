@@ -181,6 +181,23 @@ fn a_message_over_sixteen_mib_is_refused_and_the_session_goes_on() {
     assert_eq!(value(&session.run("a").expect("runs"))["value"], 42);
 }
 
+/// If this fails, a guest that keeps writing after its result (a script that
+/// stole the nonce and kept running) has that result taken, and its later
+/// messages may answer the next step.
+#[test]
+fn a_guest_that_writes_after_its_result_loses_the_result_and_the_instance() {
+    let mut session = session(&probe(Limits::default()));
+    let outcome = session.run("d").expect("runs");
+    match &outcome.completion {
+        Err(ScriptError::Thrown { message }) => {
+            assert!(message.contains("protocol channel"), "{message}");
+            assert!(message.contains("restarted"), "{message}");
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+    assert_eq!(value(&session.run("a").expect("runs"))["value"], 42);
+}
+
 #[test]
 fn a_guest_that_never_reads_its_first_script_fails_to_start() {
     let guest = Guest::custom(fixture("never-ready.wat"), "Probe", &["probe"]);
