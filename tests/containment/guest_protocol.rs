@@ -116,10 +116,12 @@ fn to_json_set_in_one_step_changes_no_later_step(column: &str) -> Option<Result<
         r#"final_result(call_tool("add", {a: 1, b: 2}))"#,
         "final_result([40, 2])",
     ];
-    Some(session_runs(column, Limits::default(), &scripts).and_then(|runs| {
-        later_steps_gave(&runs, 1, &[json!(3), json!([40, 2])])?;
-        Ok("later tool arguments and results are encoded as written".into())
-    }))
+    Some(
+        session_runs(column, Limits::default(), &scripts).and_then(|runs| {
+            later_steps_gave(&runs, 1, &[json!(3), json!([40, 2])])?;
+            Ok("later tool arguments and results are encoded as written".into())
+        }),
+    )
 }
 
 const JS_REPLACE: &str = r#"
@@ -156,9 +158,7 @@ except Exception:
 observation("set")
 "#;
 
-fn replaced_json_and_builtins_change_no_later_step(
-    column: &str,
-) -> Option<Result<String, String>> {
+fn replaced_json_and_builtins_change_no_later_step(column: &str) -> Option<Result<String, String>> {
     let (first, second, third) = match column {
         "js" | "wasm:js" => (
             JS_REPLACE,
@@ -317,33 +317,36 @@ final_result(reachable)
         }
         _ => return None,
     };
-    Some(session_runs(column, Limits::default(), &[script]).and_then(|runs| {
-        later_steps_gave(&runs, 0, &[json!([])])?;
-        Ok("none is reachable".into())
-    }))
+    Some(
+        session_runs(column, Limits::default(), &[script]).and_then(|runs| {
+            later_steps_gave(&runs, 0, &[json!([])])?;
+            Ok("none is reachable".into())
+        }),
+    )
 }
 
 /// 5 MB: over the 4 MiB a message may be under a 64 MiB limit, under the 16 MiB
-/// that was the cap for every limit (the audit sent 16 MB; MicroPython takes
-/// seconds to encode that much).
+/// that was the cap for every limit (the audit sent 16 MB). Not on MicroPython,
+/// whose JSON encoder takes longer than the time limit to write megabytes; the
+/// cap is the host's, the same for every guest.
 fn an_oversized_message_is_refused_under_a_64_mib_limit(
     column: &str,
 ) -> Option<Result<String, String>> {
     let script = match column {
         "wasm:js" => r#"final_result("x".repeat(5000000))"#,
-        "wasm:micropython" | "wasm:python" => r#"final_result("x" * 5000000)"#,
+        "wasm:python" => r#"final_result("x" * 5000000)"#,
         _ => return None,
     };
     let limits = Limits {
         max_memory_bytes: 64 << 20,
         ..Limits::default()
     };
-    Some(session_runs(column, limits, &[script]).and_then(|runs| {
-        match &runs[0].output {
+    Some(
+        session_runs(column, limits, &[script]).and_then(|runs| match &runs[0].output {
             ScriptOutput::Error { message } if message.contains("memory limit") => {
                 Ok("refused as the memory limit".into())
             }
             other => Err(format!("the message was taken: {}", shown(other))),
-        }
-    }))
+        }),
+    )
 }
