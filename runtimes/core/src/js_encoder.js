@@ -137,6 +137,8 @@
     };
     walk(value, root, 0);
     if (count === 0) return text;
+    // One big piece (a long string): returned as it is, not copied by a join.
+    if (count === 1 && text === "") return chunks[0];
     defineProperty(chunks, count++, { __proto__: null, value: text, writable: true, enumerable: true, configurable: true });
     return apply(join, chunks, [""]);
   };

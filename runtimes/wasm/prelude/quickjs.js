@@ -43,8 +43,11 @@
 
   let nonce = "";
   const write = (text) => apply(puts, output, [text]);
-  const send = (json) => {
-    write("\x1ecodeact:" + nonce + " " + json + "\n");
+  // Piece by piece: a long value is not copied again to frame it.
+  const send = (json, before = "", after = "") => {
+    write("\x1ecodeact:" + nonce + " " + before);
+    write(json);
+    write(after + "\n");
     apply(flushOut, output, []);
   };
   const show = (v) => {
@@ -163,12 +166,16 @@
     }
     nonce = request.nonce;
     let json;
+    let done = false;
     try {
       install();
       const value = evalScript(request.code);
-      json = value === undefined
-        ? encode({ fail: "thrown", message: "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration" }, 4, false)
-        : '{"done":' + encode(value, MAX_DEPTH, false) + "}";
+      if (value === undefined) {
+        json = encode({ fail: "thrown", message: "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration" }, 4, false);
+      } else {
+        json = encode(value, MAX_DEPTH, false);
+        done = true;
+      }
     } catch (e) {
       try {
         json = encode(failure(e), 4, false);
@@ -176,6 +183,7 @@
         json = '{"fail":"thrown","message":"the script threw a value that cannot be shown"}';
       }
     }
-    send(json);
+    if (done) send(json, '{"done":', "}");
+    else send(json);
   }
 })();
