@@ -1,7 +1,8 @@
 // codeact's JSON encoder for the JavaScript preludes (the Boa worker and the
 // QuickJS guest), one copy for both. A function expression: called once, as the
 // prelude loads and before any script, with `fail(message)`, which must throw. It
-// returns `encode(value, maxDepth, lenient)`: the value as JSON text.
+// returns `encode(value, maxDepth, lenient, root, parts)`: the value as JSON text
+// (`root` names it in errors; with `parts`, an array of pieces to write in order).
 //
 // Every intrinsic it uses is taken here, at load, and called through a captured
 // Reflect.apply, so a script that later replaces JSON.stringify, Object.keys,
@@ -49,14 +50,23 @@
   // v[key] if v has it itself; never a prototype's value (or getter).
   const own = (v, key) => (apply(hasOwn, v, [key]) ? v[key] : undefined);
 
-  return (value, maxDepth, lenient, root = "output") => {
+  return (value, maxDepth, lenient, root = "output", parts = false) => {
     const chunks = [];
     let count = 0;
     let text = "";
+    const keep = (chunk) =>
+      defineProperty(chunks, count++, { __proto__: null, value: chunk, writable: true, enumerable: true, configurable: true });
     const put = (piece) => {
+      if (piece.length >= CHUNK) {
+        // A long piece (a long string) is a chunk of its own, never copied.
+        if (text !== "") keep(text);
+        keep(piece);
+        text = "";
+        return;
+      }
       text += piece;
       if (text.length >= CHUNK) {
-        defineProperty(chunks, count++, { __proto__: null, value: text, writable: true, enumerable: true, configurable: true });
+        keep(text);
         text = "";
       }
     };
@@ -136,10 +146,11 @@
       apply(setDelete, open, [v]);
     };
     walk(value, root, 0);
-    if (count === 0) return text;
-    // One big piece (a long string): returned as it is, not copied by a join.
-    if (count === 1 && text === "") return chunks[0];
-    defineProperty(chunks, count++, { __proto__: null, value: text, writable: true, enumerable: true, configurable: true });
+    if (text !== "") keep(text);
+    // As pieces, for a caller that writes them one by one (no joined copy).
+    if (parts) return chunks;
+    if (count === 0) return "";
+    if (count === 1) return chunks[0];
     return apply(join, chunks, [""]);
   };
 })

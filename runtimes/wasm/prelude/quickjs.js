@@ -43,10 +43,12 @@
 
   let nonce = "";
   const write = (text) => apply(puts, output, [text]);
-  // Piece by piece: a long value is not copied again to frame it.
+  // Piece by piece: a long value is not copied again to frame it. `json` is text
+  // or the encoder's pieces.
   const send = (json, before = "", after = "") => {
     write("\x1ecodeact:" + nonce + " " + before);
-    write(json);
+    if (typeof json === "string") write(json);
+    else for (let i = 0; i < json.length; i++) write(json[i]);
     write(after + "\n");
     apply(flushOut, output, []);
   };
@@ -173,7 +175,7 @@
       if (value === undefined) {
         json = encode({ fail: "thrown", message: "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration" }, 4, false);
       } else {
-        json = encode(value, MAX_DEPTH, false);
+        json = encode(value, MAX_DEPTH, false, "output", true);
         done = true;
       }
     } catch (e) {
