@@ -12,6 +12,9 @@ use support::reliability::{self, Section};
 mod attack;
 use attack::Attack;
 
+#[path = "containment/guest_protocol.rs"]
+mod guest_protocol;
+
 const SECTION: Section = Section {
     name: "containment",
     title: "Containment: the audit's attacks",
@@ -29,7 +32,7 @@ const SECTION: Section = Section {
 
 /// Every area's attacks, in the order of the audit's findings.
 fn attacks() -> Vec<&'static Attack> {
-    let areas: &[&[Attack]] = &[];
+    let areas: &[&[Attack]] = &[guest_protocol::ATTACKS];
     areas.iter().flat_map(|area| area.iter()).collect()
 }
 

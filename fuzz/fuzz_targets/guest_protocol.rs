@@ -18,7 +18,7 @@ fn header() -> String {
 
 fn parse(chunks: &[&[u8]]) -> (String, Vec<String>) {
     let header = header();
-    let mut parser = OutputParser::new(NONCE);
+    let mut parser = OutputParser::new(NONCE, 1 << 20);
     let mut text = String::new();
     let mut messages = Vec::new();
     let mut keep = |t: &str| {

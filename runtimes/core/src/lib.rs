@@ -23,6 +23,14 @@ mod tools;
 pub mod js_hoist;
 pub mod text;
 
+/// The JSON encoder both JavaScript preludes use (the Boa worker's and the QuickJS
+/// guest's): a JavaScript function expression, called once at load with a
+/// `fail(message)` that throws, returning `encode(value, maxDepth, lenient, root)`.
+/// It takes every intrinsic it needs at load and never calls `toJSON`, so what a
+/// script changes in the language's built-ins does not change what later steps
+/// send to the host. See the file for the rules.
+pub const JS_ENCODER: &str = include_str!("js_encoder.js");
+
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
 pub use runtime::{HostError, RunOutcome, Runtime, RuntimeInfo, ScriptError, Session};

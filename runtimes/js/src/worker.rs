@@ -161,13 +161,24 @@ fn new_context(limits: &Limits) -> JsResult<Context> {
         1,
         NativeFunction::from_fn_ptr(log),
     )?;
-    context.eval(Source::from_bytes(PRELUDE))?;
+    let prelude = PRELUDE.replace("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER);
+    context.eval(Source::from_bytes(&prelude))?;
     Ok(context)
 }
 
 /// Runs one script; the completion value as JSON, or what went wrong.
 fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, Failure> {
     let script = hoist_top_level(script);
+    // The helpers as the prelude made them, whatever an earlier script rebound.
+    let begin = context
+        .global_object()
+        .get(js_string!("__codeact_begin"), context)
+        .map_err(|e| classify(&e, context))?;
+    if let Some(begin) = begin.as_callable() {
+        begin
+            .call(&JsValue::undefined(), &[], context)
+            .map_err(|e| classify(&e, context))?;
+    }
     let value = context
         .eval(Source::from_bytes(&script))
         .map_err(|e| classify(&e, context))?;

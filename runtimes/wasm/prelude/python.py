@@ -3,20 +3,57 @@
 # stdout (the protocol is in runtimes/wasm/src/protocol.rs). The host fills in
 # __CODEACT_TOOLS__ (the tool names, a JSON array) and __CODEACT_MAX_DEPTH__ /
 # __CODEACT_MAX_CALL_DEPTH__ (the nesting and call depth limits).
-def __codeact_main():
-    # Builds the helpers and returns the function that serves one script; the
-    # loop runs at module level (see the end of this file).
+#
+# What a script may change for later steps: its own variables. What it may not:
+# the helpers (put back in its namespace before every script), the JSON encoder
+# and decoder, the builtins and streams the prelude uses (all taken as it loads,
+# as the defaults below and locals of __codeact_main), and the run's nonce (held
+# only where the script cannot reach it). The helpers a script sees hold nothing
+# of the prelude's: they pass their arguments through a channel, on CPython an
+# audit hook (which no Python code can list or remove), on MicroPython a closure
+# (which MicroPython offers no way to open).
+def __codeact_main(
+    isinstance=isinstance,
+    type=type,
+    str=str,
+    len=len,
+    id=id,
+    repr=repr,
+    dict=dict,
+    list=list,
+    tuple=tuple,
+    int=int,
+    float=float,
+    bytes=bytes,
+    bytearray=bytearray,
+    memoryview=memoryview,
+    enumerate=enumerate,
+    compile=compile,
+    exec=exec,
+    eval=eval,
+    hasattr=hasattr,
+    getattr=getattr,
+    Exception=Exception,
+    BaseException=BaseException,
+    MemoryError=MemoryError,
+    SyntaxError=SyntaxError,
+    ValueError=ValueError,
+    RuntimeError=RuntimeError,
+    TypeError=TypeError,
+    AttributeError=AttributeError,
+    ImportError=ImportError,
+):
+    # Serves scripts until stdin ends. Runs inside this call on CPython (whose
+    # frames are closed to scripts); MicroPython returns the serving function to
+    # loop at module level (see the end of this file).
     import sys
     import json
 
+    CPYTHON = sys.implementation.name == "cpython"
     try:
         import ast
     except ImportError:
         ast = None
-    try:
-        import traceback
-    except ImportError:
-        traceback = None
     try:
         import io
     except ImportError:
@@ -31,13 +68,61 @@ def __codeact_main():
     TOOLS = __CODEACT_TOOLS__
     MAX_DEPTH = __CODEACT_MAX_DEPTH__
     MAX_CALL_DEPTH = __CODEACT_MAX_CALL_DEPTH__
-    MEMORY_ANSWER = json.dumps({"fail": "memory", "message": "MemoryError: the script ran out of memory"})
     NO_RESULT = (
         "the script ended in a statement and called no result helper: end it with "
         "an expression such as final_result(value)"
     )
+
+    # JSON, taken now. CPython's json.dumps and json.loads look up module and
+    # class attributes on every call, so the C encoder and scanner are made here
+    # instead; MicroPython's are C functions already.
+    from_c = False
+    if CPYTHON:
+        import json.encoder
+        import json.scanner
+
+        c_make_encoder = json.encoder.c_make_encoder
+        c_encode_basestring_ascii = json.encoder.c_encode_basestring_ascii
+        c_make_scanner = json.scanner.c_make_scanner
+        from_c = c_make_encoder is not None and c_make_scanner is not None
+    if from_c:
+
+        def no_default(value):
+            raise TypeError("not JSON")
+
+        c_encode = c_make_encoder(
+            None, no_default, c_encode_basestring_ascii, None, ":", ",", False, False, False
+        )
+        scan = c_make_scanner(json.decoder.JSONDecoder())
+        join = "".join
+
+        def dumps(value):
+            return join(c_encode(value, 0))
+
+        def loads(text):
+            return scan(text, 0)[0]
+    else:
+        dumps = json.dumps
+        loads = json.loads
+
+    # Python's `ast.parse` calls `compile` through the builtins; the prelude calls
+    # its own with the same flag.
+    if ast is not None:
+        ONLY_AST = ast.PyCF_ONLY_AST
+        Expr = ast.Expr
+        Expression = ast.Expression
+        AST_TYPES = [t for t in vars(ast).values() if type(t) is type and issubclass(t, ast.AST)]
+    else:
+        AST_TYPES = []
+
+    MEMORY_ANSWER = dumps({"fail": "memory", "message": "MemoryError: the script ran out of memory"})
+
+    print_exception = getattr(sys, "print_exception", None)
     stdin = getattr(sys.stdin, "buffer", sys.stdin)
     stdout = sys.stdout
+    readinto = stdin.readinto
+    write = stdout.write
+    flush_stdout = stdout.flush
     state = {"nonce": "", "last": None}
 
     if hasattr(sys, "setrecursionlimit"):
@@ -55,7 +140,7 @@ def __codeact_main():
         # one line at a time; past it, a read returns end-of-file.
         chunks = []
         while True:
-            n = stdin.readinto(buffer)
+            n = readinto(buffer)
             if not n:
                 break
             chunks.append(bytes(view[:n]))
@@ -67,17 +152,17 @@ def __codeact_main():
 
     def flush():
         try:
-            stdout.flush()
+            flush_stdout()
         except Exception:
             pass  # MicroPython's stdout raises EBADF on flush
 
     def send(text):
         # Piece by piece: after a MemoryError even one concatenation may fail.
-        stdout.write("\x1ecodeact:")
-        stdout.write(state["nonce"])
-        stdout.write(" ")
-        stdout.write(text)
-        stdout.write("\n")
+        write("\x1ecodeact:")
+        write(state["nonce"])
+        write(" ")
+        write(text)
+        write("\n")
         flush()
 
     class ToolError(Exception):
@@ -85,61 +170,6 @@ def __codeact_main():
 
     class Unrepresentable(Exception):
         pass
-
-    def remember(output):
-        state["last"] = output
-        return output
-
-    def observation(value):
-        return remember({"type": "observation", "value": value})
-
-    def final_result(value, artifacts=None):
-        if artifacts is None:
-            return remember({"type": "final_result", "value": value})
-        return remember({"type": "final_result", "value": value, "artifacts": artifacts})
-
-    def error(message):
-        return remember({"type": "error", "message": str(message)})
-
-    def transfer_to_agent(agent_name):
-        return remember({"type": "transfer_to_agent", "agent_name": str(agent_name)})
-
-    def call_tool(name, args=None, **kwargs):
-        name = str(name)
-        if args is None:
-            args = {}
-        if kwargs:
-            if not isinstance(args, dict):
-                raise TypeError("call_tool takes a dict of arguments or keyword arguments, not both")
-            args = dict(args)
-            args.update(kwargs)
-        send(json.dumps({"tool": name, "args": args}))
-        line = read_line()
-        if not line:
-            raise ToolError("tool '%s' got no answer from the host" % name)
-        answer = json.loads(line)
-        if "error" in answer:
-            raise ToolError(answer["error"])
-        return answer.get("ok")
-
-    def tool_function(name):
-        def call(args=None, **kwargs):
-            return call_tool(name, args, **kwargs)
-
-        return call
-
-    namespace = {}
-    for tool in TOOLS:
-        namespace[tool] = tool_function(tool)
-    namespace.update({
-        "__name__": "__main__",
-        "observation": observation,
-        "final_result": final_result,
-        "error": error,
-        "transfer_to_agent": transfer_to_agent,
-        "call_tool": call_tool,
-        "ToolError": ToolError,
-    })
 
     def check(value, path, depth, ancestors):
         if depth > MAX_DEPTH:
@@ -174,9 +204,153 @@ def __codeact_main():
             "%s is a %s, which JSON cannot hold" % (path, type(value).__name__)
         )
 
-    def encode(value):
-        check(value, "output", 0, [])
-        return json.dumps(value)
+    def encode(value, path="output"):
+        check(value, path, 0, [])
+        return dumps(value)
+
+    def call_tool(name, args, kwargs):
+        name = str(name)
+        if args is None:
+            args = {}
+        if kwargs:
+            if not isinstance(args, dict):
+                raise TypeError("call_tool takes a dict of arguments or keyword arguments, not both")
+            args = dict(args)
+            args.update(kwargs)
+        try:
+            message = '{"tool":' + dumps(name) + ',"args":' + encode(args, "args") + "}"
+        except Unrepresentable as e:
+            raise TypeError(str(e))
+        send(message)
+        line = read_line()
+        if not line:
+            raise ToolError("tool '%s' got no answer from the host" % name)
+        answer = loads(line)
+        if "error" in answer:
+            raise ToolError(answer["error"])
+        return answer.get("ok")
+
+    # What the helpers ask of the prelude: `codeact.<what>` with its arguments.
+    def dispatch(event, args):
+        if event == "codeact.call_tool":
+            args[3].append(call_tool(args[0], args[1], args[2]))
+        elif event == "codeact.remember":
+            state["last"] = args[0]
+
+    if CPYTHON:
+        channel = sys.audit
+    else:
+        def channel(event, *args):
+            dispatch(event, args)
+
+    # The helpers: no closure, no globals; only their parameters and the channel
+    # bound as a default (on CPython a builtin function). Changing a function's
+    # defaults or code is refused on CPython (see `guard`).
+    def observation(value, __channel=channel):
+        output = {"type": "observation", "value": value}
+        __channel("codeact.remember", output)
+        return output
+
+    def final_result(value, artifacts=None, __channel=channel):
+        if artifacts is None:
+            output = {"type": "final_result", "value": value}
+        else:
+            output = {"type": "final_result", "value": value, "artifacts": artifacts}
+        __channel("codeact.remember", output)
+        return output
+
+    def error(message, __channel=channel, __str=str):
+        output = {"type": "error", "message": __str(message)}
+        __channel("codeact.remember", output)
+        return output
+
+    def transfer_to_agent(agent_name, __channel=channel, __str=str):
+        output = {"type": "transfer_to_agent", "agent_name": __str(agent_name)}
+        __channel("codeact.remember", output)
+        return output
+
+    def call_tool_helper(name, args=None, __channel=channel, **kwargs):
+        box = []
+        __channel("codeact.call_tool", name, args, kwargs, box)
+        return box[0]
+
+    def tool_function(name, __channel=channel):
+        def call(args=None, __name=name, __channel=__channel, **kwargs):
+            box = []
+            __channel("codeact.call_tool", __name, args, kwargs, box)
+            return box[0]
+
+        return call
+
+    helpers = {
+        "observation": observation,
+        "final_result": final_result,
+        "error": error,
+        "transfer_to_agent": transfer_to_agent,
+        "call_tool": call_tool_helper,
+        "ToolError": ToolError,
+    }
+    for tool in TOOLS:
+        if tool not in helpers:
+            helpers[tool] = tool_function(tool)
+    namespace = {"__name__": "__main__"}
+
+    if CPYTHON:
+        # Closed to scripts: frames (which hold the prelude's locals and the
+        # nonce), the collector's object lists, tracing and profiling hooks, new
+        # audit hooks, new code objects, and a function's code or defaults.
+        # AttributeError where code commonly probes for these (typing and
+        # collections fall back when sys._getframe is missing).
+        # ValueError, as for a stack not deep enough: logging, typing and
+        # collections.namedtuple fall back on it.
+        frameless = (
+            "sys._getframe",
+            "sys._getframemodulename",
+            "sys._current_frames",
+            "sys._current_exceptions",
+        )
+        frame_attributes = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
+        refused = (
+            "sys.settrace",
+            "sys.setprofile",
+            "sys.addaudithook",
+            "sys.monitoring.register_callback",
+            "gc.get_objects",
+            "gc.get_referrers",
+            "gc.get_referents",
+            "code.__new__",
+            "function.__new__",
+            "ctypes.dlopen",
+        )
+        trusted = [False]
+
+        def protected(value):
+            # The helpers and the ast classes the prelude parses with; by identity,
+            # so no script code runs.
+            for t in AST_TYPES:
+                if t is value:
+                    return True
+            for f in protected_functions:
+                if f is value:
+                    return True
+            return False
+
+        def guard(event, args):
+            if event[:8] == "codeact.":
+                dispatch(event, args)
+            elif trusted[0]:
+                return
+            elif event in frameless:
+                raise ValueError("%s is not available to scripts here" % event)
+            elif event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attributes:
+                raise AttributeError("%s is not available to scripts here" % args[1])
+            elif event in refused:
+                raise RuntimeError("%s is not available to scripts here" % event)
+            elif event == "object.__setattr__" and protected(args[0]):
+                raise AttributeError("the prelude's helpers cannot be changed")
+
+        protected_functions = list(helpers.values())
+        sys.addaudithook(guard)
 
     def split_micro(code):
         # No `ast` here: find the shortest tail starting on an unindented line that
@@ -203,23 +377,77 @@ def __codeact_main():
     def split(code):
         if ast is None:
             return split_micro(code)
-        tree = ast.parse(code, "<script>", "exec")
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+        tree = compile(code, "<script>", "exec", ONLY_AST)
+        if tree.body and type(tree.body[-1]) is Expr:
+            last = Expression(tree.body.pop().value)
             return compile(tree, "<script>", "exec"), compile(last, "<script>", "eval")
         return compile(tree, "<script>", "exec"), None
 
-    def describe(e, syntax):
-        if traceback is not None and sys.implementation.name == "cpython":
-            if syntax:
-                return "".join(traceback.format_exception_only(type(e), e)).rstrip()
-            tb = e.__traceback__
-            while tb is not None and tb.tb_frame.f_code.co_filename != "<script>":
-                tb = tb.tb_next
-            return "".join(traceback.format_exception(type(e), e, tb)).rstrip()
-        if io is not None and hasattr(sys, "print_exception"):
+    if CPYTHON:
+        traceback_of = BaseException.__traceback__.__get__
+
+        def frames_of(e):
+            # The frames of a traceback from the script's first on, read while
+            # the guard lets the prelude see frames. The traceback comes through
+            # BaseException's own descriptor and only C attributes are read, so
+            # no script code runs meanwhile.
+            frames = []
+            tb = traceback_of(e)
+            trusted[0] = True
+            try:
+                seen = False
+                while tb is not None and type(tb).__name__ == "traceback":
+                    code = tb.tb_frame.f_code
+                    seen = seen or code.co_filename == "<script>"
+                    if seen:
+                        frames.append((code.co_filename, tb.tb_lineno, code.co_name))
+                    tb = tb.tb_next
+            finally:
+                trusted[0] = False
+            return frames
+
+    def exception_line(e):
+        kind = type(e)
+        name = kind.__qualname__
+        if kind.__module__ not in ("builtins", "__main__"):
+            name = kind.__module__ + "." + name
+        text = str(e)
+        return name + ": " + text if text else name
+
+    def syntax_lines(e):
+        out = ['  File "%s", line %s' % (e.filename, e.lineno)]
+        if e.text:
+            text = e.text.rstrip("\n")
+            stripped = text.lstrip()
+            out.append("    " + stripped)
+            if e.offset is not None and e.offset >= 1:
+                column = e.offset - 1 - (len(text) - len(stripped))
+                if column >= 0:
+                    out.append("    " + " " * column + "^")
+        kind = type(e)
+        if kind.__module__ == "builtins":
+            out.append("%s: %s" % (kind.__name__, e.msg))
+        else:
+            out.append(exception_line(e))
+        return "\n".join(out)
+
+    def describe(e, syntax, code):
+        if CPYTHON:
+            # Formatted here, not by the traceback module, whose functions a
+            # script may replace.
+            if syntax or isinstance(e, SyntaxError):
+                return syntax_lines(e)
+            lines = code.split("\n")
+            out = ["Traceback (most recent call last):"]
+            for filename, lineno, name in frames_of(e):
+                out.append('  File "%s", line %d, in %s' % (filename, lineno, name))
+                if filename == "<script>" and 0 < lineno <= len(lines) and lines[lineno - 1].strip():
+                    out.append("    " + lines[lineno - 1].strip())
+            out.append(exception_line(e))
+            return "\n".join(out)
+        if io is not None and print_exception is not None:
             buffer = io.StringIO()
-            sys.print_exception(e, buffer)
+            print_exception(e, buffer)
             # Drop the prelude's own frames (MicroPython calls the -c code <stdin>).
             lines = buffer.getvalue().rstrip().split("\n")
             return "\n".join([l for l in lines if not l.startswith('  File "<stdin>"')])
@@ -227,10 +455,12 @@ def __codeact_main():
 
     def run(code):
         state["last"] = None
+        # The helpers as the prelude made them, whatever an earlier script rebound.
+        namespace.update(helpers)
         try:
             head, tail = split(code)
         except SyntaxError as e:
-            return json.dumps({"fail": "syntax", "message": describe(e, True)})
+            return dumps({"fail": "syntax", "message": describe(e, True, code)})
         try:
             exec(head, namespace)
             value = eval(tail, namespace) if tail is not None else None
@@ -239,22 +469,22 @@ def __codeact_main():
                 # the last helper it called.
                 value = state["last"]
             if value is None and tail is None:
-                return json.dumps({"fail": "thrown", "message": NO_RESULT})
+                return dumps({"fail": "thrown", "message": NO_RESULT})
             return '{"done":' + encode(value) + "}"
         except Unrepresentable as e:
-            return json.dumps({"fail": "unrepresentable", "message": str(e)})
+            return dumps({"fail": "unrepresentable", "message": str(e)})
         except MemoryError:
             # Prepared in advance: the heap is full, and describing the error
             # would need memory.
             return MEMORY_ANSWER
         except recursion_error as e:
-            return json.dumps({"fail": "call_depth", "message": describe(e, False)})
+            return dumps({"fail": "call_depth", "message": describe(e, False, code)})
         except SyntaxError as e:
-            return json.dumps({"fail": "syntax", "message": describe(e, False)})
+            return dumps({"fail": "syntax", "message": describe(e, False, code)})
         except BaseException as e:
             if isinstance(e, RuntimeError) and "recursion" in str(e):
-                return json.dumps({"fail": "call_depth", "message": describe(e, False)})
-            return json.dumps({"fail": "thrown", "message": describe(e, False)})
+                return dumps({"fail": "call_depth", "message": describe(e, False, code)})
+            return dumps({"fail": "thrown", "message": describe(e, False, code)})
 
     def serve_one():
         # Reads one script, runs it and answers; False at the end of input.
@@ -262,29 +492,42 @@ def __codeact_main():
         if not line:
             return False
         try:
-            request = json.loads(line)
-        except ValueError:
+            request = loads(line)
+        except Exception:
             return True
         state["nonce"] = request["nonce"]
+        code = request["code"]
+        request = line = None
         try:
-            answer = run(request["code"])
+            answer = run(code)
         except MemoryError:
             answer = MEMORY_ANSWER
         send(answer)
         return True
 
-    return serve_one
+    if not CPYTHON:
+        return serve_one
+    while serve_one():
+        pass
+    return None
 
 
 __codeact_serve_one = __codeact_main()
-del __codeact_main
-if __import__("sys").implementation.name == "micropython":
-    # This MicroPython build loses live objects when its collector runs (inside a
-    # call it faults; even between scripts, at module level, a session's
+if __codeact_serve_one is not None:
+    # MicroPython. This build loses live objects when its collector runs (inside
+    # a call it faults; even between scripts, at module level, a session's
     # variables went missing). So the collector never runs: a session holds at
     # most its heap (the memory limit) of allocations over its life, garbage
     # included; past that a script gets a MemoryError, reported as the memory
     # limit, and the session restarts.
     __import__("gc").disable()
-while __codeact_serve_one():
-    pass
+    # Its raw-memory module (which reads the nonce out of the heap) and its
+    # collector are not the script's: taken from the import system. A script that
+    # restores them can still read the interpreter's memory (see the README).
+    for __codeact_name in ("uctypes", "machine", "gc"):
+        __import__("sys").modules[__codeact_name] = None
+    del __codeact_name
+    __codeact_serve = __codeact_serve_one
+    del __codeact_main, __codeact_serve_one
+    while __codeact_serve():
+        pass

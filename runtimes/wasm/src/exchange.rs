@@ -48,13 +48,15 @@ pub(crate) struct Exchange {
 pub(crate) type SharedExchange = Arc<Mutex<Exchange>>;
 
 impl Exchange {
-    pub(crate) fn new(log_cap: usize) -> SharedExchange {
+    /// A guest's exchange: `log_cap` bytes of output kept, messages of at most
+    /// `max_message` bytes.
+    pub(crate) fn new(log_cap: usize, max_message: usize) -> SharedExchange {
         Arc::new(Mutex::new(Exchange {
             phase: Phase::Idle,
             stdin: VecDeque::new(),
             tool_pending: false,
             read_waker: None,
-            parser: OutputParser::new(""),
+            parser: OutputParser::new("", max_message),
             logs: LogBuffer::new(log_cap),
             inbox: VecDeque::new(),
             deadline: None,
@@ -68,10 +70,11 @@ impl Exchange {
         nonce: &str,
         line: Vec<u8>,
         log_cap: usize,
+        max_message: usize,
         deadline: Instant,
     ) {
         self.phase = Phase::Running;
-        self.parser = OutputParser::new(nonce);
+        self.parser = OutputParser::new(nonce, max_message);
         self.logs = LogBuffer::new(log_cap);
         self.inbox.clear();
         self.stdin.clear();
@@ -93,11 +96,20 @@ impl Exchange {
         std::mem::take(&mut self.logs)
     }
 
-    /// Queues the answer to the pending tool call.
+    /// Queues the answer to the pending tool call; the guest may write again.
     pub(crate) fn answer_tool(&mut self, line: Vec<u8>) {
         self.stdin.extend(line);
         self.tool_pending = false;
+        self.parser.reopen();
         self.wake_reader();
+    }
+
+    /// The guest wrote to stdout where it should have been reading stdin: after a
+    /// tool call before its answer, or after the run's terminal message. Only a
+    /// script that writes the protocol itself does that; the instance is not
+    /// trusted with another run.
+    pub(crate) fn broken(&self) -> bool {
+        self.parser.overrun()
     }
 
     fn wake_reader(&mut self) {
@@ -111,13 +123,15 @@ impl Exchange {
         let mut parsed = Vec::new();
         self.parser
             .feed(bytes, &mut |text| logs.push(text), &mut parsed);
+        // At most one message: the parser closes after each (see `broken`).
         for message in parsed {
-            match message {
-                Message::ToolCall { .. } => self.tool_pending = true,
-                // The script is over as far as the guest is concerned: its next read
-                // of stdin waits for the next script, even before the host has
-                // handled this message.
-                _ => self.phase = Phase::Idle,
+            if message.is_terminal() {
+                // The script is over as far as the guest is concerned: its next
+                // read of stdin waits for the next script, even before the host
+                // has handled this message.
+                self.phase = Phase::Idle;
+            } else {
+                self.tool_pending = true;
             }
             self.inbox.push_back(message);
         }

@@ -21,8 +21,17 @@
 //! Everything else on stdout or stderr is the run's printed output, including a
 //! message whose nonce is not this run's: ordinary printing, or text a script
 //! copied from a tool, cannot forge a protocol message. A new nonce is drawn for
-//! every run.
+//! every run (every step), so a message written during one step cannot answer
+//! another.
+//!
+//! **Order.** After a tool call the guest writes nothing to stdout until it has
+//! read the answer; after its terminal message (`done` or `fail`) nothing at all
+//! until it blocks reading its next script. The host stops parsing there: a byte
+//! past either point marks the session broken (see [`OutputParser::overrun`]), so
+//! it never queues more than one message and never parses a second answer. One
+//! message may be at most [`max_message_bytes`] long.
 
+use codeact_runtime::Limits;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -32,9 +41,22 @@ pub const MARKER: &[u8] = b"\x1ecodeact:";
 /// Hex digits in a nonce.
 pub const NONCE_LEN: usize = 16;
 
-/// The largest message a guest may send (a completion value or tool arguments):
-/// 16 MiB. A larger one is dropped as it streams in and the run fails saying so.
+/// The most any message may be, whatever the limits: 16 MiB.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// The least a message may be, however low the memory limit: 64 KiB.
+pub const MIN_MESSAGE_BYTES: usize = 64 << 10;
+
+/// The largest message a guest may send (a completion value or tool arguments)
+/// under `limits`: a sixteenth of the memory limit, between
+/// [`MIN_MESSAGE_BYTES`] and [`MAX_MESSAGE_BYTES`] (4 MiB under the default 64
+/// MiB). Parsed into JSON values a message can cost the host about sixteen times
+/// its text (a 32-byte value per `0,`), so the host spends on what a guest sends at
+/// most about the memory the guest itself may use. A larger message is dropped as
+/// it streams in, and the run ends with the memory limit.
+pub fn max_message_bytes(limits: &Limits) -> usize {
+    (limits.max_memory_bytes / 16).clamp(MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES)
+}
 
 /// A fresh random nonce: 16 lowercase hex digits.
 pub fn new_nonce() -> String {
@@ -125,13 +147,18 @@ pub enum Message {
         /// The interpreter's message.
         message: String,
     },
-    /// A message longer than [`MAX_MESSAGE_BYTES`]; its size so far.
+    /// A message longer than the parser's cap ([`max_message_bytes`]); the cap.
     Oversized(usize),
     /// A message that is not one of the above (a custom guest's bug).
     Malformed(String),
 }
 
 impl Message {
+    /// Whether the run is over after this message: everything but a tool call.
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, Message::ToolCall { .. })
+    }
+
     fn parse(body: &[u8]) -> Message {
         match serde_json::from_slice::<Wire>(body) {
             Ok(Wire::Tool { tool, args }) => Message::ToolCall { name: tool, args },
@@ -154,8 +181,14 @@ impl Message {
 pub struct OutputParser {
     header: Vec<u8>,
     state: State,
+    /// The largest message body accepted.
+    max_message: usize,
     /// The tail of an incomplete UTF-8 character, held until its next bytes arrive.
     partial_char: Vec<u8>,
+    /// Bytes arrived while the parser was closed.
+    overrun: bool,
+    /// A terminal message arrived: the parser stays closed.
+    terminated: bool,
 }
 
 #[derive(Debug)]
@@ -166,20 +199,38 @@ enum State {
     Header(usize),
     /// Inside a message body.
     Body(Vec<u8>),
-    /// Dropping the rest of an oversized message; bytes seen so far.
-    Skipping(usize),
+    /// After a tool call (until [`OutputParser::reopen`]) or a terminal message
+    /// (for good): the guest must be reading stdin, so any byte is an overrun.
+    Closed,
 }
 
 impl OutputParser {
-    /// A parser accepting messages tagged with `nonce`.
-    pub fn new(nonce: &str) -> Self {
+    /// A parser accepting messages tagged with `nonce`, each at most
+    /// `max_message` bytes.
+    pub fn new(nonce: &str, max_message: usize) -> Self {
         let mut header = MARKER.to_vec();
         header.extend_from_slice(nonce.as_bytes());
         header.push(b' ');
         Self {
             header,
             state: State::Text,
+            max_message,
             partial_char: Vec::new(),
+            overrun: false,
+            terminated: false,
+        }
+    }
+
+    /// Whether the guest wrote after a message that should have left it reading
+    /// stdin: a script writing to the protocol itself. What it wrote was dropped.
+    pub fn overrun(&self) -> bool {
+        self.overrun
+    }
+
+    /// Parses again after a tool call, once its answer is on stdin.
+    pub fn reopen(&mut self) {
+        if matches!(self.state, State::Closed) && !self.terminated {
+            self.state = State::Text;
         }
     }
 
@@ -219,48 +270,34 @@ impl OutputParser {
                 State::Body(body) => {
                     let end = bytes[i..].iter().position(|&b| b == b'\n');
                     let chunk = &bytes[i..end.map_or(bytes.len(), |p| i + p)];
-                    let seen = body.len() + chunk.len();
-                    if seen > MAX_MESSAGE_BYTES {
-                        match end {
-                            Some(p) => {
-                                messages.push(Message::Oversized(seen));
-                                self.state = State::Text;
-                                i += p + 1;
-                            }
-                            None => {
-                                self.state = State::Skipping(seen);
-                                i = bytes.len();
-                            }
-                        }
-                        continue;
+                    if body.len() + chunk.len() > self.max_message {
+                        // Dropped as it streams in: the host never holds more.
+                        self.close(Message::Oversized(self.max_message), messages);
+                        return;
                     }
                     body.extend_from_slice(chunk);
                     match end {
                         Some(p) => {
                             let body = std::mem::take(body);
-                            self.state = State::Text;
-                            messages.push(Message::parse(&body));
+                            self.close(Message::parse(&body), messages);
                             i += p + 1;
                         }
                         None => i = bytes.len(),
                     }
                 }
-                State::Skipping(seen) => {
-                    let end = bytes[i..].iter().position(|&b| b == b'\n');
-                    match end {
-                        Some(p) => {
-                            messages.push(Message::Oversized(*seen + p));
-                            self.state = State::Text;
-                            i += p + 1;
-                        }
-                        None => {
-                            *seen += bytes.len() - i;
-                            i = bytes.len();
-                        }
-                    }
+                State::Closed => {
+                    self.overrun = true;
+                    return;
                 }
             }
         }
+    }
+
+    /// Hands out `message`; the guest must now read stdin, so the parser closes.
+    fn close(&mut self, message: Message, messages: &mut Vec<Message>) {
+        self.terminated = message.is_terminal();
+        self.state = State::Closed;
+        messages.push(message);
     }
 
     /// Ends the run's output: a header cut short or a half-written character is
@@ -323,14 +360,24 @@ impl OutputParser {
 mod tests {
     use super::*;
 
-    fn parse_in_pieces(nonce: &str, input: &[u8], piece: usize) -> (String, Vec<Message>) {
-        let mut parser = OutputParser::new(nonce);
+    /// Feeds each part of `parts` in pieces of `piece` bytes, reopening the parser
+    /// between parts (as the host does once a tool's answer is queued).
+    fn parse_parts(nonce: &str, parts: &[&[u8]], piece: usize) -> (String, Vec<Message>, bool) {
+        let mut parser = OutputParser::new(nonce, 1 << 20);
         let mut text = String::new();
         let mut messages = Vec::new();
-        for chunk in input.chunks(piece) {
-            parser.feed(chunk, &mut |t| text.push_str(t), &mut messages);
+        for part in parts {
+            parser.reopen();
+            for chunk in part.chunks(piece) {
+                parser.feed(chunk, &mut |t| text.push_str(t), &mut messages);
+            }
         }
         parser.finish(&mut |t| text.push_str(t));
+        (text, messages, parser.overrun())
+    }
+
+    fn parse_in_pieces(nonce: &str, input: &[u8], piece: usize) -> (String, Vec<Message>) {
+        let (text, messages, _) = parse_parts(nonce, &[input], piece);
         (text, messages)
     }
 
@@ -338,10 +385,13 @@ mod tests {
 
     #[test]
     fn messages_and_text_are_split_however_the_writes_fall() {
-        let input = "héllo\n\x1ecodeact:0123456789abcdef {\"tool\":\"add\",\"args\":{\"a\":1}}\nmore\x1ecodeact:0123456789abcdef {\"done\":[1,\"é\"]}\n";
+        let call = "héllo\n\x1ecodeact:0123456789abcdef {\"tool\":\"add\",\"args\":{\"a\":1}}\n";
+        let done = "more\x1ecodeact:0123456789abcdef {\"done\":[1,\"é\"]}\n";
         for piece in [1, 2, 3, 7, 1000] {
-            let (text, messages) = parse_in_pieces(NONCE, input.as_bytes(), piece);
+            let (text, messages, overrun) =
+                parse_parts(NONCE, &[call.as_bytes(), done.as_bytes()], piece);
             assert_eq!(text, "héllo\nmore", "piece {piece}");
+            assert!(!overrun);
             assert_eq!(
                 messages,
                 vec![
@@ -353,6 +403,26 @@ mod tests {
                 ]
             );
         }
+    }
+
+    /// If this fails, a guest can queue messages without bound, or answer twice.
+    #[test]
+    fn nothing_is_parsed_after_a_terminal_message_or_before_a_tool_answer() {
+        let done = "\x1ecodeact:0123456789abcdef {\"done\":1}\n";
+        let twice = format!("{done}{done}");
+        let (_, messages, overrun) = parse_parts(NONCE, &[twice.as_bytes()], 7);
+        assert_eq!(messages, vec![Message::Done(serde_json::json!(1))]);
+        assert!(overrun);
+        // Reopening (a tool answer) does not reopen a finished run.
+        let (_, messages, overrun) = parse_parts(NONCE, &[done.as_bytes(), b"x"], 7);
+        assert_eq!(messages.len(), 1);
+        assert!(overrun);
+        let call = "\x1ecodeact:0123456789abcdef {\"tool\":\"t\"}\n";
+        let (_, messages, overrun) = parse_parts(NONCE, &[format!("{call}{done}").as_bytes()], 7);
+        assert_eq!(messages.len(), 1);
+        assert!(overrun);
+        let (_, _, overrun) = parse_parts(NONCE, &[done.as_bytes()], 7);
+        assert!(!overrun);
     }
 
     #[test]
@@ -373,8 +443,8 @@ mod tests {
 
     #[test]
     fn failures_and_malformed_messages_are_told_apart() {
-        let input = "\x1ecodeact:0123456789abcdef {\"fail\":\"syntax\",\"message\":\"bad\"}\n\x1ecodeact:0123456789abcdef {\"what\":1}\n";
-        let (_, messages) = parse_in_pieces(NONCE, input.as_bytes(), 9);
+        let fail = "\x1ecodeact:0123456789abcdef {\"fail\":\"syntax\",\"message\":\"bad\"}\n";
+        let (_, messages) = parse_in_pieces(NONCE, fail.as_bytes(), 9);
         assert_eq!(
             messages[0],
             Message::Failed {
@@ -382,17 +452,39 @@ mod tests {
                 message: "bad".into()
             }
         );
-        assert!(matches!(messages[1], Message::Malformed(_)));
+        let (_, messages) =
+            parse_in_pieces(NONCE, b"\x1ecodeact:0123456789abcdef {\"what\":1}\n", 9);
+        assert!(matches!(messages[0], Message::Malformed(_)));
+    }
+
+    /// If this fails, a guest's message costs the host more than the cap.
+    #[test]
+    fn an_oversized_message_is_dropped_as_it_streams_in() {
+        let mut parser = OutputParser::new(NONCE, 1000);
+        let mut messages = Vec::new();
+        let mut text = String::new();
+        parser.feed(
+            b"\x1ecodeact:0123456789abcdef {\"done\":\"",
+            &mut |t| text.push_str(t),
+            &mut messages,
+        );
+        for _ in 0..100 {
+            parser.feed(&[b'x'; 100], &mut |t| text.push_str(t), &mut messages);
+        }
+        assert_eq!(messages, vec![Message::Oversized(1000)]);
+        assert!(text.is_empty());
+        assert!(matches!(parser.state, State::Closed));
     }
 
     #[test]
-    fn an_oversized_message_is_dropped_and_reported() {
-        let mut input = b"\x1ecodeact:0123456789abcdef {\"done\":\"".to_vec();
-        input.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10));
-        input.extend_from_slice(b"\"}\nafter");
-        let (text, messages) = parse_in_pieces(NONCE, &input, 1 << 20);
-        assert_eq!(text, "after");
-        assert!(matches!(messages[..], [Message::Oversized(n)] if n > MAX_MESSAGE_BYTES));
+    fn the_message_cap_follows_the_memory_limit_within_bounds() {
+        let limits = |mib: usize| Limits {
+            max_memory_bytes: mib << 20,
+            ..Limits::default()
+        };
+        assert_eq!(max_message_bytes(&limits(64)), 4 << 20);
+        assert_eq!(max_message_bytes(&limits(0)), MIN_MESSAGE_BYTES);
+        assert_eq!(max_message_bytes(&limits(4096)), MAX_MESSAGE_BYTES);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use crate::engine::{self, Ticking};
 use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, locked};
 use crate::guests::{Guest, Launch};
-use crate::protocol::{self, FailKind, MAX_MESSAGE_BYTES, Message};
+use crate::protocol::{self, FailKind, Message};
 
 /// Told to the model when a stop cost the session its state.
 pub(crate) fn restarted_note(language: &str) -> String {
@@ -156,6 +156,9 @@ enum Event {
     Ended(wasmtime::Result<()>),
     /// Past the deadline and not running wasm.
     Stuck,
+    /// The guest wrote where it should have been reading (see
+    /// [`Exchange::broken`]).
+    Broken,
 }
 
 struct ThreadWaker(Thread);
@@ -199,7 +202,7 @@ impl WasmSession {
     fn instantiate(&self) -> Result<LiveGuest, HostError> {
         let engine = engine::engine().map_err(|e| self.host_error(e))?;
         let limits = &self.blueprint.limits;
-        let exchange = Exchange::new(limits.max_output_bytes);
+        let exchange = Exchange::new(limits.max_output_bytes, protocol::max_message_bytes(limits));
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(GuestStdin(exchange.clone()))
             .stdout(GuestOutput {
@@ -263,6 +266,7 @@ impl WasmSession {
                     Event::Ended(Err(e)) => format!("{e:#}"),
                     Event::Ended(Ok(())) => "the guest exited while starting".into(),
                     Event::Stuck => "the guest did not start in time".into(),
+                    Event::Broken => "the guest wrote past a protocol message".into(),
                     Event::Message(m) => format!("the guest sent {m:?} before any script"),
                     Event::Ready => "the guest was ready".into(),
                 };
@@ -293,6 +297,7 @@ impl WasmSession {
             &nonce,
             protocol::script_line(&nonce, &code),
             limits.max_output_bytes,
+            protocol::max_message_bytes(&limits),
             deadline,
         );
         // The completion, and whether the instance may serve the next run.
@@ -332,12 +337,16 @@ impl WasmSession {
                         error => break (Err(error), true),
                     }
                 }
-                Event::Message(Message::Oversized(bytes)) => {
-                    let message = format!(
-                        "the value is over {bytes} bytes as JSON; at most {} MiB may be returned",
-                        MAX_MESSAGE_BYTES >> 20
+                // The guest may still be writing it, or waiting for a tool answer
+                // it will never get: it is not used again.
+                Event::Message(Message::Oversized(cap)) => {
+                    let detail = format!(
+                        "the value or tool arguments are over {} as JSON, the most a script may send under this limit; {}",
+                        shown_bytes(cap),
+                        self.blueprint.restarted
                     );
-                    break (Err(ScriptError::Unrepresentable { message }), true);
+                    let error = ScriptError::limit(LimitKind::Memory, &limits, Some(detail));
+                    break (Err(error), false);
                 }
                 Event::Message(Message::Malformed(what)) => {
                     let message = format!("the guest sent a malformed protocol message: {what}");
@@ -359,13 +368,69 @@ impl WasmSession {
                     let error = ScriptError::limit(LimitKind::WallTime, &limits, restarted);
                     break (Err(error), false);
                 }
+                Event::Broken => break (Err(self.broken()), false),
             }
+        };
+        // A result counts only once the guest is back in its read of the next
+        // script, having written nothing more: a script that sent a result itself
+        // and kept running is found here, before its result is taken.
+        let (completion, keep) = if keep {
+            self.settle(&mut instance, deadline, completion, &limits)
+        } else {
+            (completion, keep)
         };
         let logs = locked(&instance.exchange).end_run();
         if keep {
             self.instance = Some(instance);
         }
         Ok(RunOutcome { completion, logs })
+    }
+}
+
+impl WasmSession {
+    /// Polls the guest after its terminal message until it waits for the next
+    /// script; `completion` stands only if it gets there within the deadline
+    /// without writing anything.
+    fn settle(
+        &self,
+        instance: &mut LiveGuest,
+        deadline: Instant,
+        completion: Result<serde_json::Value, ScriptError>,
+        limits: &Limits,
+    ) -> (Result<serde_json::Value, ScriptError>, bool) {
+        let restarted = &self.blueprint.restarted;
+        match poll_guest(instance, deadline) {
+            Event::Ready => (completion, true),
+            Event::Broken | Event::Message(_) => (Err(self.broken()), false),
+            Event::Ended(result) => {
+                let refused = locked(&instance.exchange).memory_refused;
+                (Err(ended(result, refused, limits, restarted)), false)
+            }
+            Event::Stuck => {
+                let error =
+                    ScriptError::limit(LimitKind::WallTime, limits, Some(restarted.clone()));
+                (Err(error), false)
+            }
+        }
+    }
+
+    /// The error for a guest that wrote where it should have read.
+    fn broken(&self) -> ScriptError {
+        ScriptError::Thrown {
+            message: format!(
+                "the script wrote to the host's protocol channel itself (a message after its tool call or its result); {}",
+                self.blueprint.restarted
+            ),
+        }
+    }
+}
+
+/// `bytes` for a model: in MiB when whole, else in KiB.
+fn shown_bytes(bytes: usize) -> String {
+    if bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
     }
 }
 
@@ -431,8 +496,14 @@ fn poll_guest(instance: &mut LiveGuest, deadline: Instant) -> Event {
     let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
     let mut context = Context::from_waker(&waker);
     loop {
-        if let Some(message) = locked(&instance.exchange).inbox.pop_front() {
-            return Event::Message(message);
+        {
+            let mut exchange = locked(&instance.exchange);
+            if let Some(message) = exchange.inbox.pop_front() {
+                return Event::Message(message);
+            }
+            if exchange.broken() {
+                return Event::Broken;
+            }
         }
         if let Some(result) = instance.ended.take() {
             return Event::Ended(result);
@@ -447,7 +518,7 @@ fn poll_guest(instance: &mut LiveGuest, deadline: Instant) -> Event {
             }
             Poll::Pending => {
                 let exchange = locked(&instance.exchange);
-                if !exchange.inbox.is_empty() {
+                if !exchange.inbox.is_empty() || exchange.broken() {
                     continue;
                 }
                 if exchange.phase == Phase::Idle && exchange.waiting_for_script() {
@@ -549,4 +620,5 @@ pub(crate) fn render_prelude(template: &str, tools: &[String], limits: &Limits) 
             "__CODEACT_MAX_CALL_DEPTH__",
             &limits.max_call_depth.to_string(),
         )
+        .replace("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER)
 }

@@ -168,15 +168,28 @@ fn a_tool_call_is_served_while_the_guest_waits_for_the_answer() {
     );
 }
 
+/// If this fails, a guest's message costs the host more than the guest may spend.
 #[test]
-fn a_message_over_sixteen_mib_is_refused_and_the_session_goes_on() {
+fn a_message_over_the_cap_is_the_memory_limit_and_the_session_restarts() {
     let mut session = session(&probe(Limits::default()));
     let outcome = session.run("o").expect("runs");
+    assert_eq!(limit(&outcome), LimitKind::Memory);
+    assert_eq!(value(&session.run("a").expect("runs"))["value"], 42);
+}
+
+/// If this fails, a guest that keeps writing after its result (a script that
+/// stole the nonce and kept running) has that result taken, and its later
+/// messages may answer the next step.
+#[test]
+fn a_guest_that_writes_after_its_result_loses_the_result_and_the_instance() {
+    let mut session = session(&probe(Limits::default()));
+    let outcome = session.run("d").expect("runs");
     match &outcome.completion {
-        Err(ScriptError::Unrepresentable { message }) => {
-            assert!(message.contains("at most 16 MiB"), "{message}")
+        Err(ScriptError::Thrown { message }) => {
+            assert!(message.contains("protocol channel"), "{message}");
+            assert!(message.contains("restarted"), "{message}");
         }
-        other => panic!("expected a size error, got {other:?}"),
+        other => panic!("expected a protocol error, got {other:?}"),
     }
     assert_eq!(value(&session.run("a").expect("runs"))["value"], 42);
 }
