@@ -84,8 +84,16 @@ impl Worker {
     fn end(&mut self) -> Option<std::process::ExitStatus> {
         match &mut self.link {
             Link::Process { child, .. } => {
-                // Usually the worker is already dead; if its output was merely
-                // unreadable, it must not be waited for while alive.
+                // Usually the worker is dead or exiting (its stdout closes just
+                // before it exits): give it 100 ms to end by itself, so its own
+                // status is seen; if its output was merely unreadable, it must not
+                // be waited for while alive.
+                for _ in 0..20 {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Some(status);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
                 let _ = child.kill();
                 child.wait().ok()
             }
