@@ -10,13 +10,21 @@
 //!   character at a time, several seconds for a string at the cap in debug builds.
 //! - `replace(find, substitute)`: Rhai's builds the whole result before the size
 //!   check, so a million matches each replaced by a megabyte allocate a terabyte.
+//! - `split`, `split_rev` and `to_chars`: Rhai's build an array of one item per
+//!   piece before the array cap is checked: `split("")` of a string at the cap made
+//!   16 million strings (about 1 GB) before being refused. These count the pieces
+//!   first (one pass over the string) and refuse past the array cap.
 
-use rhai::{Engine, EvalAltResult, INT, ImmutableString, NativeCallContext, Position};
+use rhai::{
+    Array, Dynamic, Engine, EvalAltResult, INT, ImmutableString, NativeCallContext, Position,
+};
 
 type Outcome = Result<(), Box<EvalAltResult>>;
+type Splits = Result<Array, Box<EvalAltResult>>;
 
 /// Registers the replacements on `engine`.
 pub(crate) fn register(engine: &mut Engine) {
+    register_splits(engine);
     engine.register_fn(
         "pad",
         |ctx: NativeCallContext, text: &mut ImmutableString, len: INT, padding: char| {
@@ -62,6 +70,140 @@ pub(crate) fn register(engine: &mut Engine) {
             )
         },
     );
+}
+
+/// Registers the splitting functions, each counting its pieces before it builds them.
+/// They take the text by value (a reference count), so they stay callable on
+/// constants, as Rhai's pure originals are.
+fn register_splits(engine: &mut Engine) {
+    engine.register_fn("to_chars", |ctx: NativeCallContext, text: &str| -> Splits {
+        fits_array(&ctx, text.chars().count())?;
+        Ok(text.chars().map(Dynamic::from).collect::<Array>())
+    });
+    engine.register_fn(
+        "split",
+        |ctx: NativeCallContext, text: ImmutableString| -> Splits {
+            if text.is_empty() {
+                return Ok(vec![Dynamic::from(text.clone())]);
+            }
+            fits_array(&ctx, text.split_whitespace().count())?;
+            Ok(text.split_whitespace().map(piece).collect::<Array>())
+        },
+    );
+    engine.register_fn(
+        "split",
+        |ctx: NativeCallContext, text: ImmutableString, delimiter: &str| -> Splits {
+            split(&ctx, &text, delimiter, None, false)
+        },
+    );
+    engine.register_fn(
+        "split",
+        |ctx: NativeCallContext, text: ImmutableString, delimiter: char| -> Splits {
+            let mut buffer = [0; 4];
+            split(&ctx, &text, delimiter.encode_utf8(&mut buffer), None, false)
+        },
+    );
+    engine.register_fn(
+        "split",
+        |ctx: NativeCallContext, text: ImmutableString, delimiter: &str, segments: INT| -> Splits {
+            split(&ctx, &text, delimiter, Some(segments), false)
+        },
+    );
+    engine.register_fn(
+        "split",
+        |ctx: NativeCallContext, text: ImmutableString, delimiter: char, segments: INT| -> Splits {
+            let mut buffer = [0; 4];
+            split(
+                &ctx,
+                &text,
+                delimiter.encode_utf8(&mut buffer),
+                Some(segments),
+                false,
+            )
+        },
+    );
+    engine.register_fn(
+        "split_rev",
+        |ctx: NativeCallContext, text: ImmutableString, delimiter: &str| -> Splits {
+            split(&ctx, &text, delimiter, None, true)
+        },
+    );
+    engine.register_fn(
+        "split_rev",
+        |ctx: NativeCallContext, text: ImmutableString, delimiter: char| -> Splits {
+            let mut buffer = [0; 4];
+            split(&ctx, &text, delimiter.encode_utf8(&mut buffer), None, true)
+        },
+    );
+    engine.register_fn(
+        "split_rev",
+        |ctx: NativeCallContext, text: ImmutableString, delimiter: &str, segments: INT| -> Splits {
+            split(&ctx, &text, delimiter, Some(segments), true)
+        },
+    );
+    engine.register_fn(
+        "split_rev",
+        |ctx: NativeCallContext, text: ImmutableString, delimiter: char, segments: INT| -> Splits {
+            let mut buffer = [0; 4];
+            split(
+                &ctx,
+                &text,
+                delimiter.encode_utf8(&mut buffer),
+                Some(segments),
+                true,
+            )
+        },
+    );
+}
+
+/// Rhai's `split`/`split_rev` with and without a segment count, refusing more
+/// pieces than the array cap before building them.
+fn split(
+    ctx: &NativeCallContext,
+    text: &ImmutableString,
+    delimiter: &str,
+    segments: Option<INT>,
+    reverse: bool,
+) -> Result<Array, Box<EvalAltResult>> {
+    let whole = || vec![Dynamic::from(text.clone())];
+    let segments = match segments {
+        Some(segments) if segments < 1 => return Ok(whole()),
+        Some(segments) => Some(usize::try_from(segments).unwrap_or(usize::MAX)),
+        None => None,
+    };
+    if text.is_empty() || (!delimiter.is_empty() && !text.contains(delimiter)) {
+        return Ok(whole());
+    }
+    let pieces = text.split(delimiter).count();
+    fits_array(
+        ctx,
+        segments.map_or(pieces, |segments| segments.min(pieces)),
+    )?;
+    let items: Array = match (segments, reverse) {
+        (None, false) => text.split(delimiter).map(piece).collect(),
+        (None, true) => text.rsplit(delimiter).map(piece).collect(),
+        (Some(n), false) => text.splitn(n, delimiter).map(piece).collect(),
+        (Some(n), true) => text.rsplitn(n, delimiter).map(piece).collect(),
+    };
+    Ok(items)
+}
+
+/// One piece of a split, as a script value.
+fn piece(text: &str) -> Dynamic {
+    Dynamic::from(ImmutableString::from(text))
+}
+
+/// Fails unless an array of `items` fits the engine's array cap.
+fn fits_array(ctx: &NativeCallContext, items: usize) -> Result<(), Box<EvalAltResult>> {
+    let max = ctx.engine().max_array_size();
+    if max == 0 || items <= max {
+        Ok(())
+    } else {
+        Err(Box::new(EvalAltResult::ErrorDataTooLarge(
+            "Size of array/BLOB".into(),
+            Position::NONE,
+        )))
+    }
 }
 
 /// The error Rhai raises for a string past its cap (sorted as the memory limit).

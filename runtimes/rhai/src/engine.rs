@@ -47,7 +47,7 @@ pub(crate) const ENFORCEMENT: &[Enforcement] = &[
     },
     Enforcement {
         limit: LimitKind::Memory,
-        how: "per value, when an operation returns it: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values; and in total over the values every frame of the call stack holds in variables, through arrays, maps, curried function pointers and closure captures (each shared value once), scanned on variable reads and definitions at amortised cost, so a run overshoots by at most what it adds between two scans (about half the data held). Not counted (in-process gaps, each bounded per holder by the per-value caps): values in flight that no variable holds yet, such as call arguments being evaluated or the array a `map` builds",
+        how: "per value, when an operation returns it: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values (pad, replace, split and to_chars size their result before building it); and in total over the values every frame of the call stack holds in variables, through arrays, maps, curried function pointers and closure captures (each shared value once), scanned on variable reads and definitions at amortised cost, so a run overshoots by at most what it adds between two scans (about half the data held). Not counted (in-process gaps, each bounded per holder by the per-value caps): values in flight that no variable holds yet, such as call arguments being evaluated or the array a `map` builds",
     },
     Enforcement {
         limit: LimitKind::CallDepth,

@@ -177,14 +177,13 @@ impl Meter {
 /// so a session that hit the memory limit stays usable. Returns the names removed
 /// (largest first), or `None` when the variables were within the limit.
 pub(crate) fn relieve(scope: &mut Scope<'static>, max_bytes: usize) -> Option<Vec<String>> {
-    let mut meter = Meter::new(max_bytes, HashSet::new());
+    // One meter for the whole scope, so a value shared by two variables is counted
+    // once; it has no cap, so every variable is measured in full.
+    let mut meter = Meter::new(usize::MAX, HashSet::new());
     let mut sizes: Vec<(String, usize)> = scope
         .iter_raw()
         .map(|(name, _, value)| {
-            // One meter for the whole scope, so a value shared by two variables is
-            // counted once; `max_bytes` is lifted so every variable is measured.
             let before = meter.bytes;
-            meter.max_bytes = usize::MAX;
             meter.add(value);
             (name.to_string(), meter.bytes - before)
         })

@@ -268,3 +268,58 @@ fn a_replacement_past_the_string_cap_is_refused_before_it_is_built() {
         outcome.completion
     );
 }
+
+/// If this fails, splitting a string into more pieces than the array cap builds
+/// every piece before being refused (16 million strings for a string at the cap).
+#[test]
+fn a_split_into_more_pieces_than_the_array_cap_is_refused() {
+    let limits = Limits {
+        max_operations: u64::MAX,
+        ..Limits::default()
+    };
+    for split in [
+        r#"s.split("")"#,
+        "s.to_chars()",
+        "s.split('x')",
+        r#"s.split_rev("x", 100000000)"#,
+    ] {
+        let (outcome, _session) = run(
+            limits.clone(),
+            &format!(r#"let s = ""; s.pad(16000000, "x"); {split}.len()"#),
+        );
+        assert_eq!(
+            limit_hit(&outcome),
+            Some(LimitKind::Memory),
+            "{split}: {:?}",
+            outcome.completion
+        );
+    }
+}
+
+/// If this fails, the splitting builtins changed what scripts see.
+#[test]
+fn splitting_keeps_its_meaning() {
+    let (outcome, _session) = run(
+        Limits::default(),
+        r#"
+        const T = "a,b,,c";
+        [T.split(","), T.split(',', 2), T.split_rev(","), T.split_rev(',', 2),
+         "ab".split(""), "x y  z".split(), "".split(","), "abc".split("-"), "héj".to_chars(), T.split(",", 0)]
+        "#,
+    );
+    assert_eq!(
+        outcome.completion,
+        Ok(json!([
+            ["a", "b", "", "c"],
+            ["a", "b,,c"],
+            ["c", "", "b", "a"],
+            ["c", "a,b,"],
+            ["", "a", "b", ""],
+            ["x", "y", "z"],
+            [""],
+            ["abc"],
+            ["h", "é", "j"],
+            ["a,b,,c"]
+        ]))
+    );
+}
