@@ -203,12 +203,12 @@ pub(crate) fn tools() -> Option<Arc<dyn ToolDispatch>> {
 const SMALL_FRAME_VALUES: u64 = 64;
 
 /// Counts a variable access at call `level`; true when the memory meter should
-/// scan that level's frame: its amortised turn came; the run entered or left a call
-/// since the last access; the frame defined a variable since its last scan (a
-/// definition is seen before its value exists); or the frame is a function's and
-/// small (at most [`SMALL_FRAME_VALUES`] values at its last scan), so its record is
-/// current whenever it calls deeper, at a cost of a few value visits per access.
-/// Never true outside a run.
+/// scan that level's frame: its amortised turn came; the run entered a call since
+/// the last access; or, in a function's frame, it defined a variable since its last
+/// scan (a definition is seen before its value exists) or it is small (at most
+/// [`SMALL_FRAME_VALUES`] values at its last scan), so its record is current
+/// whenever it calls deeper, at a cost of a few value visits per access. Never true
+/// outside a run.
 pub(crate) fn scan_due(level: usize, defining: bool) -> bool {
     let reads = READS.get() + 1;
     READS.set(reads);
@@ -217,16 +217,17 @@ pub(crate) fn scan_due(level: usize, defining: bool) -> bool {
         return false;
     }
     FRAMES.with_borrow_mut(|frames| {
-        let moved = frames.level != level;
-        let defined = frames.defined && !moved;
+        let entered = frames.level < level || frames.level == usize::MAX;
+        let defined = frames.defined && frames.level == level;
         frames.level = level;
         frames.defined = defining;
-        let small = level > 0
-            && frames
-                .records
-                .get(level)
-                .is_some_and(|record| record.visited <= SMALL_FRAME_VALUES);
-        reads >= next || moved || defined || small
+        // The session's own scope (level 0) is scanned on its amortised turn only:
+        // it may be large, and loops at the top level define variables all the time.
+        let small = frames
+            .records
+            .get(level)
+            .is_some_and(|record| record.visited <= SMALL_FRAME_VALUES);
+        reads >= next || entered || (level > 0 && (defined || small))
     })
 }
 
