@@ -35,7 +35,7 @@ use std::collections::HashSet;
 
 use rhai::{Dynamic, EvalAltResult, EvalContext, FnPtr, Position, Scope};
 
-use crate::run_state;
+use crate::run_state::{self, FrameRecord};
 
 /// Reads between two scans when the scope is small.
 const MIN_READS_BETWEEN_SCANS: u64 = 16;
@@ -69,15 +69,16 @@ pub(crate) fn on_access(
     if !run_state::scan_due(level, event == Event::Define) {
         return Ok(());
     }
-    let mut meter = Meter::new(max_bytes, run_state::counted_below(level));
-    for (_, _, value) in context.scope().iter_raw() {
-        if !meter.add(value) {
-            break;
+    let (visited, frame_bytes, addresses) = run_state::with_frames_below(level, |below| {
+        let mut meter = Meter::new(max_bytes, below);
+        for (_, _, value) in context.scope().iter_raw() {
+            if !meter.add(value) {
+                break;
+            }
         }
-    }
-    let visited = meter.visited;
-    let frame_bytes = meter.bytes;
-    let total = run_state::record_frame(level, frame_bytes, visited, meter.into_new_addresses());
+        (meter.visited, meter.bytes, meter.seen)
+    });
+    let total = run_state::record_frame(level, frame_bytes, visited, addresses);
     run_state::schedule_next_scan(visited.max(MIN_READS_BETWEEN_SCANS));
     if total > max_bytes {
         return Err(Box::new(EvalAltResult::ErrorDataTooLarge(
@@ -89,38 +90,31 @@ pub(crate) fn on_access(
 }
 
 /// Totals the bytes of values, each shared cell and large string buffer once.
-struct Meter {
+struct Meter<'a> {
     bytes: usize,
     visited: u64,
     max_bytes: usize,
-    /// Addresses counted by the frames below (from their records) or by this scan.
-    seen: HashSet<usize>,
+    /// What the frames below counted (consulted only for shared cells and large
+    /// strings, so a scan meeting none costs no lookups).
+    below: &'a [FrameRecord],
     /// Addresses this scan counted first: the frame's record, for the frames above.
-    new_addresses: Vec<usize>,
+    seen: HashSet<usize>,
 }
 
-impl Meter {
-    fn new(max_bytes: usize, counted_below: HashSet<usize>) -> Self {
+impl<'a> Meter<'a> {
+    fn new(max_bytes: usize, below: &'a [FrameRecord]) -> Self {
         Self {
             bytes: 0,
             visited: 0,
             max_bytes,
-            seen: counted_below,
-            new_addresses: Vec::new(),
+            below,
+            seen: HashSet::new(),
         }
-    }
-
-    fn into_new_addresses(self) -> Vec<usize> {
-        self.new_addresses
     }
 
     /// True when `address` was not counted yet (and remembers it).
     fn first_sight(&mut self, address: usize) -> bool {
-        let first = self.seen.insert(address);
-        if first {
-            self.new_addresses.push(address);
-        }
-        first
+        !self.below.iter().any(|record| record.counted(address)) && self.seen.insert(address)
     }
 
     /// Adds `value`'s size; false once the total is past the cap (stop counting).
@@ -179,7 +173,7 @@ impl Meter {
 pub(crate) fn relieve(scope: &mut Scope<'static>, max_bytes: usize) -> Option<Vec<String>> {
     // One meter for the whole scope, so a value shared by two variables is counted
     // once; it has no cap, so every variable is measured in full.
-    let mut meter = Meter::new(usize::MAX, HashSet::new());
+    let mut meter = Meter::new(usize::MAX, &[]);
     let mut sizes: Vec<(String, usize)> = scope
         .iter_raw()
         .map(|(name, _, value)| {

@@ -52,7 +52,14 @@ pub(crate) struct FrameRecord {
     visited: u64,
     /// Shared cells and large string buffers this frame counted first, so the
     /// frames above do not count them again.
-    addresses: Vec<usize>,
+    addresses: HashSet<usize>,
+}
+
+impl FrameRecord {
+    /// Whether this frame counted the value at `address`.
+    pub(crate) fn counted(&self, address: usize) -> bool {
+        self.addresses.contains(&address)
+    }
 }
 
 /// The meter's per-run view of the call stack.
@@ -74,7 +81,7 @@ impl Frames {
             records: vec![FrameRecord {
                 bytes: session_bytes,
                 visited: u64::MAX,
-                addresses: Vec::new(),
+                addresses: HashSet::new(),
             }],
             level: usize::MAX,
             defined: false,
@@ -231,15 +238,11 @@ pub(crate) fn scan_due(level: usize, defining: bool) -> bool {
     })
 }
 
-/// The addresses the frames below `level` counted, for a scan at `level`.
-pub(crate) fn counted_below(level: usize) -> HashSet<usize> {
+/// Runs `scan` with the records of the frames below `level`.
+pub(crate) fn with_frames_below<R>(level: usize, scan: impl FnOnce(&[FrameRecord]) -> R) -> R {
     FRAMES.with_borrow(|frames| {
-        frames
-            .records
-            .iter()
-            .take(level)
-            .flat_map(|record| record.addresses.iter().copied())
-            .collect()
+        let below = level.min(frames.records.len());
+        scan(&frames.records[..below])
     })
 }
 
@@ -249,7 +252,7 @@ pub(crate) fn record_frame(
     level: usize,
     bytes: usize,
     visited: u64,
-    addresses: Vec<usize>,
+    addresses: HashSet<usize>,
 ) -> usize {
     FRAMES.with_borrow_mut(|frames| {
         frames.records.resize_with(level + 1, FrameRecord::default);
