@@ -12,8 +12,12 @@ use support::reliability::{self, Section};
 mod attack;
 use attack::Attack;
 
+#[path = "containment/compile_cache.rs"]
+mod compile_cache;
 #[path = "containment/guest_protocol.rs"]
 mod guest_protocol;
+#[path = "containment/rhai_limits.rs"]
+mod rhai_limits;
 
 const SECTION: Section = Section {
     name: "containment",
@@ -32,7 +36,11 @@ const SECTION: Section = Section {
 
 /// Every area's attacks, in the order of the audit's findings.
 fn attacks() -> Vec<&'static Attack> {
-    let areas: &[&[Attack]] = &[guest_protocol::ATTACKS];
+    let areas: &[&[Attack]] = &[
+        compile_cache::ATTACKS,
+        rhai_limits::ATTACKS,
+        guest_protocol::ATTACKS,
+    ];
     areas.iter().flat_map(|area| area.iter()).collect()
 }
 

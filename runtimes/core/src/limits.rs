@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Limits {
-    /// Wall-clock time one run may take. Engines check it cooperatively (Rhai every
-    /// 1,024 operations), so a run can overrun by that much work. Default: 5 s.
+    /// Wall-clock time one run may take. Engines check it cooperatively (Rhai on
+    /// every operation, against a flag a timer raises), so a run can overrun by one
+    /// operation's work. Default: 5 s.
     #[serde(with = "duration_ms")]
     pub wall_time: Duration,
     /// Interpreter operations one run may execute (Rhai counts expressions and

@@ -9,15 +9,11 @@ use rhai::{
     Dynamic, Engine, EvalAltResult, ImmutableString, Map, Module, NativeCallContext, Shared,
 };
 
-use crate::{convert, memory_meter, run_state};
+use crate::memory_meter::{self, Event};
+use crate::{bounded_builtins, convert, run_state};
 
 /// The value `on_progress` terminates a run with when its deadline passes.
 pub(crate) const DEADLINE_TOKEN: &str = "codeact:deadline";
-
-/// Operations between two clock reads. Reading the clock on every operation costs
-/// about +55% on tight loops; every 1,024 costs under 1%, and a run overshoots its
-/// deadline by at most that much work (microseconds).
-const CLOCK_CHECK_INTERVAL: u64 = 1_024;
 
 /// Per-value caps derived from [`Limits::max_memory_bytes`]. Rhai counts nested
 /// values recursively, so each cap bounds one value as a whole.
@@ -43,7 +39,7 @@ impl ValueCaps {
 pub(crate) const ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "on_progress reads the clock every 1,024 operations and terminates the run; a tool call in progress is not interrupted",
+        how: "a shared timer thread raises the run's flag at the deadline; on_progress checks it on every operation and terminates the run, so a run overshoots by at most one operation, whose cost is bounded by the per-value caps (padding a string to the cap takes tens of milliseconds); a tool call in progress is not interrupted",
     },
     Enforcement {
         limit: LimitKind::Operations,
@@ -51,7 +47,7 @@ pub(crate) const ENFORCEMENT: &[Enforcement] = &[
     },
     Enforcement {
         limit: LimitKind::Memory,
-        how: "per value, when an operation returns it: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values; and over all variables in view (the session's, or a function's own while it runs), scanned on variable reads at amortised cost, so a run overshoots by at most what it adds between two scans (about half the data held)",
+        how: "per value, when an operation returns it: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values (pad, replace, split and to_chars size their result before building it); and in total over the values every frame of the call stack holds in variables, through arrays, maps, curried function pointers and closure captures (each shared value once), scanned on variable reads and definitions at amortised cost, so a run overshoots by at most what it adds between two scans (about half the data held). Not counted (in-process gaps, each bounded per holder by the per-value caps): values in flight that no variable holds yet, such as call arguments being evaluated or the array a `map` builds",
     },
     Enforcement {
         limit: LimitKind::CallDepth,
@@ -110,19 +106,25 @@ pub(crate) fn build(limits: &Limits) -> Engine {
         run_state::log_line(&format!("[debug {position}] {text}"));
     });
     engine.on_progress(|operations| {
-        if operations % CLOCK_CHECK_INTERVAL == 0 && run_state::deadline_passed() {
-            Some(Dynamic::from(DEADLINE_TOKEN))
-        } else {
-            None
-        }
+        run_state::time_is_up(operations).then(|| Dynamic::from(DEADLINE_TOKEN))
     });
 
     let max_bytes = limits.max_memory_bytes;
-    // `on_var` is marked deprecated only as "volatile"; rhai documents it as supported.
+    // `on_var` and `on_def_var` are marked deprecated only as "volatile"; rhai
+    // documents them as supported.
     #[allow(deprecated)]
     engine
-        .on_var(move |_name, _index, context| memory_meter::on_variable_read(&context, max_bytes));
+        .on_var(move |_name, _index, context| {
+            memory_meter::on_access(&context, Event::Read, max_bytes).map(|()| None)
+        })
+        .on_def_var(move |at_run_time, _info, context| {
+            if at_run_time {
+                memory_meter::on_access(&context, Event::Define, max_bytes)?;
+            }
+            Ok(true)
+        });
 
+    bounded_builtins::register(&mut engine);
     register_helpers(&mut engine, limits.max_nesting_depth);
     engine
 }

@@ -13,7 +13,9 @@
 //! assert_eq!(outcome.completion.unwrap()["value"], 42);
 //! ```
 
+mod alarm;
 mod big_stack;
+mod bounded_builtins;
 mod convert;
 mod engine;
 mod errors;

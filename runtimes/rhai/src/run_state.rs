@@ -10,7 +10,9 @@
 //! lives in `Cell`s; the rest behind a `RefCell`.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use codeact_runtime::{LogBuffer, ToolDispatch};
@@ -18,6 +20,9 @@ use codeact_runtime::{LogBuffer, ToolDispatch};
 /// What a run installs.
 pub(crate) struct RunState {
     pub deadline: Instant,
+    /// Raised by the deadline timer when `deadline` passes; `None` when no timer
+    /// thread could be started (the clock is then read every 1,024 operations).
+    pub alarm: Option<Arc<AtomicBool>>,
     pub tools: Arc<dyn ToolDispatch>,
     pub logs: LogBuffer,
     pub meter: MeterSchedule,
@@ -29,6 +34,9 @@ pub(crate) struct RunState {
 pub(crate) struct MeterSchedule {
     pub variable_reads: u64,
     pub next_scan: u64,
+    /// What the session's own variables held at the last scan of its scope: the
+    /// frames of a run's functions count it before the run scans the scope again.
+    pub session_bytes: usize,
 }
 
 struct ColdState {
@@ -36,8 +44,56 @@ struct ColdState {
     logs: LogBuffer,
 }
 
+/// What the memory meter last found in one call level's frame.
+#[derive(Debug, Default)]
+pub(crate) struct FrameRecord {
+    bytes: usize,
+    /// Values the scan visited: its cost.
+    visited: u64,
+    /// Shared cells and large string buffers this frame counted first, so the
+    /// frames above do not count them again.
+    addresses: HashSet<usize>,
+}
+
+impl FrameRecord {
+    /// Whether this frame counted the value at `address`.
+    pub(crate) fn counted(&self, address: usize) -> bool {
+        self.addresses.contains(&address)
+    }
+}
+
+/// The meter's per-run view of the call stack.
+#[derive(Debug)]
+struct Frames {
+    /// One record per call level, 0 being the session's scope.
+    records: Vec<FrameRecord>,
+    /// The level of the last hook call.
+    level: usize,
+    /// Whether the frame at `level` defined a variable since its last scan.
+    defined: bool,
+}
+
+impl Frames {
+    /// A run's frames before its first access: the session's scope as last
+    /// measured, and a level no access has, so the first access scans.
+    fn starting(session_bytes: usize) -> Self {
+        Self {
+            records: vec![FrameRecord {
+                bytes: session_bytes,
+                visited: u64::MAX,
+                addresses: HashSet::new(),
+            }],
+            level: usize::MAX,
+            defined: false,
+        }
+    }
+}
+
 thread_local! {
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The active run's alarm, checked on every operation.
+    static ALARM: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+    static FRAMES: RefCell<Frames> = RefCell::new(Frames::starting(0));
     /// Variable reads so far; read and bumped on every variable read.
     static READS: Cell<u64> = const { Cell::new(0) };
     /// The read count at which the next memory scan is due; `u64::MAX` when no run
@@ -49,6 +105,8 @@ thread_local! {
 /// Installs a run's state on this thread until [`RunGuard::finish`] or drop.
 pub(crate) struct RunGuard {
     previous_deadline: Option<Instant>,
+    previous_alarm: Option<Arc<AtomicBool>>,
+    previous_frames: Frames,
     previous_meter: MeterSchedule,
     previous_cold: Option<ColdState>,
     finished: bool,
@@ -62,6 +120,8 @@ impl RunGuard {
         };
         Self {
             previous_deadline: DEADLINE.replace(Some(state.deadline)),
+            previous_alarm: ALARM.replace(state.alarm),
+            previous_frames: FRAMES.replace(Frames::starting(state.meter.session_bytes)),
             previous_meter: swap_meter(state.meter),
             previous_cold: COLD.with(|slot| slot.replace(Some(cold))),
             finished: false,
@@ -79,8 +139,15 @@ impl RunGuard {
     /// Puts the previous occupant back; returns this run's meter and cold state.
     fn restore(&mut self) -> (MeterSchedule, Option<ColdState>) {
         DEADLINE.replace(self.previous_deadline.take());
+        ALARM.replace(self.previous_alarm.take());
+        let frames = FRAMES.replace(std::mem::replace(
+            &mut self.previous_frames,
+            Frames::starting(0),
+        ));
+        let mut meter = swap_meter(self.previous_meter);
+        meter.session_bytes = frames.records.first().map_or(0, |record| record.bytes);
         (
-            swap_meter(self.previous_meter),
+            meter,
             COLD.with(|slot| slot.replace(self.previous_cold.take())),
         )
     }
@@ -91,6 +158,7 @@ fn swap_meter(meter: MeterSchedule) -> MeterSchedule {
     MeterSchedule {
         variable_reads: READS.replace(meter.variable_reads),
         next_scan: NEXT_SCAN.replace(meter.next_scan),
+        session_bytes: meter.session_bytes,
     }
 }
 
@@ -102,8 +170,23 @@ impl Drop for RunGuard {
     }
 }
 
+/// Operations between two clock reads when the run has no alarm.
+const CLOCK_CHECK_INTERVAL: u64 = 1_024;
+
+/// True when a run is active on this thread and its deadline has passed. Called on
+/// every operation: the alarm costs an atomic load; without one (no timer thread),
+/// the clock is read every [`CLOCK_CHECK_INTERVAL`] operations.
+pub(crate) fn time_is_up(operations: u64) -> bool {
+    let raised =
+        ALARM.with_borrow(|alarm| alarm.as_ref().map(|alarm| alarm.load(Ordering::Relaxed)));
+    match raised {
+        Some(raised) => raised,
+        None => operations.is_multiple_of(CLOCK_CHECK_INTERVAL) && deadline_passed(),
+    }
+}
+
 /// True when a run is active on this thread and its deadline has passed.
-pub(crate) fn deadline_passed() -> bool {
+fn deadline_passed() -> bool {
     DEADLINE
         .get()
         .is_some_and(|deadline| Instant::now() >= deadline)
@@ -123,11 +206,66 @@ pub(crate) fn tools() -> Option<Arc<dyn ToolDispatch>> {
     COLD.with(|slot| slot.borrow().as_ref().map(|state| state.tools.clone()))
 }
 
-/// Counts a variable read; true when a memory scan is due.
-pub(crate) fn count_variable_read() -> bool {
+/// Values a function's frame may hold and still be scanned on every access.
+const SMALL_FRAME_VALUES: u64 = 64;
+
+/// Counts a variable access at call `level`; true when the memory meter should
+/// scan that level's frame: its amortised turn came; the run entered a call since
+/// the last access; or, in a function's frame, it defined a variable since its last
+/// scan (a definition is seen before its value exists) or it is small (at most
+/// [`SMALL_FRAME_VALUES`] values at its last scan), so its record is current
+/// whenever it calls deeper, at a cost of a few value visits per access. Never true
+/// outside a run.
+pub(crate) fn scan_due(level: usize, defining: bool) -> bool {
     let reads = READS.get() + 1;
     READS.set(reads);
-    reads >= NEXT_SCAN.get()
+    let next = NEXT_SCAN.get();
+    if next == u64::MAX {
+        return false;
+    }
+    FRAMES.with_borrow_mut(|frames| {
+        let entered = frames.level < level || frames.level == usize::MAX;
+        let defined = frames.defined && frames.level == level;
+        frames.level = level;
+        frames.defined = defining;
+        // The session's own scope (level 0) is scanned on its amortised turn only:
+        // it may be large, and loops at the top level define variables all the time.
+        let small = frames
+            .records
+            .get(level)
+            .is_some_and(|record| record.visited <= SMALL_FRAME_VALUES);
+        reads >= next || entered || (level > 0 && (defined || small))
+    })
+}
+
+/// Runs `scan` with the records of the frames below `level`.
+pub(crate) fn with_frames_below<R>(level: usize, scan: impl FnOnce(&[FrameRecord]) -> R) -> R {
+    FRAMES.with_borrow(|frames| {
+        let below = level.min(frames.records.len());
+        scan(&frames.records[..below])
+    })
+}
+
+/// Records what a scan found at `level` and forgets the levels above it (they have
+/// returned); returns the total over the frames up to `level`.
+pub(crate) fn record_frame(
+    level: usize,
+    bytes: usize,
+    visited: u64,
+    addresses: HashSet<usize>,
+) -> usize {
+    FRAMES.with_borrow_mut(|frames| {
+        frames.records.resize_with(level + 1, FrameRecord::default);
+        frames.records[level] = FrameRecord {
+            bytes,
+            visited,
+            addresses,
+        };
+        frames
+            .records
+            .iter()
+            .fold(0usize, |total, record| total.saturating_add(record.bytes))
+    })
 }
 
 /// Schedules the next memory scan `reads` variable reads from now.

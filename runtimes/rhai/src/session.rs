@@ -9,7 +9,7 @@ use codeact_runtime::{
 use rhai::{AST, Dynamic, Engine, Scope};
 
 use crate::run_state::{MeterSchedule, RunGuard, RunState};
-use crate::{big_stack, convert, errors, memory_meter, semicolons, tool_functions};
+use crate::{alarm, big_stack, convert, errors, memory_meter, semicolons, tool_functions};
 
 /// A Rhai session: variables (`let x = …`) and functions (`fn f() {…}`) defined by one
 /// run are visible to the next. Built by [`RhaiRuntime`](crate::RhaiRuntime).
@@ -203,14 +203,27 @@ impl Drop for RhaiSession {
 
 impl Session for RhaiSession {
     fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+        let deadline = Instant::now() + self.limits.wall_time;
         let guard = RunGuard::install(RunState {
-            deadline: Instant::now() + self.limits.wall_time,
+            deadline,
+            alarm: alarm::arm(deadline),
             tools: self.tools.clone(),
             logs: LogBuffer::new(self.limits.max_output_bytes),
             meter: self.meter,
         });
         let completion = big_stack::run(|| self.evaluate(script));
-        let (logs, meter) = guard.finish();
+        let (logs, mut meter) = guard.finish();
+        if matches!(
+            completion,
+            Err(ScriptError::LimitExceeded {
+                limit: LimitKind::Memory,
+                ..
+            })
+        ) {
+            // The scope was just brought back under the limit; the next run measures
+            // it afresh rather than count what it held at the hit.
+            meter.session_bytes = 0;
+        }
         self.meter = meter;
         Ok(RunOutcome { completion, logs })
     }

@@ -154,8 +154,10 @@ impl RhaiValidator {
     /// Runs `validate(content)` under the limits, on the large evaluation stack,
     /// and sorts what it returned. What it prints is dropped.
     pub fn validate(&self, content: &str) -> Verdict {
+        let deadline = Instant::now() + self.limits.wall_time;
         let guard = RunGuard::install(RunState {
-            deadline: Instant::now() + self.limits.wall_time,
+            deadline,
+            alarm: crate::alarm::arm(deadline),
             tools: Arc::new(NoTools),
             logs: LogBuffer::new(self.limits.max_output_bytes),
             meter: MeterSchedule::default(),
