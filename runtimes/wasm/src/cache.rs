@@ -14,7 +14,7 @@
 //!   directory) over the entry's key and the payload. Without the secret no one can
 //!   make a file that loads.
 //! - **Bound to its key.** The key is the guest's sha256, the wasmtime version and
-//!   the sha256 of the engine's compile settings ([`crate::engine::fingerprint`]), so
+//!   the sha256 of the engine's compile settings (as wasmtime hashes them), so
 //!   a file written for another guest or another engine fails the check even when
 //!   copied under this one's name.
 //! - **In a directory only this user controls.** The directory is created 0700 and
