@@ -107,10 +107,30 @@ impl Drop for Ticking {
     }
 }
 
-/// A stable text naming the engine's version and configuration, for cache keys.
-pub(crate) fn compatibility_key(engine: &Engine) -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut hasher = DefaultHasher::new();
-    engine.precompile_compatibility_hash().hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
+/// The sha256 (lowercase hex) of everything wasmtime says a compiled module depends
+/// on in the engine: target, compiler flags, tunables, wasm features. Part of every
+/// cache key, so a module compiled under other settings is never loaded. The full
+/// hash stream is fed to sha256 (not a 64-bit `Hasher`), so two settings cannot
+/// collide by chance.
+pub(crate) fn fingerprint(engine: &Engine) -> String {
+    use std::hash::{Hash, Hasher};
+
+    use sha2::{Digest, Sha256};
+
+    struct Feed(Sha256);
+    impl Hasher for Feed {
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+        fn finish(&self) -> u64 {
+            0
+        }
+    }
+    let mut feed = Feed(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut feed);
+    feed.0
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -6,6 +6,7 @@
 //! register any other WASI command module by path ([`Guest::custom`]): it must speak
 //! the line protocol itself (see [`crate::protocol`]).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use codeact_runtime::Limits;
@@ -120,22 +121,34 @@ pub fn guest_sources() -> impl Iterator<Item = GuestSource> {
 /// Names of the pinned guests, as runtime names.
 pub const GUEST_NAMES: [&str; 3] = ["wasm:js", "wasm:micropython", "wasm:python"];
 
-/// Where caches go: `$XDG_CACHE_HOME/codeact`, else `~/.cache/codeact`.
-pub(crate) fn cache_root() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("codeact")
+/// The user's cache root, `$XDG_CACHE_HOME/codeact`, else `$HOME/.cache/codeact`,
+/// from `var` (the environment); `None` when neither is set to an absolute path.
+pub(crate) fn user_cache_root(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let absolute = |name: &str| {
+        var(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    absolute("XDG_CACHE_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".cache")))
+        .map(|root| root.join("codeact"))
 }
 
 /// Where the fetched guests are: `CODEACT_GUEST_DIR`, else
 /// `$XDG_CACHE_HOME/codeact/guests`, else `~/.cache/codeact/guests`, the same
-/// directory `scripts/fetch-guests.sh` fills.
+/// directory `scripts/fetch-guests.sh` fills; with neither `XDG_CACHE_HOME` nor
+/// `HOME` set, `codeact/guests` under the temporary directory. Only read, and every
+/// pinned guest is checked against its sha256 before it is compiled, so a shared
+/// directory cannot substitute a guest (unlike the compile cache, which is never
+/// shared: see [`crate::cache`]).
 pub fn default_guest_dir() -> PathBuf {
     std::env::var_os("CODEACT_GUEST_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| cache_root().join("guests"))
+        .unwrap_or_else(|| {
+            user_cache_root(|name| std::env::var_os(name))
+                .unwrap_or_else(|| std::env::temp_dir().join("codeact"))
+                .join("guests")
+        })
 }
 
 impl Guest {

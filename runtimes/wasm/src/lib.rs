@@ -13,7 +13,8 @@
 //! network: WASI gives them stdin, stdout, stderr, clocks and random numbers.
 //!
 //! Compiling a guest takes seconds, so compiled modules are cached on disk
-//! ([`cache`]), and one `wasmtime::Engine` serves the whole process.
+//! ([`cache`]: authenticated files in a directory only this user may write, never a
+//! shared one), and one `wasmtime::Engine` serves the whole process.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -187,17 +188,24 @@ impl WasmRuntime {
         Self::new(guest, limits)
     }
 
-    /// `guest`, compiled modules cached in [`cache::default_cache_dir`].
+    /// `guest`, compiled modules cached in [`cache::default_cache_dir`] (or, when
+    /// there is none, compiled in memory once per process).
     pub fn new(guest: Guest, limits: Limits) -> Result<Self, LoadError> {
-        Self::with_cache_dir(guest, limits, &cache::default_cache_dir())
+        Self::load(guest, limits, cache::default_cache_dir().as_deref())
     }
 
-    /// `guest`, compiled modules cached in `cache_dir`.
+    /// `guest`, compiled modules cached in `cache_dir`: used only if it belongs to
+    /// this user and no one else may write it (else compiled in memory, with a
+    /// warning); see [`cache`].
     pub fn with_cache_dir(
         guest: Guest,
         limits: Limits,
         cache_dir: &Path,
     ) -> Result<Self, LoadError> {
+        Self::load(guest, limits, Some(cache_dir))
+    }
+
+    fn load(guest: Guest, limits: Limits, cache_dir: Option<&Path>) -> Result<Self, LoadError> {
         let started = std::time::Instant::now();
         let bytes = std::fs::read(&guest.path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
