@@ -12,17 +12,27 @@ use support::reliability::{self, Section};
 mod attack;
 use attack::Attack;
 
+#[path = "containment/host.rs"]
+mod host;
+
 const SECTION: Section = Section {
     name: "containment",
     title: "Containment: the audit's attacks",
     intro: "Each attack of the containment audit (issue 14), run by `tests/containment.rs` on every runtime it applies to with default limits unless the case says otherwise. A cell says how the attack was contained; `host` holds attacks on the host itself (tool processes, artifacts, streamed replies, terminals, fences).",
     binary: "containment",
-    columns: &["rhai", "js", "wasm:js", "wasm:micropython", "wasm:python", "host"],
+    columns: &[
+        "rhai",
+        "js",
+        "wasm:js",
+        "wasm:micropython",
+        "wasm:python",
+        "host",
+    ],
 };
 
 /// Every area's attacks, in the order of the audit's findings.
 fn attacks() -> Vec<&'static Attack> {
-    let areas: &[&[Attack]] = &[];
+    let areas: &[&[Attack]] = &[host::ATTACKS];
     areas.iter().flat_map(|area| area.iter()).collect()
 }
 
@@ -31,7 +41,10 @@ fn run_column(column: &'static str) {
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for attack in attacks() {
-        if only.as_deref().is_some_and(|only| !attack.name.contains(only)) {
+        if only
+            .as_deref()
+            .is_some_and(|only| !attack.name.contains(only))
+        {
             continue;
         }
         let started = Instant::now();
@@ -40,7 +53,11 @@ fn run_column(column: &'static str) {
             Some(Ok(outcome)) => rows.push((attack.name.to_string(), format!("✓ {outcome}"))),
             Some(Err(failure)) => failures.push(format!("{column}/{}: {failure}", attack.name)),
         }
-        eprintln!("{column}/{}: {} ms", attack.name, started.elapsed().as_millis());
+        eprintln!(
+            "{column}/{}: {} ms",
+            attack.name,
+            started.elapsed().as_millis()
+        );
     }
     if failures.is_empty()
         && only.is_none()
