@@ -814,3 +814,51 @@ fn a_missing_guest_is_a_usage_error_naming_the_fetch_script() {
         stderr(&out)
     );
 }
+
+/// The control characters of `text` other than newline and tab.
+fn raw_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|c| c.is_control() && *c != '\n' && *c != '\t')
+        .collect()
+}
+
+/// If this fails, a script's print can retitle, clear or rewrite the operator's
+/// terminal through `codeact exec`.
+#[test]
+fn exec_shows_control_characters_a_script_prints_as_visible_escapes() {
+    let out = codeact(
+        &["exec", "-"],
+        Some(br#"print("\x1b]0;title\x07\x1b[2Jafter"); observation(1)"#),
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {:?}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(raw_controls(&err), Vec::<char>::new(), "{err:?}");
+    assert_eq!(err, "\\x1b]0;title\\x07\\x1b[2Jafter\n");
+    // Stdout is one JSON line, where JSON's own escapes already apply.
+    assert_eq!(stdout(&out), "{\"type\":\"observation\",\"value\":1}\n");
+}
+
+/// If this fails, text from a model, a script or a tool reaches the operator's
+/// terminal raw through `codeact run`'s progress on stderr.
+#[test]
+fn run_shows_control_characters_from_the_model_and_the_script_as_visible_escapes() {
+    let replies = replay_file(
+        "replies-escapes.json",
+        &[
+            "Clearing \u{1b}[2J now.\n```rhai\nprint(\"\\x1b]0;pwned\\x07\");\nobservation(\"\\x1b[31mred\")\n```",
+            "```rhai\nfinal_result(\"\\x1b[2J\")\n```",
+        ],
+    );
+    let model = format!("replay:{}", replies.display());
+    let out = codeact(&["run", "--model", &model, "Go."], None);
+    assert_eq!(out.status.code(), Some(0), "stderr: {:?}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(raw_controls(&err), Vec::<char>::new(), "{err:?}");
+    assert!(err.contains("Clearing \\x1b[2J now."), "{err}");
+    assert!(err.contains("│ \\x1b]0;pwned\\x07"), "{err}");
+    assert!(err.contains("observation: \"\\u001b[31mred\""), "{err}");
+    assert_eq!(
+        stdout(&out),
+        "{\"type\":\"final_result\",\"value\":\"\\u001b[2J\"}\n"
+    );
+}

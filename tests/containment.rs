@@ -16,6 +16,8 @@ use attack::Attack;
 mod compile_cache;
 #[path = "containment/guest_protocol.rs"]
 mod guest_protocol;
+#[path = "containment/host.rs"]
+mod host;
 #[path = "containment/rhai_limits.rs"]
 mod rhai_limits;
 
@@ -40,6 +42,7 @@ fn attacks() -> Vec<&'static Attack> {
         compile_cache::ATTACKS,
         rhai_limits::ATTACKS,
         guest_protocol::ATTACKS,
+        host::ATTACKS,
     ];
     areas.iter().flat_map(|area| area.iter()).collect()
 }

@@ -3,6 +3,7 @@
 //! and records what it received, so the tests assert on what the loop sent.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,6 +43,14 @@ enum Reply {
     Raw {
         content_type: &'static str,
         body: String,
+    },
+    /// A 200 with this content type, then `chunk` again and again, `pause` apart,
+    /// forever; `produced` counts the bytes handed to the connection.
+    Endless {
+        content_type: &'static str,
+        chunk: Bytes,
+        pause: Duration,
+        produced: Arc<AtomicUsize>,
     },
 }
 
@@ -134,6 +143,26 @@ async fn handle(
         Some(Reply::Raw { content_type, body }) => builder
             .header("content-type", content_type)
             .body(Body::from(body)),
+        Some(Reply::Endless {
+            content_type,
+            chunk,
+            pause,
+            produced,
+        }) => {
+            let endless = futures_util::stream::unfold((), move |()| {
+                let (chunk, produced) = (chunk.clone(), produced.clone());
+                async move {
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
+                    produced.fetch_add(chunk.len(), Ordering::Relaxed);
+                    Some((Ok::<_, Infallible>(chunk), ()))
+                }
+            });
+            builder
+                .header("content-type", content_type)
+                .body(Body::from_stream(endless))
+        }
         Some(Reply::SseThenStall(events)) => {
             let first = futures_util::stream::iter(
                 events
@@ -304,10 +333,13 @@ async fn an_openai_run_feeds_back_the_observation_and_the_error_and_ends_on_the_
     );
     assert_eq!(user_messages(&first.body), vec!["Sum the data."]);
     let second = user_messages(&received[1].body);
-    assert_eq!(unfenced(&second[1]), "Observation:\n3");
+    assert_eq!(
+        unfenced(&second[1]),
+        "Observation:\n<untrusted>\n3\n</untrusted>"
+    );
     let third = user_messages(&received[2].body);
     assert!(
-        unfenced(&third[2]).starts_with("Error:\nRuntime error: not yet: 6"),
+        unfenced(&third[2]).starts_with("Error:\n<untrusted>\nRuntime error: not yet: 6"),
         "{}",
         third[2]
     );
@@ -384,17 +416,31 @@ async fn an_anthropic_run_sends_the_system_prompt_apart_and_the_key_in_its_heade
     assert_eq!(received[0].body["messages"][0]["role"], "user");
     assert_eq!(
         unfenced(&user_messages(&received[1].body)[1]),
-        "Observation:\n3"
+        "Observation:\n<untrusted>\n3\n</untrusted>"
     );
 }
 
-/// Feedback without its fence lines (`<untrusted-NONCE>`, `</untrusted-NONCE>`),
-/// whose nonces are random.
+/// Feedback with each fence made neutral (`<untrusted-NONCE>` … `</untrusted-NONCE>`
+/// become `<untrusted>` … `</untrusted>`), so it compares exactly. Panics when a
+/// fence opens without its closing line: fenced text must stay fenced.
 fn unfenced(text: &str) -> String {
-    text.lines()
-        .filter(|line| !line.starts_with("<untrusted-") && !line.starts_with("</untrusted-"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut open: Option<String> = None;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        match &open {
+            None if line.starts_with("<untrusted-") => {
+                open = Some(line.replacen('<', "</", 1));
+                out.push("<untrusted>");
+            }
+            Some(close) if line == close => {
+                open = None;
+                out.push("</untrusted>");
+            }
+            _ => out.push(line),
+        }
+    }
+    assert!(open.is_none(), "a fence is left open in:\n{text}");
+    out.join("\n")
 }
 
 #[tokio::test]
@@ -502,6 +548,123 @@ async fn a_stream_that_stalls_after_sending_text_is_an_error_not_a_hang() {
         .expect_err("stalls");
     assert!(err.to_string().contains("no data for 300 ms"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// If this fails, a server streaming big events without end fills the host's
+/// memory: a streamed reply must stop at the same byte cap as a whole one.
+#[tokio::test]
+async fn an_endless_stream_of_big_events_ends_in_a_clear_error_at_the_byte_cap() {
+    let filler = "x".repeat(1 << 20);
+    let event = format!("data: {}\n\n", text_chunk(&filler));
+    let produced = Arc::new(AtomicUsize::new(0));
+    let server = FakeServer::start(vec![Reply::Endless {
+        content_type: "text/event-stream",
+        chunk: Bytes::from(event),
+        pause: Duration::ZERO,
+        produced: produced.clone(),
+    }])
+    .await;
+    let mut config =
+        OpenAiConfig::from_env("test-model").with_base_url(format!("{}/v1", server.url));
+    assert_eq!(config.max_reply_bytes, 32 << 20, "the default cap");
+    config.api_key = Some("test-key".into());
+    config.retry = RetryPolicy {
+        max_retries: 0,
+        ..fast_retries()
+    };
+    // 8 MiB instead of the default 32 keeps the test quick (debug builds parse
+    // slowly); the path is the same.
+    config.max_reply_bytes = 8 << 20;
+    let client = OpenAiClient::new(config).expect("valid config");
+    let result = tokio::time::timeout(
+        Duration::from_secs(60),
+        client.stream(&request(), &mut |_| {}),
+    )
+    .await
+    .expect("the endless stream is cut off, not read for ever");
+    let error = result.expect_err("an endless stream is not a reply");
+    assert!(
+        error
+            .to_string()
+            .contains("the reply is larger than 8388608 bytes"),
+        "{error}"
+    );
+    // What sat in buffers on the way adds a few MiB at most.
+    let sent = produced.load(Ordering::Relaxed);
+    assert!(sent < 32 << 20, "the server got {sent} bytes out");
+}
+
+/// If this fails, a server that keeps a stream alive without end (events that
+/// carry nothing, never a finished reply) holds the run for ever.
+#[tokio::test]
+async fn a_stream_that_never_finishes_is_cut_at_the_reply_timeout() {
+    let server = FakeServer::start(vec![Reply::Endless {
+        content_type: "text/event-stream",
+        chunk: Bytes::from_static(b"data: {\"choices\": []}\n\n"),
+        pause: Duration::from_millis(50),
+        produced: Arc::new(AtomicUsize::new(0)),
+    }])
+    .await;
+    let mut config =
+        OpenAiConfig::from_env("test-model").with_base_url(format!("{}/v1", server.url));
+    config.api_key = Some("test-key".into());
+    config.retry = RetryPolicy {
+        max_retries: 0,
+        ..fast_retries()
+    };
+    config.idle_timeout = Duration::from_millis(300);
+    config.reply_timeout = Duration::from_secs(1);
+    let client = OpenAiClient::new(config).expect("valid config");
+    let error = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.stream(&request(), &mut |_| {}),
+    )
+    .await
+    .expect("cut off, not read for ever")
+    .expect_err("never a reply");
+    assert!(
+        error
+            .to_string()
+            .contains("the reply took longer than 1000 ms in all"),
+        "{error}"
+    );
+}
+
+/// If this fails, a whole (not streamed) body that trickles in without end holds
+/// the run for ever: only silence was bounded.
+#[tokio::test]
+async fn a_body_that_trickles_without_end_is_cut_at_the_reply_timeout() {
+    let server = FakeServer::start(vec![Reply::Endless {
+        content_type: "application/json",
+        chunk: Bytes::from_static(b" "),
+        pause: Duration::from_millis(50),
+        produced: Arc::new(AtomicUsize::new(0)),
+    }])
+    .await;
+    let mut config =
+        OpenAiConfig::from_env("test-model").with_base_url(format!("{}/v1", server.url));
+    config.api_key = Some("test-key".into());
+    config.retry = RetryPolicy {
+        max_retries: 0,
+        ..fast_retries()
+    };
+    config.idle_timeout = Duration::from_millis(300);
+    config.reply_timeout = Duration::from_secs(1);
+    let client = OpenAiClient::new(config).expect("valid config");
+    let error = tokio::time::timeout(Duration::from_secs(20), client.complete(&request()))
+        .await
+        .expect("cut off, not read for ever")
+        .expect_err("never a reply");
+    assert!(
+        error
+            .to_string()
+            .contains("the reply took longer than 1000 ms in all"),
+        "{error}"
+    );
+}
+
+fn request() -> codeact::chat::ModelRequest {
+    codeact::chat::ModelRequest::new("system", vec![codeact::chat::Message::user("go")])
 }
 
 #[tokio::test]

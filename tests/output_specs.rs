@@ -227,7 +227,8 @@ fn the_validator_sees_a_string_result_as_itself_and_other_values_as_json_text() 
         contract.check(&json!("a b c d e f")),
         Check::Refused {
             by: RefusedBy::Validator,
-            reason: "at most 5 words, got 6".into()
+            reason: "at most 5 words, got 6".into(),
+            quoted: None,
         }
     );
 }
@@ -254,7 +255,7 @@ fn checks_run_in_order_format_then_schema_then_validator() {
 #[test]
 fn a_broken_validator_refuses_under_reject_with_its_own_error() {
     let contract = spec_with("throws.rhai").load().expect("loads");
-    let Check::Refused { by, reason } = contract.check(&json!("x")) else {
+    let Check::Refused { by, reason, .. } = contract.check(&json!("x")) else {
         panic!("reject is the default");
     };
     assert_eq!(by, RefusedBy::BrokenValidator);
@@ -404,12 +405,17 @@ async fn an_artifact_escaping_the_working_directory_gets_the_result_refused() {
         .expect("builds");
     let run = agent.run("Write the report.").await.expect("finishes");
     let _ = std::fs::remove_dir_all(&workdir);
+    // The path is the model's: it comes back only inside a fence.
+    let feedback = last_feedback(&model, 1);
     assert!(
-        last_feedback(&model, 1).contains(
-            "an artifact path is not allowed:\nartifact '../../etc/passwd' escapes the working directory"
+        feedback.contains(
+            "an artifact path is not allowed:\nan artifact path escapes the working directory: give a path inside it, relative to it\n<untrusted-"
         ),
-        "{}",
-        last_feedback(&model, 1)
+        "{feedback}"
+    );
+    assert!(
+        feedback.contains("\n../../etc/passwd\n</untrusted-"),
+        "{feedback}"
     );
     let output = run.final_output.expect("the second result is accepted");
     assert_eq!(output.artifacts, vec![PathBuf::from("out/report.md")]);

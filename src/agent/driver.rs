@@ -401,7 +401,7 @@ impl Agent {
             extra: Some(Arc::new(|value: &Value| {
                 serde_json::from_value::<T>(value.clone())
                     .map(|_| ())
-                    .map_err(|e| format!("the final result does not fit the expected type: {e}"))
+                    .map_err(|e| e.to_string())
             })),
         };
         let run = self.run_with(task, &self.targets, &request).await?;
@@ -594,11 +594,11 @@ impl Agent {
                         check_result(contract, working_dir, &value, &artifacts).await;
                     let next = conversation.on_check(value.clone(), &check);
                     self.report_messages(conversation, &mut reported);
-                    if let Check::Refused { by, reason } = &check {
+                    if let Check::Refused { by, .. } = &check {
                         self.emit(|| Event::ResultRefused {
                             step,
                             by: *by,
-                            reason: reason.clone(),
+                            reason: check.refusal_text().unwrap_or_default(),
                             refusals: conversation.refusals(),
                         });
                     }
@@ -779,7 +779,8 @@ async fn check_result(
             Err(error) => {
                 let refused = Check::Refused {
                     by: RefusedBy::Artifact,
-                    reason: error.to_string(),
+                    reason: error.host_words().to_string(),
+                    quoted: error.quoted(),
                 };
                 return (refused, Vec::new());
             }
@@ -791,6 +792,7 @@ async fn check_result(
     let panicked = |what: String| Check::Refused {
         by: RefusedBy::BrokenValidator,
         reason: format!("the check failed inside the host: {what}"),
+        quoted: None,
     };
     let in_place = tokio::runtime::Handle::try_current()
         .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);

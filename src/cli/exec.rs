@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::printer::terminal_safe;
 use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime, usage_error};
 use crate::exec::registry::runtime_by_name;
 use crate::exec::session::ScriptSession;
@@ -74,7 +75,7 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
         Ok(run) => {
             let mut stderr = std::io::stderr().lock();
             let logs = run.logs.render();
-            let _ = stderr.write_all(logs.as_bytes());
+            let _ = stderr.write_all(terminal_safe(&logs).as_bytes());
             if !logs.is_empty() && !logs.ends_with('\n') {
                 let _ = stderr.write_all(b"\n");
             }
@@ -82,7 +83,7 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
             ExitCode::from(EXIT_OK)
         }
         Err(e) => {
-            eprintln!("codeact: {e}");
+            eprintln!("codeact: {}", terminal_safe(&e.to_string()));
             ExitCode::from(EXIT_HOST_FAILURE)
         }
     }

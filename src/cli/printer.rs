@@ -1,5 +1,12 @@
 //! The steps of a run as a person reads them on stderr.
+//!
+//! Everything written there passes through [`terminal_safe`]: a script, a tool or
+//! a model choose much of that text, and a control character reaching a terminal
+//! is a command to it (retitle the window, clear the screen, move the cursor,
+//! rewrite what was printed before).
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::Mutex;
 
@@ -18,7 +25,8 @@ pub(crate) struct Printer {
 
 impl Printer {
     pub fn print(&self, agent: &str, event: &Event) {
-        let mut err = std::io::stderr().lock();
+        // Formatted whole, then made terminal-safe, then written.
+        let mut err: Vec<u8> = Vec::new();
         let mut streamed = self.streamed.lock().unwrap_or_else(|p| p.into_inner());
         let _ = match event {
             Event::RunStarted { model, runtime, .. } => {
@@ -130,7 +138,40 @@ impl Printer {
             }
             Event::Message { .. } | Event::ModelReply { .. } | Event::Usage { .. } => Ok(()),
         };
+        if err.is_empty() {
+            return;
+        }
+        let text = String::from_utf8_lossy(&err);
+        let mut stderr = std::io::stderr().lock();
+        let _ = stderr.write_all(terminal_safe(&text).as_bytes());
+        let _ = stderr.flush();
     }
+}
+
+/// `text` with every control character but newline and tab shown as a visible
+/// escape (`\x1b`, `\r`, `\u{9b}`), so what a script printed, a model wrote or
+/// a tool returned cannot drive the operator's terminal. Applied always, not only
+/// on a terminal: logs get the same text. C0 controls, DEL and the C1 range
+/// (U+0080–U+009F, which some terminals read as ESC sequences) are escaped; other
+/// text is kept as it is. Costs one scan; no copy when nothing needs escaping.
+pub(crate) fn terminal_safe(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !unsafe_char(c) {
+            out.push(c);
+            continue;
+        }
+        let _ = match c {
+            '\r' => out.write_str("\\r"),
+            c if (c as u32) < 0x80 => write!(out, "\\x{:02x}", c as u32),
+            c => write!(out, "\\u{{{:x}}}", c as u32),
+        };
+    }
+    Cow::Owned(out)
 }
 
 fn print_logs(err: &mut impl Write, logs: &str) -> std::io::Result<()> {
@@ -142,4 +183,19 @@ fn print_logs(err: &mut impl Write, logs: &str) -> std::io::Result<()> {
 
 fn shorten(text: &str) -> String {
     crate::agent::cut_middle(text, 2_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// If this fails, a script's print can retitle or clear the operator's terminal.
+    #[test]
+    fn control_characters_are_shown_as_escapes_but_newlines_and_tabs_stay() {
+        assert_eq!(
+            terminal_safe("\x1b]0;title\x07\x1b[2Jok\r\n\tnext \u{9b}1m \x7f é"),
+            "\\x1b]0;title\\x07\\x1b[2Jok\\r\n\tnext \\u{9b}1m \\x7f é"
+        );
+        assert!(matches!(terminal_safe("plain\ttext\n"), Cow::Borrowed(_)));
+    }
 }

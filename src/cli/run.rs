@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::printer::Printer;
+use super::printer::{Printer, terminal_safe};
 use super::{
     EXIT_BUDGET, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime, usage_error,
 };
@@ -210,7 +210,7 @@ fn run_agent(
         Ok(model) => model,
         Err(ModelSpecError::Usage(usage)) => return usage_error(&usage),
         Err(ModelSpecError::Model(model_error)) => {
-            eprintln!("codeact: {model_error}");
+            eprintln!("codeact: {}", terminal_safe(&model_error.to_string()));
             return ExitCode::from(EXIT_HOST_FAILURE);
         }
     };
@@ -252,7 +252,7 @@ fn run_agent(
         Ok(result) => finish(&result.outcome),
         Err(AgentError::Output(e)) => usage_error(&e.to_string()),
         Err(e) => {
-            eprintln!("codeact: {e}");
+            eprintln!("codeact: {}", terminal_safe(&e.to_string()));
             ExitCode::from(EXIT_HOST_FAILURE)
         }
     }
@@ -275,7 +275,7 @@ fn run_team(
         Ok(loaded) => loaded,
         Err(TeamConfigError::Invalid(message)) => return usage_error(&message),
         Err(TeamConfigError::Model(error)) => {
-            eprintln!("codeact: {error}");
+            eprintln!("codeact: {}", terminal_safe(&error.to_string()));
             return ExitCode::from(EXIT_HOST_FAILURE);
         }
     };
@@ -308,7 +308,7 @@ fn run_team(
         Err(AgentError::Setup(message)) => usage_error(&message),
         Err(AgentError::Output(e)) => usage_error(&e.to_string()),
         Err(e) => {
-            eprintln!("codeact: {e}");
+            eprintln!("codeact: {}", terminal_safe(&e.to_string()));
             ExitCode::from(EXIT_HOST_FAILURE)
         }
     }

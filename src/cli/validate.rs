@@ -87,16 +87,18 @@ pub(crate) fn validate(args: &ValidateArgs) -> ExitCode {
             content.pop();
         }
     }
-    let (line, code) = match contract.check(&Value::String(content)) {
+    let check = contract.check(&Value::String(content));
+    let reason = check.refusal_text();
+    let (line, code) = match check {
         Check::Passed | Check::Unchecked { .. } => (json!({"verdict": "valid"}), EXIT_OK),
         Check::Refused {
             by: RefusedBy::BrokenValidator,
-            reason,
+            ..
         } => (
             json!({"verdict": "unusable", "reason": reason}),
             EXIT_NOT_VALID,
         ),
-        Check::Refused { reason, .. } => (
+        Check::Refused { .. } => (
             json!({"verdict": "invalid", "reason": reason}),
             EXIT_NOT_VALID,
         ),

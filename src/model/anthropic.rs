@@ -33,6 +33,13 @@ pub struct AnthropicConfig {
     /// Longest silence inside a reply once its headers arrived: between streamed
     /// events, or between chunks of a whole body. Default: 60 s.
     pub idle_timeout: Duration,
+    /// Longest time reading one reply once its headers arrived, streamed or whole:
+    /// a server that keeps sending (keep-alives, an endless reply) is cut off
+    /// here. Default: 600 s.
+    pub reply_timeout: Duration,
+    /// Most bytes of one reply, streamed or whole (a stream is counted off the
+    /// wire, before parsing); more is an error. Default: 32 MiB.
+    pub max_reply_bytes: usize,
     /// Retries for 429, 5xx (529 overloaded included) and timeouts.
     pub retry: RetryPolicy,
 }
@@ -51,6 +58,8 @@ impl AnthropicConfig {
             model: model.into(),
             request_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(60),
+            reply_timeout: Duration::from_secs(600),
+            max_reply_bytes: MAX_BODY_BYTES,
             retry: RetryPolicy::default(),
         }
     }
@@ -150,7 +159,7 @@ impl AnthropicClient {
     async fn complete_once(&self, body: &Value) -> Result<ModelResponse, AttemptError> {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
-        let bytes = http::read_body(response, MAX_BODY_BYTES, self.config.idle_timeout).await?;
+        let bytes = http::read_body(response, self.bounds()).await?;
         let reply: WireMessage = serde_json::from_slice(&bytes)
             .map_err(|e| http::malformed(PROVIDER, format!("{e}")))?;
         let content = reply
@@ -180,7 +189,16 @@ impl AnthropicClient {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
         let fold = AnthropicStream::new(self.config.model.clone());
-        http::fold_stream(PROVIDER, response, self.config.idle_timeout, fold, on_event).await
+        http::fold_stream(PROVIDER, response, self.bounds(), fold, on_event).await
+    }
+
+    /// The bounds on one reply, streamed or whole.
+    fn bounds(&self) -> http::ReplyBounds {
+        http::ReplyBounds {
+            max_bytes: self.config.max_reply_bytes,
+            idle: self.config.idle_timeout,
+            total: self.config.reply_timeout,
+        }
     }
 }
 

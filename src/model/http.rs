@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use eventsource_stream::EventStreamError;
 use reqwest::{RequestBuilder, Response, StatusCode};
 
 use super::ModelError;
@@ -150,26 +151,76 @@ pub(crate) async fn attempt(
     }))
 }
 
-/// Reads a whole body, refusing more than `max` bytes. Silence longer than `idle`
+/// What one reply may cost once its headers arrived, streamed or whole: the same
+/// bounds for both, so streaming is not a way around them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReplyBounds {
+    /// Bytes of body read at most (before any parsing).
+    pub max_bytes: usize,
+    /// Longest silence between chunks (or events).
+    pub idle: Duration,
+    /// Longest time reading the whole reply.
+    pub total: Duration,
+}
+
+/// Which bound a wait for the next piece of a reply runs into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Late {
+    /// Silence longer than the idle timeout.
+    Idle,
+    /// The whole reply's time ran out.
+    Total,
+}
+
+impl ReplyBounds {
+    /// The wait for the next piece: the idle timeout, or less when the total
+    /// deadline is nearer, and which bound that is.
+    fn next_wait(&self, deadline: tokio::time::Instant) -> (Duration, Late) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left < self.idle {
+            (left, Late::Total)
+        } else {
+            (self.idle, Late::Idle)
+        }
+    }
+
+    fn too_late(&self, late: Late) -> String {
+        match late {
+            Late::Idle => format!("no data for {} ms", self.idle.as_millis()),
+            Late::Total => format!(
+                "the reply took longer than {} ms in all",
+                self.total.as_millis()
+            ),
+        }
+    }
+
+    fn too_large(&self) -> String {
+        format!("the reply is larger than {} bytes", self.max_bytes)
+    }
+}
+
+/// Reads a whole body within `bounds`. Silence longer than the idle timeout
 /// between chunks is a failure worth retrying: a server that sends its headers and
 /// then nothing would otherwise hang the call (the request timeout ends when the
-/// headers arrive).
+/// headers arrive); so is a body over the byte cap or the total time.
 pub(crate) async fn read_body(
     response: Response,
-    max: usize,
-    idle: Duration,
+    bounds: ReplyBounds,
 ) -> Result<Vec<u8>, AttemptError> {
     use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + bounds.total;
     let mut body = Vec::new();
     let mut chunks = response.bytes_stream();
     loop {
-        let chunk = match tokio::time::timeout(idle, chunks.next()).await {
+        let (wait, late) = bounds.next_wait(deadline);
+        let chunk = match tokio::time::timeout(wait, chunks.next()).await {
             Err(_) => {
+                let reason = match late {
+                    Late::Idle => format!("the reply's body stalled: {}", bounds.too_late(late)),
+                    Late::Total => bounds.too_late(late),
+                };
                 return Err(AttemptError::Retryable {
-                    reason: format!(
-                        "the reply's body stalled: no data for {} ms",
-                        idle.as_millis()
-                    ),
+                    reason,
                     retry_after: None,
                 });
             }
@@ -177,9 +228,9 @@ pub(crate) async fn read_body(
             Ok(Some(chunk)) => chunk,
         };
         let chunk = chunk.map_err(|e| transport_error(&e))?;
-        if body.len() + chunk.len() > max {
+        if body.len() + chunk.len() > bounds.max_bytes {
             return Err(AttemptError::Retryable {
-                reason: format!("the reply is larger than {max} bytes"),
+                reason: bounds.too_large(),
                 retry_after: None,
             });
         }
@@ -206,28 +257,68 @@ pub(crate) fn stream_broke(provider: &'static str, emitted: bool, reason: String
     }
 }
 
-/// Reads a streamed reply's events off `response` into `fold`. Silence longer than
-/// `idle` between events is a failure, so a stalled server cannot hang a run.
+/// Why a streamed body stopped early: the transport broke, or the reply passed
+/// its byte cap.
+#[derive(Debug)]
+enum WireFault {
+    Transport(reqwest::Error),
+    TooLarge(String),
+}
+
+impl std::fmt::Display for WireFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireFault::Transport(error) => write!(f, "{error}"),
+            WireFault::TooLarge(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// Reads a streamed reply's events off `response` into `fold`, within `bounds`:
+/// silence longer than the idle timeout, more bytes than the cap (counted off the
+/// wire, before the event parser buffers them, so one endless event is caught
+/// too) or more time than the total all end it, so a stalled or endless server
+/// cannot hang a run or fill the host's memory.
 pub(crate) async fn fold_stream<F: StreamFold + Send>(
     provider: &'static str,
     response: reqwest::Response,
-    idle: Duration,
+    bounds: ReplyBounds,
     mut fold: F,
     on_event: &mut (dyn FnMut(StreamEvent) + Send),
 ) -> Result<ModelResponse, AttemptError> {
     use futures_util::StreamExt;
-    let mut events = std::pin::pin!(super::sse::sse_events(response.bytes_stream()));
+    let deadline = tokio::time::Instant::now() + bounds.total;
+    let mut read = 0usize;
+    let capped = response.bytes_stream().map(move |chunk| match chunk {
+        Err(error) => Err(WireFault::Transport(error)),
+        Ok(chunk) => {
+            read = read.saturating_add(chunk.len());
+            if read > bounds.max_bytes {
+                Err(WireFault::TooLarge(bounds.too_large()))
+            } else {
+                Ok(chunk)
+            }
+        }
+    });
+    let mut events = std::pin::pin!(super::sse::sse_events(capped));
     let fault = |emitted: bool, fault: StreamFault| match fault {
         StreamFault::Malformed(reason) => malformed(provider, reason),
         StreamFault::Broken(reason) => stream_broke(provider, emitted, reason),
     };
     loop {
-        let event = match tokio::time::timeout(idle, events.next()).await {
+        let (wait, late) = bounds.next_wait(deadline);
+        let event = match tokio::time::timeout(wait, events.next()).await {
             Err(_) => {
-                let reason = format!("no data for {} ms", idle.as_millis());
-                return Err(stream_broke(provider, fold.emitted(), reason));
+                return Err(stream_broke(
+                    provider,
+                    fold.emitted(),
+                    bounds.too_late(late),
+                ));
             }
             Ok(None) => break,
+            Ok(Some(Err(EventStreamError::Transport(WireFault::TooLarge(reason))))) => {
+                return Err(stream_broke(provider, fold.emitted(), reason));
+            }
             Ok(Some(Err(e))) => {
                 let reason = format!("the stream broke: {e}");
                 return Err(stream_broke(provider, fold.emitted(), reason));

@@ -15,7 +15,7 @@ use crate::chat::{
 
 const PROVIDER: &str = "openai";
 const OFFICIAL_BASE_URL: &str = "https://api.openai.com/v1";
-/// Largest reply body read, in bytes.
+/// The default of `max_reply_bytes`: 32 MiB.
 const MAX_BODY_BYTES: usize = 32 << 20;
 
 /// Where and how to reach an OpenAI-compatible server.
@@ -33,6 +33,13 @@ pub struct OpenAiConfig {
     /// Longest silence inside a reply once its headers arrived: between streamed
     /// events, or between chunks of a whole body. Default: 60 s.
     pub idle_timeout: Duration,
+    /// Longest time reading one reply once its headers arrived, streamed or whole:
+    /// a server that keeps sending (keep-alives, an endless reply) is cut off
+    /// here. Default: 600 s.
+    pub reply_timeout: Duration,
+    /// Most bytes of one reply, streamed or whole (a stream is counted off the
+    /// wire, before parsing); more is an error. Default: 32 MiB.
+    pub max_reply_bytes: usize,
     /// Retries for 429, 5xx and timeouts. Default: [`RetryPolicy::default`].
     pub retry: RetryPolicy,
 }
@@ -51,6 +58,8 @@ impl OpenAiConfig {
             model: model.into(),
             request_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(60),
+            reply_timeout: Duration::from_secs(600),
+            max_reply_bytes: MAX_BODY_BYTES,
             retry: RetryPolicy::default(),
         }
     }
@@ -125,7 +134,7 @@ impl OpenAiClient {
     async fn complete_once(&self, body: &Value) -> Result<ModelResponse, AttemptError> {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
-        let bytes = http::read_body(response, MAX_BODY_BYTES, self.config.idle_timeout).await?;
+        let bytes = http::read_body(response, self.bounds()).await?;
         let reply: Completion = serde_json::from_slice(&bytes)
             .map_err(|e| http::malformed(PROVIDER, format!("{e}")))?;
         let choice = reply
@@ -151,7 +160,16 @@ impl OpenAiClient {
         let response =
             http::attempt(PROVIDER, self.post(body), self.config.request_timeout).await?;
         let fold = OpenAiStream::new(self.config.model.clone());
-        http::fold_stream(PROVIDER, response, self.config.idle_timeout, fold, on_event).await
+        http::fold_stream(PROVIDER, response, self.bounds(), fold, on_event).await
+    }
+
+    /// The bounds on one reply, streamed or whole.
+    fn bounds(&self) -> http::ReplyBounds {
+        http::ReplyBounds {
+            max_bytes: self.config.max_reply_bytes,
+            idle: self.config.idle_timeout,
+            total: self.config.reply_timeout,
+        }
     }
 }
 

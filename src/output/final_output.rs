@@ -91,12 +91,56 @@ pub enum ArtifactError {
     /// The path is empty.
     #[error("an artifact path is empty")]
     Empty,
+    /// Where the path leads cannot be shown to lie inside the working directory:
+    /// a dangling link on the way, an unreadable or missing directory, a working
+    /// directory that does not exist, or a system without `openat2`.
+    #[error(
+        "artifact '{path}' cannot be shown to stay inside the working directory (a link that leads nowhere, or a directory that cannot be read): give a path inside it, relative to it"
+    )]
+    Unproven {
+        /// The path as declared.
+        path: String,
+    },
+}
+
+impl ArtifactError {
+    /// What went wrong in the host's words, without the declared path (which a
+    /// model wrote): what a prompt may carry unfenced.
+    pub fn host_words(&self) -> &'static str {
+        match self {
+            ArtifactError::Escapes { .. } => {
+                "an artifact path escapes the working directory: give a path inside it, relative to it"
+            }
+            ArtifactError::Empty => "an artifact path is empty",
+            ArtifactError::Unproven { .. } => {
+                "an artifact path cannot be shown to stay inside the working directory (a link that leads nowhere, or a directory that cannot be read): give a path inside it, relative to it"
+            }
+        }
+    }
+
+    /// The declared path, when the error is about one: model text, for a fence.
+    pub fn quoted(&self) -> Option<UntrustedText> {
+        match self {
+            ArtifactError::Escapes { path } | ArtifactError::Unproven { path } => {
+                Some(UntrustedText::new(path.as_str()))
+            }
+            ArtifactError::Empty => None,
+        }
+    }
 }
 
 /// Checks a declared artifact path against `workdir` and returns it normalised
-/// (no `.`, no `..`), relative to `workdir`. Refused when it is absolute or climbs
-/// out; when it exists, also when its real path (links followed) lies outside the
-/// real `workdir`.
+/// (no `.`, no `..`), relative to `workdir`.
+///
+/// Refused when it is absolute or climbs out, and unless the file system proves it
+/// inside: the longest part of it that exists is resolved beneath `workdir` with
+/// `openat2(RESOLVE_BENEATH)`, links followed only while they stay inside, and the
+/// first missing name after it must not exist even as a link (a dangling link is
+/// refused: where a write through it lands is outside any check). A path that
+/// does not exist yet is accepted when it would be created in a directory proven
+/// inside. A link holding an absolute path is refused even when it points inside
+/// (`RESOLVE_BENEATH` cannot tell). Costs one `openat2` per missing trailing name
+/// plus one, and a `stat`.
 pub fn artifact_path(workdir: &Path, declared: &str) -> Result<PathBuf, ArtifactError> {
     let escapes = || ArtifactError::Escapes {
         path: declared.to_string(),
@@ -120,13 +164,104 @@ pub fn artifact_path(workdir: &Path, declared: &str) -> Result<PathBuf, Artifact
     if normal.as_os_str().is_empty() {
         return Err(escapes());
     }
-    let joined = workdir.join(&normal);
-    if let (Ok(real), Ok(real_root)) = (joined.canonicalize(), workdir.canonicalize())
-        && !real.starts_with(&real_root)
-    {
-        return Err(escapes());
+    match beneath::resolve(workdir, &normal) {
+        beneath::Verdict::Inside => Ok(normal),
+        beneath::Verdict::Escapes => Err(escapes()),
+        beneath::Verdict::Unproven => Err(ArtifactError::Unproven {
+            path: declared.to_string(),
+        }),
     }
-    Ok(normal)
+}
+
+#[cfg(target_os = "linux")]
+mod beneath {
+    use std::path::{Path, PathBuf};
+
+    use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
+    use rustix::io::Errno;
+
+    pub(super) enum Verdict {
+        Inside,
+        Escapes,
+        Unproven,
+    }
+
+    /// Resolves `relative` (normal components only) beneath `workdir`.
+    pub(super) fn resolve(workdir: &Path, relative: &Path) -> Verdict {
+        let Ok(root) = rustix::fs::openat(
+            CWD,
+            workdir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            return Verdict::Unproven;
+        };
+        let names: Vec<_> = relative.components().collect();
+        // The longest prefix that exists, resolved beneath the root.
+        for kept in (0..=names.len()).rev() {
+            let prefix: PathBuf = names[..kept].iter().collect();
+            let prefix = if kept == 0 {
+                PathBuf::from(".")
+            } else {
+                prefix
+            };
+            match rustix::fs::openat2(
+                &root,
+                &prefix,
+                OFlags::PATH | OFlags::CLOEXEC,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            ) {
+                Ok(_) if kept == names.len() => return Verdict::Inside,
+                Ok(found) => {
+                    // `names[kept]` is missing: it must be missing even as a link
+                    // (a dangling one leads somewhere unchecked), in a directory.
+                    let is_dir = rustix::fs::fstat(&found)
+                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+                    if !is_dir {
+                        return Verdict::Unproven;
+                    }
+                    return match rustix::fs::statat(
+                        &found,
+                        names[kept].as_os_str(),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    ) {
+                        Err(Errno::NOENT) => Verdict::Inside,
+                        _ => Verdict::Unproven,
+                    };
+                }
+                Err(Errno::NOENT) => continue,
+                // EXDEV: a link or `..` led out of the working directory.
+                Err(Errno::XDEV) => return Verdict::Escapes,
+                Err(_) => return Verdict::Unproven,
+            }
+        }
+        Verdict::Unproven
+    }
+}
+
+/// Without `openat2`: the real path of the whole declared path must exist and lie
+/// inside the real working directory; anything else is unproven.
+#[cfg(not(target_os = "linux"))]
+mod beneath {
+    use std::path::Path;
+
+    pub(super) enum Verdict {
+        Inside,
+        Escapes,
+        Unproven,
+    }
+
+    pub(super) fn resolve(workdir: &Path, relative: &Path) -> Verdict {
+        match (
+            workdir.join(relative).canonicalize(),
+            workdir.canonicalize(),
+        ) {
+            (Ok(real), Ok(root)) if real.starts_with(&root) => Verdict::Inside,
+            (Ok(_), Ok(_)) => Verdict::Escapes,
+            _ => Verdict::Unproven,
+        }
+    }
 }
 
 /// `instant` as RFC 3339 in UTC with milliseconds, e.g. `2026-04-14T09:30:00.250Z`.
@@ -188,12 +323,91 @@ mod tests {
         assert!(output.truncated);
     }
 
+    /// A fresh directory under the system's temporary directory, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let root = std::env::temp_dir()
+                .join(format!("codeact-artifacts-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(root.join("work")).expect("creates");
+            std::fs::create_dir_all(root.join("outside")).expect("creates");
+            Self(root)
+        }
+
+        fn work(&self) -> PathBuf {
+            self.0.join("work")
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     #[test]
     fn artifact_paths_inside_the_working_directory_are_normalised() {
-        let dir = Path::new("/nonexistent-workdir");
+        let scratch = Scratch::new("normal");
+        std::fs::create_dir_all(scratch.work().join("out")).expect("creates");
         assert_eq!(
-            artifact_path(dir, "./out/../out/report.md"),
+            artifact_path(&scratch.work(), "./out/../out/report.md"),
             Ok(PathBuf::from("out/report.md"))
+        );
+        assert_eq!(
+            artifact_path(&scratch.work(), "new/dir/report.md"),
+            Ok(PathBuf::from("new/dir/report.md")),
+            "a file still to be written, in directories still to be made"
+        );
+    }
+
+    /// If this fails, a result can name a file that a later write would put
+    /// outside the working directory, through a link inside it.
+    #[cfg(unix)]
+    #[test]
+    fn a_missing_file_under_a_link_pointing_outside_is_refused() {
+        let scratch = Scratch::new("missing");
+        std::os::unix::fs::symlink(scratch.0.join("outside"), scratch.work().join("link"))
+            .expect("links");
+        let refused = artifact_path(&scratch.work(), "link/not-yet-written.md");
+        assert!(
+            matches!(refused, Err(ArtifactError::Escapes { .. })),
+            "{refused:?}"
+        );
+    }
+
+    /// If this fails, a dangling link (whose target a write would create, anywhere)
+    /// is accepted as an artifact.
+    #[cfg(unix)]
+    #[test]
+    fn a_dangling_link_is_refused() {
+        let scratch = Scratch::new("dangling");
+        let work = scratch.work();
+        std::os::unix::fs::symlink(scratch.0.join("outside/nothing"), work.join("dangling"))
+            .expect("links");
+        std::os::unix::fs::symlink("nowhere-inside", work.join("dangling-in")).expect("links");
+        for path in ["dangling", "dangling-in", "dangling/below"] {
+            let refused = artifact_path(&work, path);
+            assert!(refused.is_err(), "{path}: {refused:?}");
+        }
+        let unproven = artifact_path(&scratch.0.join("no-such-workdir"), "a.md");
+        assert!(
+            matches!(unproven, Err(ArtifactError::Unproven { .. })),
+            "{unproven:?}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_that_stays_inside_is_followed() {
+        let scratch = Scratch::new("inside");
+        let work = scratch.work();
+        std::fs::create_dir_all(work.join("real")).expect("creates");
+        std::os::unix::fs::symlink("real", work.join("alias")).expect("links");
+        assert_eq!(
+            artifact_path(&work, "alias/report.md"),
+            Ok(PathBuf::from("alias/report.md"))
         );
     }
 
@@ -212,14 +426,11 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn an_artifact_reached_through_a_link_pointing_outside_is_refused() {
-        let root = std::env::temp_dir().join(format!("codeact-artifacts-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("work")).expect("creates");
-        std::fs::create_dir_all(root.join("outside")).expect("creates");
-        std::fs::write(root.join("outside/secret"), "x").expect("writes");
-        std::os::unix::fs::symlink(root.join("outside"), root.join("work/link")).expect("links");
-        let refused = artifact_path(&root.join("work"), "link/secret");
-        let _ = std::fs::remove_dir_all(&root);
+        let scratch = Scratch::new("existing");
+        std::fs::write(scratch.0.join("outside/secret"), "x").expect("writes");
+        std::os::unix::fs::symlink(scratch.0.join("outside"), scratch.work().join("link"))
+            .expect("links");
+        let refused = artifact_path(&scratch.work(), "link/secret");
         assert!(
             matches!(refused, Err(ArtifactError::Escapes { .. })),
             "{refused:?}"

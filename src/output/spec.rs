@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::prompts::{PromptError, render_strict};
+use crate::untrusted::UntrustedText;
 
 /// What to do when the validator itself fails (throws, runs past a limit, returns
 /// something other than `()` or a string).
@@ -207,8 +208,12 @@ pub enum Check {
     Refused {
         /// Which check.
         by: RefusedBy,
-        /// Why, for the model; a validator's reason verbatim.
+        /// Why, in the host's words (or a validator's, verbatim): fed back as it is.
         reason: String,
+        /// What of the model's result the reason points at, when it quotes it (a
+        /// schema error's values and keys, a type error, an artifact path): fed back
+        /// only through [`fence`](crate::fence), never among the host's words.
+        quoted: Option<UntrustedText>,
     },
     /// The validator failed under `on_validator_error = "accept"`: the result
     /// stands unchecked by it, and the run is flagged.
@@ -218,7 +223,30 @@ pub enum Check {
     },
 }
 
+impl Check {
+    /// A refusal's reason for people (events, logs, `codeact validate`): the
+    /// host's words, then what they quote of the result, unfenced. `None` unless
+    /// refused.
+    pub fn refusal_text(&self) -> Option<String> {
+        match self {
+            Check::Refused { reason, quoted, .. } => Some(refusal_text(reason, quoted.as_ref())),
+            _ => None,
+        }
+    }
+}
+
+/// `reason: quoted` as one line of plain text, for people; a prompt gets the
+/// quoted part only fenced.
+pub(crate) fn refusal_text(reason: &str, quoted: Option<&UntrustedText>) -> String {
+    match quoted {
+        Some(quoted) => format!("{reason}: {}", quoted.raw()),
+        None => reason.to_string(),
+    }
+}
+
 /// A check added by the caller, e.g. that the result deserializes into its type.
+/// Its error says why the result does not fit; it may quote the result, so it is
+/// fed back to the model fenced.
 pub type ExtraCheck = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
 
 /// A loaded [`OutputSpec`]: the schema and validator compiled, ready to check
@@ -298,6 +326,7 @@ impl OutputContract {
                 return Check::Refused {
                     by: RefusedBy::Format,
                     reason,
+                    quoted: None,
                 };
             }
         };
@@ -311,21 +340,25 @@ impl OutputContract {
                 })
                 .collect();
             if !errors.is_empty() {
-                let mut reason = format!(
-                    "the final result does not match the required JSON Schema: {}",
-                    errors
-                        .iter()
-                        .take(MAX_SCHEMA_ERRORS)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                );
+                // The errors quote the result's values and keys: model text.
+                let mut reason =
+                    "the final result does not match the required JSON Schema".to_string();
                 if errors.len() > MAX_SCHEMA_ERRORS {
-                    reason.push_str(&format!(" (and {} more)", errors.len() - MAX_SCHEMA_ERRORS));
+                    reason.push_str(&format!(
+                        " ({} more errors than shown)",
+                        errors.len() - MAX_SCHEMA_ERRORS
+                    ));
                 }
+                let quoted = errors
+                    .iter()
+                    .take(MAX_SCHEMA_ERRORS)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 return Check::Refused {
                     by: RefusedBy::Schema,
                     reason,
+                    quoted: Some(UntrustedText::new(quoted)),
                 };
             }
         }
@@ -336,6 +369,7 @@ impl OutputContract {
                     return Check::Refused {
                         by: RefusedBy::Validator,
                         reason,
+                        quoted: None,
                     };
                 }
                 Verdict::Unusable { reason } => match self.spec.on_validator_error {
@@ -346,6 +380,7 @@ impl OutputContract {
                         return Check::Refused {
                             by: RefusedBy::BrokenValidator,
                             reason,
+                            quoted: None,
                         };
                     }
                 },
@@ -358,9 +393,11 @@ impl OutputContract {
         match &self.extra {
             Some(extra) => match extra(structured) {
                 Ok(()) => otherwise,
-                Err(reason) => Check::Refused {
+                // Why it does not fit (serde's words) quotes the result.
+                Err(why) => Check::Refused {
                     by: RefusedBy::Type,
-                    reason,
+                    reason: "the final result does not fit the expected type".into(),
+                    quoted: Some(UntrustedText::new(why)),
                 },
             },
             None => otherwise,
@@ -567,7 +604,7 @@ mod tests {
         assert_eq!(contract.check(&json!({"a": 1})), Check::Passed);
         assert!(matches!(
             contract.check(&json!("a: 1")),
-            Check::Refused { by: RefusedBy::Format, reason } if reason.contains("does not parse")
+            Check::Refused { by: RefusedBy::Format, reason, .. } if reason.contains("does not parse")
         ));
     }
 
@@ -589,14 +626,15 @@ mod tests {
             .load()
             .expect("loads");
         assert_eq!(contract.check(&json!("{\"total\": 3}")), Check::Passed);
-        let Check::Refused { by, reason } = contract.check(&json!({"total": "three"})) else {
+        let Check::Refused { by, quoted, .. } = contract.check(&json!({"total": "three"})) else {
             panic!("a string total is refused");
         };
         assert_eq!(by, RefusedBy::Schema);
-        assert!(reason.contains("at /total:"), "{reason}");
+        let quoted = quoted.expect("the errors are quoted");
+        assert!(quoted.raw().contains("at /total:"), "{}", quoted.raw());
         assert!(matches!(
             contract.check(&json!({})),
-            Check::Refused { reason, .. } if reason.contains("at the top level")
+            Check::Refused { quoted: Some(quoted), .. } if quoted.raw().contains("at the top level")
         ));
     }
 
@@ -631,7 +669,8 @@ mod tests {
             contract.check(&json!("3")),
             Check::Refused {
                 by: RefusedBy::Type,
-                reason: "an integer".into()
+                reason: "the final result does not fit the expected type".into(),
+                quoted: Some(UntrustedText::new("an integer")),
             }
         );
     }

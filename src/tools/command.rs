@@ -58,41 +58,72 @@ pub fn command_tool(
     })
 }
 
+/// How long the host keeps reading a finished tool's output after killing its
+/// process group: long enough for killed processes to close their ends of the
+/// pipes, short enough that a process which left the group (see
+/// [`command_tool`]'s README section) cannot hold the call open. Default: 1 s; it
+/// is only ever waited in full when such an escaped process keeps a pipe open.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
 async fn run_command(command: &CommandSpec, args: &Value) -> Result<Value, ToolError> {
     let program = &command.argv[0];
+    // Its own process group, so that everything it starts (a shell's commands, a
+    // backgrounded child) can be killed with it.
     let mut child = Command::new(program)
         .args(&command.argv[1..])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| ToolError::new(format!("could not start '{program}': {e}")))?;
+    // Kills the whole group when the call ends, however it ends: finished, timed
+    // out, or its future dropped.
+    let group = ProcessGroup::of(child.id());
     let input = args.to_string();
-    let mut stdin = child.stdin.take();
+    let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
+    let mut out = Captured::default();
+    let mut err = Captured::default();
 
     let work = async {
         let write = async {
-            if let Some(stdin) = stdin.as_mut() {
+            if let Some(mut stdin) = stdin {
                 // A command that exits without reading its input is not an error here;
                 // its exit status says what happened.
                 let _ = stdin.write_all(input.as_bytes()).await;
                 let _ = stdin.shutdown().await;
             }
-            drop(stdin.take());
         };
-        let (_, out, err, status) = tokio::join!(
-            write,
-            read_capped(stdout, MAX_STDOUT_BYTES),
-            read_capped(stderr, MAX_STDERR_BYTES),
-            child.wait()
-        );
-        (out, err, status)
+        let io = async {
+            tokio::join!(
+                write,
+                read_capped(stdout, MAX_STDOUT_BYTES, &mut out),
+                read_capped(stderr, MAX_STDERR_BYTES, &mut err)
+            )
+        };
+        tokio::pin!(io);
+        // The call ends when the command itself exits, not when its pipes close: a
+        // child it left running may hold them open.
+        let mut io_done = false;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                _ = &mut io, if !io_done => io_done = true,
+            }
+        };
+        // Whatever it left running dies now; what they wrote is already in the
+        // pipes, so reading on until the pipes close loses nothing.
+        group.kill();
+        if !io_done {
+            let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut io).await;
+        }
+        status
     };
-    let (stdout, stderr, status) = match tokio::time::timeout(command.timeout, work).await {
-        Ok(done) => done,
+    let status = match tokio::time::timeout(command.timeout, work).await {
+        Ok(status) => status,
         Err(_) => {
             return Err(ToolError::new(format!(
                 "'{program}' did not finish within {} ms and was killed",
@@ -100,6 +131,8 @@ async fn run_command(command: &CommandSpec, args: &Value) -> Result<Value, ToolE
             )));
         }
     };
+    drop(group);
+    let (stdout, stderr) = (out, err);
     let status =
         status.map_err(|e| ToolError::new(format!("waiting for '{program}' failed: {e}")))?;
     if !status.success() {
@@ -125,30 +158,64 @@ async fn run_command(command: &CommandSpec, args: &Value) -> Result<Value, ToolE
     })
 }
 
+/// A command's process group (its id is the command's pid), killed with SIGKILL
+/// when dropped or by [`ProcessGroup::kill`]. The group outlives its leader while
+/// any member lives, so its id is not reused before every member is gone.
+///
+/// A process that leaves the group (`setsid`, `setpgid`) is not reached: containing
+/// those needs a cgroup or a subreaper, which the host does not set up.
+struct ProcessGroup(Option<rustix::process::Pid>);
+
+impl ProcessGroup {
+    fn of(leader: Option<u32>) -> Self {
+        Self(
+            leader
+                .and_then(|pid| i32::try_from(pid).ok())
+                .and_then(rustix::process::Pid::from_raw),
+        )
+    }
+
+    /// Sends SIGKILL to every process still in the group. Idempotent: a group with
+    /// no process left is `ESRCH`, ignored.
+    fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[derive(Default)]
 struct Captured {
     bytes: Vec<u8>,
     truncated: bool,
 }
 
-/// Reads at most `cap` bytes, then drains the rest so the command never blocks on a
-/// full pipe.
-async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: u64) -> Captured {
-    let mut captured = Captured {
-        bytes: Vec::new(),
-        truncated: false,
-    };
+/// Reads at most `cap` bytes into `captured`, then drains the rest so the command
+/// never blocks on a full pipe. What was read stays in `captured` if the read is
+/// abandoned.
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: u64, captured: &mut Captured) {
     let Some(mut pipe) = pipe else {
-        return captured;
+        return;
     };
-    let _ = (&mut pipe).take(cap).read_to_end(&mut captured.bytes).await;
-    let mut rest = [0u8; 8192];
-    while let Ok(n) = pipe.read(&mut rest).await {
+    let mut chunk = [0u8; 8192];
+    while let Ok(n) = pipe.read(&mut chunk).await {
         if n == 0 {
             break;
         }
-        captured.truncated = true;
+        let room = usize::try_from(cap)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(captured.bytes.len());
+        if n > room {
+            captured.truncated = true;
+        }
+        captured.bytes.extend_from_slice(&chunk[..n.min(room)]);
     }
-    captured
 }
 
 #[cfg(test)]
@@ -198,6 +265,129 @@ mod tests {
                 .contains("within 200 ms")
         );
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    /// True when process `pid` is gone or a zombie (dead, not yet reaped by
+    /// whoever adopted it). Polls for up to 2 s: SIGKILL is delivered
+    /// asynchronously, and a process that survives lives for 30 s.
+    fn dies_soon(pid: i64) -> bool {
+        let stat = format!("/proc/{pid}/stat");
+        for _ in 0..40 {
+            match std::fs::read_to_string(&stat) {
+                Err(_) => return true,
+                Ok(text) => {
+                    let state = text
+                        .rsplit_once(") ")
+                        .and_then(|(_, rest)| rest.chars().next());
+                    if matches!(state, Some('Z' | 'X')) {
+                        return true;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("codeact-command-{name}-{}", std::process::id()))
+    }
+
+    fn pid_in(path: &std::path::Path) -> i64 {
+        let text = std::fs::read_to_string(path).expect("the command wrote its child's pid");
+        let _ = std::fs::remove_file(path);
+        text.trim().parse().expect("a pid")
+    }
+
+    /// If this fails, a tool that backgrounds a child leaves it running after the
+    /// call returned.
+    #[tokio::test]
+    async fn a_backgrounded_child_is_dead_when_its_call_returns() {
+        let result = run_command(
+            &spec(&["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], 20_000),
+            &json!({}),
+        )
+        .await;
+        let pid = result.expect("the command prints its child's pid");
+        let pid = pid.as_i64().expect("a number");
+        assert!(dies_soon(pid), "the backgrounded sleep {pid} still runs");
+    }
+
+    /// If this fails, a tool that leaves a child holding its stdout makes every
+    /// call wait for the whole timeout.
+    #[tokio::test]
+    async fn a_finished_command_returns_at_once_though_its_child_holds_stdout() {
+        let started = std::time::Instant::now();
+        let result = run_command(
+            &spec(&["sh", "-c", "sleep 30 & echo 1"], 20_000),
+            &json!({}),
+        )
+        .await;
+        assert_eq!(result, Ok(json!(1)));
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "waited {:?} for a command that had finished",
+            started.elapsed()
+        );
+    }
+
+    /// If this fails, a timed-out tool's grandchildren keep running.
+    #[tokio::test]
+    async fn a_timeout_kills_the_commands_grandchildren_too() {
+        let file = scratch("timeout");
+        let script = format!("sleep 30 & echo $! > {}; wait", file.display());
+        let result = run_command(&spec(&["sh", "-c", &script], 500), &json!({})).await;
+        assert!(
+            result
+                .expect_err("times out")
+                .message
+                .contains("within 500 ms")
+        );
+        let pid = pid_in(&file);
+        assert!(dies_soon(pid), "the grandchild {pid} outlived the timeout");
+    }
+
+    /// If this fails, cancelling a call (dropping its future) leaves the tool's
+    /// processes running.
+    #[tokio::test]
+    async fn a_dropped_call_kills_the_commands_processes() {
+        let file = scratch("dropped");
+        let script = format!("sleep 30 & echo $! > {}; wait", file.display());
+        let command = spec(&["sh", "-c", &script], 20_000);
+        let args = json!({});
+        let call = run_command(&command, &args);
+        let cancelled = tokio::time::timeout(Duration::from_millis(500), call).await;
+        assert!(cancelled.is_err(), "the call should still be running");
+        let pid = pid_in(&file);
+        assert!(
+            dies_soon(pid),
+            "the grandchild {pid} outlived its dropped call"
+        );
+    }
+
+    /// If this fails, a process that left the tool's process group (the gap the
+    /// README states: `setsid` escapes the group kill) holds the call open too.
+    #[tokio::test]
+    async fn a_process_that_leaves_the_group_cannot_hold_the_call_open() {
+        let started = std::time::Instant::now();
+        let result = run_command(
+            &spec(&["sh", "-c", "setsid sleep 30 & echo $!"], 20_000),
+            &json!({}),
+        )
+        .await;
+        let pid = result
+            .expect("returns the escaped pid")
+            .as_i64()
+            .expect("a pid");
+        // It escaped (see the README); end it here, by its id.
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "an escaped process held the call open for {:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
