@@ -127,7 +127,8 @@ async fn a_transfer_to_an_unknown_agent_is_fed_back_with_the_valid_names() {
     let feedback = triage.requests()[1].messages[2].joined_text();
     assert!(
         feedback
-            .starts_with("Error:\nthere is no agent 'sales' to transfer to; valid names: billing"),
+            .starts_with("Error:\nthere is no agent of the name below to transfer to; valid names: billing\n<untrusted-")
+            && feedback.contains("\nsales\n</untrusted-"),
         "{feedback}"
     );
 }
@@ -197,11 +198,9 @@ async fn without_transfer_back_the_receiver_is_not_offered_the_sender() {
         !sent[0].system.contains("transfer_to_agent"),
         "b may not hand back to a"
     );
-    assert!(
-        sent[1].messages[2]
-            .joined_text()
-            .contains("there is no agent 'a' to transfer to; this agent cannot transfer")
-    );
+    assert!(sent[1].messages[2].joined_text().contains(
+        "there is no agent of the name below to transfer to; this agent cannot transfer"
+    ));
 }
 
 #[tokio::test]

@@ -427,7 +427,7 @@ impl WasmSession {
 
 /// `bytes` for a model: in MiB when whole, else in KiB.
 fn shown_bytes(bytes: usize) -> String {
-    if bytes % (1 << 20) == 0 {
+    if bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
     } else {
         format!("{} KiB", bytes >> 10)
