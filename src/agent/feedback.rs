@@ -87,19 +87,9 @@ fn with_logs(head: &str, logs: &LogBuffer, limit: usize) -> String {
     )
 }
 
-/// `text` cut to about `limit` characters by removing its middle, with a marker
-/// saying how much went. The start and the end are what a model needs most: the
-/// first lines of a result and the last lines of a trace.
-pub fn cut_middle(text: &str, limit: usize) -> String {
-    let total = text.chars().count();
-    if total <= limit {
-        return text.to_string();
-    }
-    let keep = limit / 2;
-    let head: String = text.chars().take(keep).collect();
-    let tail: String = text.chars().skip(total - keep).collect();
-    format!("{head}\n… [{} characters cut] …\n{tail}", total - 2 * keep)
-}
+/// The start and the end are what a model needs most: the first lines of a result
+/// and the last lines of a trace, so long feedback loses its middle.
+pub use codeact_runtime::text::cut_middle;
 
 /// `text` with every fence made neutral, so tests can compare feedback exactly:
 /// each `<untrusted-NONCE>` becomes `<untrusted>`.
