@@ -75,7 +75,7 @@ mod untrusted;
 
 pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use agent::{
-    Agent, AgentBuilder, AgentError, Event, Handover, LoopConfig, Outcome, ResumeError,
+    Agent, AgentBuilder, AgentError, BareValues, Event, Handover, LoopConfig, Outcome, ResumeError,
     ResumePoint, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun, ToolCallOutcome, Transcript,
     TypedRun,
 };

@@ -511,10 +511,16 @@ impl Agent {
                 Some(point),
             ),
         };
-        let mut conversation = conversation.with_transfer_targets(
-            targets.iter().map(|t| t.name.clone()).collect(),
-            self.name.clone(),
-        );
+        let mut conversation = conversation
+            .with_transfer_targets(
+                targets.iter().map(|t| t.name.clone()).collect(),
+                self.name.clone(),
+            )
+            .with_tool_names(
+                codeact_runtime::ToolDispatch::specs(&*self.tools)
+                    .iter()
+                    .map(|spec| spec.name.clone()),
+            );
         if resume.is_none() {
             self.emit(|| Event::RunStarted {
                 model: self.model.label(),
@@ -639,9 +645,9 @@ impl Agent {
                         .instrument(tracing::info_span!("script", step))
                         .await?;
                     let logs = run.logs.render();
-                    let next = conversation.on_script(&run.output, &run.logs);
+                    let (next, output) = conversation.on_completion(&run.completion, &run.logs);
                     self.report_messages(conversation, &mut reported);
-                    match &run.output {
+                    match &output {
                         ScriptOutput::Observation { value } => self.emit(|| Event::Observation {
                             step,
                             value: value.clone(),

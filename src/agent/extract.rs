@@ -40,6 +40,11 @@ pub fn extract_code(reply: &str, accepted: &[&str]) -> Extraction {
         }
         let tag = fence.tag.to_ascii_lowercase();
         if tag.is_empty() || accepted.iter().any(|a| a.eq_ignore_ascii_case(&tag)) {
+            // Models sometimes repeat the language on the block's first line
+            // (```js, then `js`): that line is a label, not code.
+            if body.len() > 1 && is_language_label(body[0], accepted) {
+                body.remove(0);
+            }
             return Extraction::Code {
                 code: body.join("\n"),
                 closed,
@@ -49,8 +54,44 @@ pub fn extract_code(reply: &str, accepted: &[&str]) -> Extraction {
     }
     match other_language {
         Some(tag) => Extraction::OtherLanguage { tag },
-        None => Extraction::NoCode,
+        None => match inline_helper_call(reply) {
+            Some(code) => Extraction::Code { code, closed: true },
+            None => Extraction::NoCode,
+        },
     }
+}
+
+/// Whether `line` is only a language's name, as models write above code.
+fn is_language_label(line: &str, accepted: &[&str]) -> bool {
+    let word = line.trim().trim_end_matches(':');
+    accepted.iter().any(|a| a.eq_ignore_ascii_case(word))
+        || ["js", "javascript", "python", "py", "python3", "rhai"]
+            .iter()
+            .any(|name| name.eq_ignore_ascii_case(word))
+}
+
+/// The one inline code span (`` `…` ``) of a reply without blocks that calls a
+/// result helper, e.g. `` `final_result(42)` ``: the script the model meant.
+fn inline_helper_call(reply: &str) -> Option<String> {
+    let mut found = None;
+    for (index, span) in reply.split('`').enumerate() {
+        let span = span.trim();
+        let calls_helper = [
+            "final_result(",
+            "observation(",
+            "error(",
+            "transfer_to_agent(",
+        ]
+        .iter()
+        .any(|helper| span.starts_with(helper));
+        if index % 2 == 1 && calls_helper && span.ends_with(')') && !span.contains('\n') {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(span.to_string());
+        }
+    }
+    found
 }
 
 struct Fence<'a> {
@@ -157,6 +198,39 @@ mod tests {
         assert_eq!(
             extract_code("  ```rhai title=\"x\"\n  1\n  ```", &["rhai"]),
             code("  1")
+        );
+    }
+
+    #[test]
+    fn a_language_name_repeated_on_the_first_line_is_dropped() {
+        assert_eq!(
+            extract_code("```js\njs\nfinal_result(1)\n```", &["js"]),
+            code("final_result(1)")
+        );
+        assert_eq!(
+            extract_code("```\nPython:\nfinal_result(1)\n```", &["python"]),
+            code("final_result(1)")
+        );
+        // A block that is only the word stays as it is: it may be a variable.
+        assert_eq!(extract_code("```js\njs\n```", &["js"]), code("js"));
+    }
+
+    #[test]
+    fn one_inline_helper_call_in_a_reply_without_blocks_is_the_script() {
+        assert_eq!(
+            extract_code("The answer is `final_result(\"AGENT\")`.", &["js"]),
+            code("final_result(\"AGENT\")")
+        );
+        assert_eq!(
+            extract_code(
+                "Use `x` then `final_result(1)` or `final_result(2)`",
+                &["js"]
+            ),
+            Extraction::NoCode
+        );
+        assert_eq!(
+            extract_code("The answer is `42`.", &["js"]),
+            Extraction::NoCode
         );
     }
 }

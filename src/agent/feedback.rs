@@ -28,6 +28,90 @@ pub fn error(message: &str, logs: &LogBuffer, limit: usize) -> String {
     format!("{text}\n\n{FIX_IT}")
 }
 
+/// The feedback for a script whose last value is not a result helper's, shown as
+/// an observation: the value (fenced), what it printed, then in the host's words
+/// how to finish with it.
+pub fn bare_value(value: &Value, logs: &LogBuffer, limit: usize) -> String {
+    let shown = observation(value, logs, limit);
+    format!(
+        "{shown}\n\nThat is the value of your script's last line; it was shown to you because it is not a result. If it is the answer, finish with {}. To look at something else, end your next script with observation(...).",
+        finish_with(value)
+    )
+}
+
+/// The feedback for a bare value when the loop refuses them
+/// ([`BareValues::Refuse`](super::decide::BareValues)): what kind of value it
+/// was, the value (fenced), and how to end a script.
+pub fn bare_value_refused(value: &Value, logs: &LogBuffer, limit: usize) -> String {
+    let head = format!(
+        "Error:\nYour script's last value is {}, not a result, so the host cannot use it:\n{}",
+        kind_of(value),
+        fenced(&value.to_string(), limit)
+    );
+    format!(
+        "{}\n\nEnd the script with final_result(value) to finish with an answer, or observation(value) to see a value and take another turn.",
+        with_logs(&head, logs, limit)
+    )
+}
+
+/// The feedback for a script that ended without any value: in the host's words
+/// only, plus what it printed and, when its last line prints, that line turned
+/// into a result (fenced: the model wrote it).
+pub fn no_value(printed: Option<&str>, logs: &LogBuffer, limit: usize) -> String {
+    let head = "Error:\nYour script ended without a value (its last line is a statement, a declaration or a print), so the host got no result.";
+    let mut text = with_logs(head, logs, limit);
+    match printed {
+        Some(expression) => {
+            text.push_str("\n\nPrinting does not return anything. To finish with what your last line prints, end the script with:\n");
+            text.push_str(&fenced(&format!("final_result({expression})"), limit));
+        }
+        None => text.push_str(
+            "\n\nEnd the script with final_result(answer) when you have the answer, or observation(value) to look at a value first.",
+        ),
+    }
+    text
+}
+
+/// The feedback for a script's error with the line it points at quoted under it
+/// (both fenced), when the host found one.
+pub fn error_at(
+    message: &str,
+    line: Option<(usize, &str)>,
+    logs: &LogBuffer,
+    limit: usize,
+) -> String {
+    let mut head = format!("Error:\n{}", fenced(message, limit));
+    if let Some((number, text)) = line {
+        head.push_str(&format!(
+            "\n\nThe error is at line {number} of your script:\n"
+        ));
+        head.push_str(&fenced(text, limit));
+    }
+    format!("{}\n\n{FIX_IT}", with_logs(&head, logs, limit))
+}
+
+/// How to finish with `value`: `final_result(7.8)` written out for a number or a
+/// boolean (which cannot carry words), else in general terms.
+fn finish_with(value: &Value) -> String {
+    match value {
+        Value::Number(_) | Value::Bool(_) => format!("final_result({value})"),
+        _ => "final_result(...) around that value".to_string(),
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => {
+            "a map without a \"type\" of observation, final_result, error or transfer_to_agent"
+        }
+    }
+}
+
 /// The feedback for a host-side error about the step (an unknown transfer target):
 /// the host's own words, then the value of the script's they are about (fenced:
 /// a model wrote it), what the script printed, and what to do.

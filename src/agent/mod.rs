@@ -6,10 +6,11 @@ pub(crate) mod events;
 pub(crate) mod extract;
 pub(crate) mod feedback;
 pub(crate) mod resume;
+pub(crate) mod script_notes;
 pub(crate) mod team;
 pub(crate) mod team_config;
 
-pub use decide::{Conversation, LoopConfig, Next, Outcome};
+pub use decide::{BareValues, Conversation, LoopConfig, Next, Outcome};
 pub use driver::{Agent, AgentBuilder, AgentError, RunResult, TypedRun};
 pub use events::{Event, Listener, ToolCallOutcome, Transcript, parse_transcript, read_transcript};
 pub use extract::{Extraction, extract_code};

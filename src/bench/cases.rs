@@ -347,6 +347,7 @@ mod tests {
     fn a_wrong_output_is_reported_with_both_values() {
         let run = ScriptRun {
             output: ScriptOutput::final_result(json!(41)),
+            completion: Ok(json!({"type": "final_result", "value": 41})),
             logs: Default::default(),
             ran_for: Default::default(),
         };

@@ -354,6 +354,7 @@ mod tests {
 
     fn run_of(output: ScriptOutput) -> Result<ScriptRun, HostError> {
         Ok(ScriptRun {
+            completion: Ok(serde_json::to_value(&output).unwrap_or_default()),
             output,
             logs: Default::default(),
             ran_for: Duration::ZERO,

@@ -14,6 +14,9 @@ use crate::output::script_output::ScriptOutput;
 pub struct ScriptRun {
     /// The decoded completion value, or the script's error.
     pub output: ScriptOutput,
+    /// The completion value before decoding, or the script's error, for a host
+    /// that reads it its own way (the loop shows a bare value).
+    pub completion: Result<serde_json::Value, codeact_runtime::ScriptError>,
     /// What the script printed.
     pub logs: LogBuffer,
     /// How long the script ran, from when it got its running slot to its end. Its
@@ -110,7 +113,8 @@ impl ScriptSession {
     ) -> Result<ScriptRun, HostError> {
         let outcome = result?;
         Ok(ScriptRun {
-            output: ScriptOutput::from_completion(outcome.completion),
+            output: ScriptOutput::from_completion(outcome.completion.clone()),
+            completion: outcome.completion,
             logs: outcome.logs,
             ran_for,
         })

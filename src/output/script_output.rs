@@ -49,6 +49,14 @@ pub enum ScriptOutput {
     },
 }
 
+/// A completion value that is not a tagged [`ScriptOutput`]: a bare number, a
+/// string, a list, a map without `type`, or null (no value at all).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Untagged {
+    /// The value as the script left it.
+    pub value: Value,
+}
+
 /// How to end a script, told to a model that returned something else. The helpers
 /// have the same names in every language.
 const HOW_TO_END: &str = "End the script with one of: observation(value) to see a value and take another turn; final_result(value) to finish with an answer; error(message) to report a failure; transfer_to_agent(name) to hand over to another agent. Each returns a tagged map such as {\"type\":\"final_result\",\"value\":...}; the script's last expression is what counts.";
@@ -69,14 +77,28 @@ impl ScriptOutput {
     /// becomes an [`ScriptOutput::Error`] saying what was returned and what to return
     /// instead. Fields other than the variant's own are ignored.
     pub fn decode(value: Value) -> ScriptOutput {
+        match ScriptOutput::read(value) {
+            Ok(output) => output,
+            Err(untagged) => not_an_output(&untagged.value),
+        }
+    }
+
+    /// Decodes a completion value that is tagged (a map with a `type`); any other
+    /// value comes back as it was, for a host that shows it (see
+    /// [`decode`](Self::decode) for the error the contract makes of it).
+    pub fn read(value: Value) -> Result<ScriptOutput, Untagged> {
         let Value::Object(mut map) = value else {
-            return not_an_output(&value);
+            return Err(Untagged { value });
         };
         let kind = match map.get("type") {
             Some(Value::String(kind)) => kind.clone(),
-            _ => return not_an_output(&Value::Object(map)),
+            _ => {
+                return Err(Untagged {
+                    value: Value::Object(map),
+                });
+            }
         };
-        match kind.as_str() {
+        Ok(match kind.as_str() {
             "observation" => match map.remove("value") {
                 Some(value) => ScriptOutput::Observation { value },
                 None => missing_field("observation", "value"),
@@ -117,7 +139,7 @@ impl ScriptOutput {
                     preview(other)
                 ),
             },
-        }
+        })
     }
 
     /// The output of one run: the decoded completion value, or the script's error.

@@ -94,6 +94,14 @@ pub enum ScriptError {
         /// What the engine said, where it adds something (e.g. which value grew).
         detail: Option<String>,
     },
+    /// The script ended without a value (its last line is a declaration or a
+    /// statement, and no result helper ran); the message says so in the host's
+    /// words, which a loop may show outside any fence.
+    #[error("{message}")]
+    NoValue {
+        /// What the host says about it.
+        message: String,
+    },
     /// The completion value has no JSON form (a function, NaN, a cycle, too deep).
     #[error("the script's value cannot be returned as JSON: {message}")]
     Unrepresentable {

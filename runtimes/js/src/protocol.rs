@@ -69,8 +69,10 @@ pub(crate) struct Failure {
 pub(crate) enum FailureKind {
     /// The script did not parse.
     Syntax,
-    /// The script threw (or ended on `undefined`).
+    /// The script threw.
     Thrown,
+    /// The script ended on `undefined`.
+    NoValue,
     /// The value has no JSON form.
     Unrepresentable,
     /// Boa's loop-iteration limit.

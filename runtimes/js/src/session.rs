@@ -371,5 +371,6 @@ fn script_error(failure: Failure, limits: &Limits) -> ScriptError {
             ScriptError::limit(LimitKind::CallDepth, limits, Some(message))
         }
         FailureKind::Thrown => ScriptError::Thrown { message },
+        FailureKind::NoValue => ScriptError::NoValue { message },
     }
 }

@@ -184,7 +184,7 @@ fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, F
         .map_err(|e| classify(&e, context))?;
     if value.is_undefined() {
         return Err(Failure::new(
-            FailureKind::Thrown,
+            FailureKind::NoValue,
             "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration",
         ));
     }

@@ -22,8 +22,21 @@ pub struct RhaiSession {
     /// Tool wrapper functions in `functions`, once compiled (on the first run);
     /// they do not count toward `max_functions`.
     tool_functions: Option<usize>,
+    /// The tool wrappers alone, put back over anything a script defined by a
+    /// tool's name.
+    wrappers: AST,
     meter: MeterSchedule,
 }
+
+/// The helpers' names: a script may define functions by these names for itself,
+/// but they are not kept for the next script, so the host's helpers come back.
+const HELPERS: [&str; 5] = [
+    "observation",
+    "final_result",
+    "error",
+    "transfer_to_agent",
+    "call_tool",
+];
 
 impl std::fmt::Debug for RhaiSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -47,6 +60,7 @@ impl RhaiSession {
             scope: Scope::new(),
             functions: AST::empty(),
             tool_functions: None,
+            wrappers: AST::empty(),
             meter: MeterSchedule::default(),
         }
     }
@@ -66,6 +80,7 @@ impl RhaiSession {
                     message: format!("the host could not define the tool functions: {e}"),
                 })?;
             self.functions = wrappers.merge(&self.functions);
+            self.wrappers = wrappers;
         }
         self.tool_functions = Some(count);
         Ok(count)
@@ -88,7 +103,16 @@ impl RhaiSession {
                     Some(format!("the session would hold {defined} functions")),
                 ));
             }
-            self.functions = merged.clone_functions_only();
+            // Kept for the next script: the script's functions, except those that
+            // take a helper's or a tool's name; the tool wrappers over them.
+            let tools = self.tools.specs();
+            // (`clone_functions_only_filtered` does not filter into an empty
+            // library in rhai 1.x: `retain_functions` does.)
+            let mut kept = merged.clone_functions_only();
+            kept.retain_functions(|_, _, name, _| {
+                !HELPERS.contains(&name) && !tools.iter().any(|spec| spec.name == name)
+            });
+            self.functions = kept.merge(&self.wrappers);
             ast = merged;
         } else if self.functions.has_functions() {
             ast = self.functions.merge(&ast);

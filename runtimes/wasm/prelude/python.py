@@ -469,7 +469,7 @@ def __codeact_main(
                 # the last helper it called.
                 value = state["last"]
             if value is None and tail is None:
-                return dumps({"fail": "thrown", "message": NO_RESULT})
+                return dumps({"fail": "no_value", "message": NO_RESULT})
             return '{"done":' + encode(value) + "}"
         except Unrepresentable as e:
             return dumps({"fail": "unrepresentable", "message": str(e)})

@@ -173,7 +173,7 @@
       install();
       const value = evalScript(request.code);
       if (value === undefined) {
-        json = encode({ fail: "thrown", message: "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration" }, 4, false);
+        json = encode({ fail: "no_value", message: "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration" }, 4, false);
       } else {
         json = encode(value, MAX_DEPTH, false, "output", true);
         done = true;

@@ -103,6 +103,9 @@ pub enum FailKind {
     Syntax,
     /// It raised and nothing caught it.
     Thrown,
+    /// It ended without a value (a declaration or a statement last, and no
+    /// result helper called).
+    NoValue,
     /// Its value has no JSON form.
     Unrepresentable,
     /// The interpreter ran out of the memory the limit leaves it.

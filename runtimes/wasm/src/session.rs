@@ -545,6 +545,7 @@ fn script_failure(kind: FailKind, message: String, refused: bool, limits: &Limit
         FailKind::CallDepth => ScriptError::limit(LimitKind::CallDepth, limits, Some(message)),
         FailKind::Thrown if refused => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
         FailKind::Thrown => ScriptError::Thrown { message },
+        FailKind::NoValue => ScriptError::NoValue { message },
     }
 }
 

@@ -1,0 +1,185 @@
+//! What the host can tell from a script's text, for feedback a small model can act
+//! on: the line an error points at, names the script redefines that the host
+//! provides, and whether a script repeats the one that just failed.
+
+/// The helpers every runtime provides, by the same names.
+pub const HELPERS: [&str; 5] = [
+    "observation",
+    "final_result",
+    "error",
+    "transfer_to_agent",
+    "call_tool",
+];
+
+/// The 1-based line an engine's error message points at, when it names one in a
+/// form the engines here use: `line 5` (Rhai, CPython) or `:5:12` (QuickJS, Boa).
+/// `None` when the message names no line, or the script has no such line.
+pub fn failing_line(message: &str, script: &str) -> Option<(usize, String)> {
+    let lines: Vec<&str> = script.lines().collect();
+    let number = line_number(message)?;
+    let text = lines.get(number.checked_sub(1)?)?.trim();
+    (!text.is_empty()).then(|| (number, text.to_string()))
+}
+
+fn line_number(message: &str) -> Option<usize> {
+    if let Some(at) = message.rfind("line ") {
+        let digits: String = message[at + 5..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if let Ok(number) = digits.parse() {
+            return Some(number);
+        }
+    }
+    // `<file>:LINE:COLUMN`, the last such pair in the message.
+    let bytes = message.as_bytes();
+    let mut found = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b':' {
+            let start = i + 1;
+            let mut end = start;
+            while end < bytes.len() && bytes[end].is_ascii_digit() {
+                end += 1;
+            }
+            if end > start && end < bytes.len() && bytes[end] == b':' {
+                let column_end = bytes[end + 1..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .count();
+                if column_end > 0 {
+                    found = message[start..end].parse().ok();
+                }
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+/// The names among `provided` (helpers and tools) that `script` defines or assigns
+/// to, in the forms models write: `def NAME(`, `function NAME(`, `fn NAME(`,
+/// `let|const|var NAME =`, or `NAME = ` at the start of a line.
+pub fn redefined_names<'a>(script: &str, provided: &'a [String]) -> Vec<&'a str> {
+    let mut found: Vec<&str> = Vec::new();
+    for line in script.lines() {
+        let line = line.trim_start();
+        let rest = [
+            "def ",
+            "function ",
+            "fn ",
+            "let ",
+            "const ",
+            "var ",
+            "async def ",
+        ]
+        .iter()
+        .find_map(|keyword| line.strip_prefix(keyword))
+        .unwrap_or(line)
+        .trim_start();
+        let name_len = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let (name, after) = rest.split_at(name_len);
+        let after = after.trim_start();
+        let defines = after.starts_with('(') && rest.len() != line.len()
+            || (after.starts_with('=') && !after.starts_with("=="));
+        if !defines || name.is_empty() {
+            continue;
+        }
+        if let Some(provided) = provided.iter().find(|p| p.as_str() == name)
+            && !found.contains(&provided.as_str())
+        {
+            found.push(provided.as_str());
+        }
+    }
+    found
+}
+
+/// Whether two scripts are the same once blank lines and surrounding space on
+/// each line are ignored.
+pub fn same_script(a: &str, b: &str) -> bool {
+    let normal = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|line| line.trim().to_string())
+            .filter(|line| !line.is_empty())
+            .collect()
+    };
+    normal(a) == normal(b)
+}
+
+/// The argument of a last line that prints (`print(x)`, `console.log(x)`), for a
+/// hint that shows `final_result(x)` instead.
+pub fn printed_expression(script: &str) -> Option<String> {
+    let last = script.lines().rev().find(|l| !l.trim().is_empty())?.trim();
+    let last = last.strip_suffix(';').unwrap_or(last).trim_end();
+    ["print(", "console.log("]
+        .iter()
+        .find_map(|call| last.strip_prefix(call))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .map(str::trim)
+        .filter(|inner| !inner.is_empty() && !inner.contains('\n'))
+        .map(String::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_failing_line_is_found_in_each_engines_form() {
+        let script = "let a = [1];\nlet b = 2;\nlet c = a[14];";
+        assert_eq!(
+            failing_line("Array index 14 out of bounds (line 3, position 9)", script),
+            Some((3, "let c = a[14];".into()))
+        );
+        assert_eq!(
+            failing_line(
+                "TypeError: x is undefined\n    at <eval> (script:2:5)",
+                script
+            ),
+            Some((2, "let b = 2;".into()))
+        );
+        assert_eq!(
+            failing_line("ReferenceError: js is not defined", script),
+            None
+        );
+        assert_eq!(failing_line("boom (line 9, position 1)", script), None);
+    }
+
+    #[test]
+    fn a_redefined_helper_or_tool_is_named_once_and_calls_are_not_definitions() {
+        let provided: Vec<String> = ["final_result", "read_file", "get_price"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let script = "def final_result(value):\n    print(value)\nread_file = lambda n: open(n)\nfunction final_result(v) {}\nx = get_price(item='a')\nif read_file == 1: pass\nfinal_result(x)";
+        assert_eq!(
+            redefined_names(script, &provided),
+            vec!["final_result", "read_file"]
+        );
+        assert!(
+            redefined_names(
+                "let total = get_price(\"a\");\nfinal_result(total)",
+                &provided
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn scripts_differing_only_in_blank_lines_and_indentation_are_the_same() {
+        assert!(same_script("let x = 1;\n\nx", "  let x = 1;\nx  \n"));
+        assert!(!same_script("let x = 1;\nx", "let x = 2;\nx"));
+    }
+
+    #[test]
+    fn a_printing_last_line_gives_its_expression() {
+        assert_eq!(
+            printed_expression("let t = 1;\nconsole.log(t * 2);\n"),
+            Some("t * 2".into())
+        );
+        assert_eq!(printed_expression("print(total)"), Some("total".into()));
+        assert_eq!(printed_expression("total"), None);
+    }
+}
