@@ -319,7 +319,7 @@ impl Conversation {
                 "Your reply was cut off at the output limit and held no code. Reply with one short ```{fence} code block."
             )),
             Extraction::NoCode => self.reply_error(format!(
-                "Your reply had no code block, so nothing ran. Reply with one ```{fence} code block whose last expression is observation(...), final_result(...) or error(...)."
+                "Your reply had no code block, so nothing ran. Reply with your code in one ```{fence} block, ending with final_result(answer) when you have the answer or observation(value) to look at a value, like this:\n```{fence}\nfinal_result(answer)\n```"
             )),
         }
     }
@@ -345,6 +345,11 @@ impl Conversation {
                 (next, ScriptOutput::Error { message })
             }
             Ok(value) => match ScriptOutput::read(value.clone()) {
+                Ok(ScriptOutput::Error { message }) => {
+                    let text = feedback::reported_error(&message, logs, limit);
+                    let next = self.script_error(text, message.clone());
+                    (next, ScriptOutput::Error { message })
+                }
                 Ok(output) => (self.on_script(&output, logs), output),
                 Err(Untagged { value }) => match self.config.bare_values {
                     BareValues::Observe => {
@@ -365,12 +370,26 @@ impl Conversation {
             },
             Err(ScriptError::Syntax { message } | ScriptError::Thrown { message }) => {
                 let line = script_notes::failing_line(message, &script);
-                let text = feedback::error_at(
+                let mut text = feedback::error_at(
                     message,
                     line.as_ref().map(|(n, l)| (*n, l.as_str())),
                     logs,
                     limit,
                 );
+                if script_notes::imports_something(message) {
+                    text.push_str(
+                        "\n\nNothing can be installed, and there are no files or network here",
+                    );
+                    let tools = &self.provided_names[script_notes::HELPERS.len()..];
+                    if tools.is_empty() {
+                        text.push('.');
+                    } else {
+                        text.push_str(&format!(
+                            ": use the host's tools instead ({}).",
+                            tools.join(", ")
+                        ));
+                    }
+                }
                 let next = self.script_error(text, message.clone());
                 (
                     next,

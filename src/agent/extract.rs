@@ -54,7 +54,7 @@ pub fn extract_code(reply: &str, accepted: &[&str]) -> Extraction {
     }
     match other_language {
         Some(tag) => Extraction::OtherLanguage { tag },
-        None => match inline_helper_call(reply) {
+        None => match inline_helper_call(reply).or_else(|| bare_helper_call(reply)) {
             Some(code) => Extraction::Code { code, closed: true },
             None => Extraction::NoCode,
         },
@@ -68,6 +68,45 @@ fn is_language_label(line: &str, accepted: &[&str]) -> bool {
         || ["js", "javascript", "python", "py", "python3", "rhai"]
             .iter()
             .any(|name| name.eq_ignore_ascii_case(word))
+}
+
+/// The last line of a reply without blocks, when it is a whole result-helper
+/// call: models often answer an observation with just `final_result(10.0)`.
+fn bare_helper_call(reply: &str) -> Option<String> {
+    let last = reply
+        .lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())?
+        .trim();
+    let last = last.strip_suffix(';').unwrap_or(last);
+    let calls_helper = ["final_result(", "observation("]
+        .iter()
+        .any(|helper| last.starts_with(helper));
+    (calls_helper && last.ends_with(')') && balanced(last)).then(|| last.to_string())
+}
+
+/// Whether the brackets of `code` close in order (quotes are not parsed: a
+/// bracket inside a string may make a real call look unbalanced, never the
+/// reverse in practice).
+fn balanced(code: &str) -> bool {
+    let mut open = Vec::new();
+    for c in code.chars() {
+        match c {
+            '(' | '[' | '{' => open.push(c),
+            ')' | ']' | '}' => {
+                let want = match c {
+                    ')' => '(',
+                    ']' => '[',
+                    _ => '{',
+                };
+                if open.pop() != Some(want) {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    open.is_empty()
 }
 
 /// The one inline code span (`` `…` ``) of a reply without blocks that calls a
@@ -230,6 +269,26 @@ mod tests {
         );
         assert_eq!(
             extract_code("The answer is `42`.", &["js"]),
+            Extraction::NoCode
+        );
+    }
+
+    #[test]
+    fn a_reply_that_is_only_a_helper_call_is_the_script() {
+        assert_eq!(
+            extract_code("final_result(10.0)", &["python"]),
+            code("final_result(10.0)")
+        );
+        assert_eq!(
+            extract_code("The mean is 10.\nfinal_result(mean);", &["js"]),
+            code("final_result(mean)")
+        );
+        assert_eq!(
+            extract_code("final_result(f(1)", &["js"]),
+            Extraction::NoCode
+        );
+        assert_eq!(
+            extract_code("error(\"give up\")", &["js"]),
             Extraction::NoCode
         );
     }

@@ -112,6 +112,20 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
+/// The feedback for a script that ended with `error(message)` itself: the message
+/// (fenced), and a reminder that `error` gives up, so a failure it caught should
+/// be handled instead.
+pub fn reported_error(message: &str, logs: &LogBuffer, limit: usize) -> String {
+    let head = format!(
+        "Error (your script reported it with error(...)):\n{}",
+        fenced(message, limit)
+    );
+    format!(
+        "{}\n\nerror(...) gives up on the task. If a tool failed, its message above says why: call it differently, or handle the failure in the script and go on to an answer.",
+        with_logs(&head, logs, limit)
+    )
+}
+
 /// The feedback for a host-side error about the step (an unknown transfer target):
 /// the host's own words, then the value of the script's they are about (fenced:
 /// a model wrote it), what the script printed, and what to do.

@@ -96,6 +96,20 @@ pub fn redefined_names<'a>(script: &str, provided: &'a [String]) -> Vec<&'a str>
     found
 }
 
+/// Whether an engine's error says the script tried to load a module or a package
+/// (`import requests`, `require('fs')`), which the sandbox never has.
+pub fn imports_something(message: &str) -> bool {
+    [
+        "ModuleNotFoundError",
+        "No module named",
+        "require is not defined",
+        "ImportError",
+        "could not load module",
+    ]
+    .iter()
+    .any(|sign| message.contains(sign))
+}
+
 /// Whether two scripts are the same once blank lines and surrounding space on
 /// each line are ignored.
 pub fn same_script(a: &str, b: &str) -> bool {
