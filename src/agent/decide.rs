@@ -180,6 +180,8 @@ pub struct Conversation {
     provided_names: Vec<String>,
     /// The script of the step in progress.
     current_script: Option<String>,
+    /// The tools the script of the step in progress defines for itself.
+    faked_tools: Vec<String>,
     /// The script of the previous step, when it failed.
     failed_script: Option<String>,
     /// The feedback of the previous error, so the same text is never sent twice
@@ -208,6 +210,7 @@ impl Conversation {
                 .map(|h| h.to_string())
                 .collect(),
             current_script: None,
+            faked_tools: Vec::new(),
             failed_script: None,
             last_error_feedback: None,
         }
@@ -266,6 +269,7 @@ impl Conversation {
     pub fn on_reply(&mut self, response: &ModelResponse) -> Next {
         self.steps += 1;
         self.current_script = None;
+        self.faked_tools.clear();
         self.usage += response.usage;
         let text = response.text();
         // The history keeps a reply cut to the reply limit: a model that writes
@@ -305,6 +309,9 @@ impl Conversation {
                     self.pending_notes.push(format!(
                         "Note: your script defines `{name}`, which the host already provides: call it, do not define it. The host's `{name}` is back for your next script."
                     ));
+                    if !script_notes::HELPERS.contains(&name) {
+                        self.faked_tools.push(name.to_string());
+                    }
                 }
                 self.current_script = Some(code.clone());
                 Next::RunScript { code }
@@ -347,6 +354,17 @@ impl Conversation {
             Ok(value) => match ScriptOutput::read(value.clone()) {
                 Ok(ScriptOutput::Error { message }) => {
                     let text = feedback::reported_error(&message, logs, limit);
+                    let next = self.script_error(text, message.clone());
+                    (next, ScriptOutput::Error { message })
+                }
+                Ok(ScriptOutput::FinalResult { .. }) if !self.faked_tools.is_empty() => {
+                    let names = self.faked_tools.join("`, `");
+                    let message = format!(
+                        "the final result was refused: the script defined its own `{names}` instead of calling the host's tool, so its data is made up"
+                    );
+                    let text = format!(
+                        "Error:\nYour final result was not accepted: your script defined its own `{names}` instead of calling the host's tool, so the result rests on made-up data. The tool is already defined: call it, and finish with what it returns."
+                    );
                     let next = self.script_error(text, message.clone());
                     (next, ScriptOutput::Error { message })
                 }
@@ -1135,6 +1153,58 @@ mod tests {
         let text = last_feedback(&c);
         assert!(
             text.starts_with("Note: your script defines `read_file`, which the host already provides: call it, do not define it."),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_final_result_from_a_script_that_fakes_a_tool_is_not_accepted() {
+        let mut c =
+            conversation(LoopConfig::default()).with_tool_names(["list_orders".to_string()]);
+        c.on_reply(&reply(
+            "```rhai\ndef list_orders():\n    return [1]\nfinal_result(len(list_orders()))\n```",
+        ));
+        let (next, output) =
+            c.on_completion(&Ok(json!({"type": "final_result", "value": 1})), &logs());
+        assert_eq!(next, Next::CallModel);
+        assert!(matches!(output, ScriptOutput::Error { .. }));
+        let text = last_feedback(&c);
+        assert!(
+            text.contains(
+                "Your final result was not accepted: your script defined its own `list_orders`"
+            ),
+            "{text}"
+        );
+        // The next script that calls the tool finishes.
+        c.on_reply(&reply("```rhai\nfinal_result(len(list_orders()))\n```"));
+        let (next, _) = c.on_completion(&Ok(json!({"type": "final_result", "value": 7})), &logs());
+        assert!(matches!(next, Next::CheckResult { .. }));
+    }
+
+    #[test]
+    fn a_failed_import_names_the_hosts_tools_outside_the_fence() {
+        let mut c =
+            conversation(LoopConfig::default()).with_tool_names(["get_weather".to_string()]);
+        c.on_reply(&reply("```rhai\nimport requests\n```"));
+        let error = ScriptError::Thrown {
+            message: "ModuleNotFoundError: No module named 'requests'".into(),
+        };
+        c.on_completion(&Err(error), &logs());
+        let outside = outside_fences(&last_feedback(&c));
+        assert!(
+            outside.contains("use the host's tools instead (get_weather)"),
+            "{outside}"
+        );
+    }
+
+    #[test]
+    fn a_scripts_own_error_call_is_told_apart_from_an_engine_error() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nerror(\"no data\")\n```"));
+        c.on_completion(&Ok(json!({"type": "error", "message": "no data"})), &logs());
+        let text = last_feedback(&c);
+        assert!(
+            text.starts_with("Error (your script reported it with error(...)):"),
             "{text}"
         );
     }
