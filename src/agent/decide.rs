@@ -178,6 +178,9 @@ pub struct Conversation {
     /// Names the host provides to scripts (helpers and tools): a script that
     /// defines one is told so.
     provided_names: Vec<String>,
+    /// The tools' signatures, in the order of their names in `provided_names`
+    /// (after the helpers).
+    tool_signatures: Vec<String>,
     /// The script of the step in progress.
     current_script: Option<String>,
     /// The tools the script of the step in progress defines for itself.
@@ -209,6 +212,7 @@ impl Conversation {
                 .iter()
                 .map(|h| h.to_string())
                 .collect(),
+            tool_signatures: Vec::new(),
             current_script: None,
             faked_tools: Vec::new(),
             failed_script: None,
@@ -216,12 +220,14 @@ impl Conversation {
         }
     }
 
-    /// Declares the tools' names, so a script that redefines one is told to call
-    /// the tool instead (the helpers' names are always known).
-    pub fn with_tool_names(mut self, names: impl IntoIterator<Item = String>) -> Self {
-        for name in names {
+    /// Declares the tools, by name and by the signature the runtime shows, so a
+    /// script that redefines one is told to call the tool instead, and how (the
+    /// helpers' names are always known).
+    pub fn with_tools(mut self, tools: impl IntoIterator<Item = (String, String)>) -> Self {
+        for (name, signature) in tools {
             if !self.provided_names.contains(&name) {
                 self.provided_names.push(name);
+                self.tool_signatures.push(signature);
             }
         }
         self
@@ -305,11 +311,21 @@ impl Conversation {
                         "Note: your reply was cut off at the output limit after the code block; keep replies shorter.".into(),
                     );
                 }
+                let helpers = script_notes::HELPERS.len();
                 for name in script_notes::redefined_names(&code, &self.provided_names) {
+                    let index = self
+                        .provided_names
+                        .iter()
+                        .position(|provided| provided == name)
+                        .unwrap_or(0);
+                    let call = match index.checked_sub(helpers) {
+                        Some(tool) => format!(" as `{}`", self.tool_signatures[tool]),
+                        None => String::new(),
+                    };
                     self.pending_notes.push(format!(
-                        "Note: your script defines `{name}`, which the host already provides: call it, do not define it. The host's `{name}` is back for your next script."
+                        "Note: your script defines `{name}`, which the host already provides: do not define it, call it{call}. The host's `{name}` is back for your next script."
                     ));
-                    if !script_notes::HELPERS.contains(&name) {
+                    if index >= helpers {
                         self.faked_tools.push(name.to_string());
                     }
                 }
@@ -1140,7 +1156,10 @@ mod tests {
 
     #[test]
     fn a_script_that_redefines_a_helper_or_a_tool_is_told_to_call_it() {
-        let mut c = conversation(LoopConfig::default()).with_tool_names(["read_file".to_string()]);
+        let mut c = conversation(LoopConfig::default()).with_tools([(
+            "read_file".to_string(),
+            "read_file(name=string)".to_string(),
+        )]);
         c.on_reply(&reply(
             "```rhai\ndef read_file(name):\n    return open(name).read()\nread_file('a')\n```",
         ));
@@ -1152,15 +1171,15 @@ mod tests {
         );
         let text = last_feedback(&c);
         assert!(
-            text.starts_with("Note: your script defines `read_file`, which the host already provides: call it, do not define it."),
+            text.starts_with("Note: your script defines `read_file`, which the host already provides: do not define it, call it as `read_file(name=string)`."),
             "{text}"
         );
     }
 
     #[test]
     fn a_final_result_from_a_script_that_fakes_a_tool_is_not_accepted() {
-        let mut c =
-            conversation(LoopConfig::default()).with_tool_names(["list_orders".to_string()]);
+        let mut c = conversation(LoopConfig::default())
+            .with_tools([("list_orders".to_string(), "list_orders()".to_string())]);
         c.on_reply(&reply(
             "```rhai\ndef list_orders():\n    return [1]\nfinal_result(len(list_orders()))\n```",
         ));
@@ -1183,8 +1202,10 @@ mod tests {
 
     #[test]
     fn a_failed_import_names_the_hosts_tools_outside_the_fence() {
-        let mut c =
-            conversation(LoopConfig::default()).with_tool_names(["get_weather".to_string()]);
+        let mut c = conversation(LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
         c.on_reply(&reply("```rhai\nimport requests\n```"));
         let error = ScriptError::Thrown {
             message: "ModuleNotFoundError: No module named 'requests'".into(),

@@ -516,10 +516,10 @@ impl Agent {
                 targets.iter().map(|t| t.name.clone()).collect(),
                 self.name.clone(),
             )
-            .with_tool_names(
+            .with_tools(
                 codeact_runtime::ToolDispatch::specs(&*self.tools)
                     .iter()
-                    .map(|spec| spec.name.clone()),
+                    .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
             );
         if resume.is_none() {
             self.emit(|| Event::RunStarted {
