@@ -16,7 +16,7 @@ use crate::output::spec::{Check, refusal_text};
 use codeact_runtime::ScriptError;
 
 /// The loop's rules, with their defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoopConfig {
     /// Model calls per run; the run ends with [`Outcome::StepLimit`] after this
     /// many. Default: 12.
@@ -42,6 +42,12 @@ pub struct LoopConfig {
     /// What a script whose last value is not a result helper's gets (a bare
     /// `7.8`, a list, a map without `type`). Default: [`BareValues::Observe`].
     pub bare_values: BareValues,
+    /// The sampling temperature of the model call after a reply that repeated
+    /// a failing script (or a reply without code) word for word: at a low
+    /// temperature a small model answers the same error with the same script
+    /// until the run ends. Used only when higher than the agent's own
+    /// temperature. Default: 0.7.
+    pub retry_temperature: f32,
 }
 
 /// What the loop does with a script's bare last value (one that is not
@@ -69,6 +75,7 @@ impl Default for LoopConfig {
             max_refusals: 3,
             max_output_content_bytes: DEFAULT_CONTENT_CAP,
             bare_values: BareValues::Observe,
+            retry_temperature: 0.7,
         }
     }
 }
@@ -190,6 +197,9 @@ pub struct Conversation {
     /// The feedback of the previous error, so the same text is never sent twice
     /// in a row.
     last_error_feedback: Option<String>,
+    /// Whether the last reply repeated a failure word for word, so the next
+    /// model call should sample more freely.
+    repeated: bool,
 }
 
 impl Conversation {
@@ -217,6 +227,7 @@ impl Conversation {
             faked_tools: Vec::new(),
             failed_script: None,
             last_error_feedback: None,
+            repeated: false,
         }
     }
 
@@ -520,6 +531,17 @@ impl Conversation {
         }
     }
 
+    /// The temperature for the next model call: the agent's own, or
+    /// [`LoopConfig::retry_temperature`] when the last reply repeated a failure
+    /// and that is higher.
+    pub fn temperature(&self, own: f32) -> f32 {
+        if self.repeated {
+            own.max(self.config.retry_temperature)
+        } else {
+            own
+        }
+    }
+
     /// Final results refused so far.
     pub fn refusals(&self) -> usize {
         self.refusals
@@ -532,6 +554,7 @@ impl Conversation {
 
     fn observed(&mut self, text: String) {
         self.consecutive_errors = 0;
+        self.repeated = false;
         self.failed_script = None;
         self.last_error_feedback = None;
         self.push_feedback(text);
@@ -550,12 +573,15 @@ impl Conversation {
 
     fn script_error(&mut self, mut text: String, message: String) -> Next {
         let script = self.current_script.take();
+        self.repeated = false;
         if let (Some(script), Some(failed)) = (&script, &self.failed_script)
             && script_notes::same_script(script, failed)
         {
+            self.repeated = true;
             text.push_str("\n\nThis is the same script as your last one, and it failed the same way: sending it again cannot work. Change the line the error points at, or take another approach.");
         }
         if self.last_error_feedback.as_deref() == Some(text.as_str()) {
+            self.repeated = true;
             text.push_str("\n\n(The same error as for your last reply: change your approach.)");
         }
         self.failed_script = script;

@@ -720,7 +720,7 @@ impl Agent {
     ) -> Result<Next, AgentError> {
         let mut request = ModelRequest::new(system_prompt, conversation.messages().to_vec());
         request.max_tokens = self.max_tokens;
-        request.temperature = self.temperature;
+        request.temperature = conversation.temperature(self.temperature);
         self.emit(|| Event::ModelRequest {
             step,
             messages: request.messages.len(),
