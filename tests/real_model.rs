@@ -98,7 +98,8 @@ async fn solve_all(
                 max_steps: 6,
                 ..LoopConfig::default()
             })
-            .max_tokens(512);
+            .max_tokens(512)
+            .temperature(0.0);
         if let Some(dir) = record {
             let path =
                 std::path::Path::new(dir).join(format!("{runtime_name}-{}.jsonl", task.name));

@@ -313,6 +313,9 @@ impl Conversation {
             _ => {}
         }
         let truncated = response.stop_reason == StopReason::OutputTruncated;
+        // A reasoning model's thinking stays in the history; its code is not
+        // taken from there.
+        let text = script_notes::without_thinking(&text);
         let tags: Vec<&str> = self.fence_tags.iter().map(String::as_str).collect();
         let fence = tags.first().copied().unwrap_or("code");
         match extract_code(&text, &tags) {
@@ -534,11 +537,11 @@ impl Conversation {
     /// The temperature for the next model call: the agent's own, or
     /// [`LoopConfig::retry_temperature`] when the last reply repeated a failure
     /// and that is higher.
-    pub fn temperature(&self, own: f32) -> f32 {
-        if self.repeated {
-            own.max(self.config.retry_temperature)
-        } else {
-            own
+    pub fn temperature(&self, own: Option<f32>) -> Option<f32> {
+        match own {
+            Some(own) if self.repeated => Some(own.max(self.config.retry_temperature)),
+            None if self.repeated => Some(self.config.retry_temperature),
+            own => own,
         }
     }
 

@@ -59,7 +59,7 @@ pub struct Agent {
     working_dir: Option<PathBuf>,
     system_prompt: String,
     max_tokens: u32,
-    temperature: f32,
+    temperature: Option<f32>,
     stream: bool,
     pub(crate) listeners: Vec<Listener>,
 }
@@ -88,7 +88,7 @@ pub struct AgentBuilder {
     output: OutputSpec,
     working_dir: Option<PathBuf>,
     max_tokens: u32,
-    temperature: f32,
+    temperature: Option<f32>,
     stream: bool,
     listeners: Vec<Listener>,
 }
@@ -159,9 +159,10 @@ impl AgentBuilder {
         self
     }
 
-    /// Sampling temperature. Default: 0.
+    /// Sampling temperature. Default: none sent, so the server's default applies
+    /// (set 0 for the most repeatable answers of a local model).
     pub fn temperature(mut self, temperature: f32) -> Self {
-        self.temperature = temperature;
+        self.temperature = Some(temperature);
         self
     }
 
@@ -298,7 +299,7 @@ impl Agent {
             output: OutputSpec::default(),
             working_dir: None,
             max_tokens: 2_048,
-            temperature: 0.0,
+            temperature: None,
             stream: true,
             listeners: Vec::new(),
         }

@@ -110,6 +110,22 @@ pub fn imports_something(message: &str) -> bool {
     .any(|sign| message.contains(sign))
 }
 
+/// `reply` without its `<think>…</think>` blocks (an unclosed one runs to the
+/// end), where reasoning models write drafts that must not run.
+pub fn without_thinking(reply: &str) -> String {
+    let mut out = String::new();
+    let mut rest = reply;
+    while let Some(start) = rest.find("<think>") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</think>") {
+            Some(end) => rest = &rest[start + end + "</think>".len()..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Whether two scripts are the same once blank lines and surrounding space on
 /// each line are ignored.
 pub fn same_script(a: &str, b: &str) -> bool {
@@ -195,5 +211,14 @@ mod tests {
         );
         assert_eq!(printed_expression("print(total)"), Some("total".into()));
         assert_eq!(printed_expression("total"), None);
+    }
+
+    #[test]
+    fn thinking_is_removed_before_code_is_looked_for() {
+        let reply =
+            "<think>draft:\n```js\nfinal_result(1)\n```</think>\n```js\nfinal_result(2)\n```";
+        assert_eq!(without_thinking(reply), "\n```js\nfinal_result(2)\n```");
+        assert_eq!(without_thinking("a<think>never closed ```js\nx\n```"), "a");
+        assert_eq!(without_thinking("no thinking"), "no thinking");
     }
 }

@@ -199,7 +199,7 @@ pub fn load_team(
             Some(replay) => format!("replay:{}", resolve(Path::new(replay)).display()),
             None => entry.model.clone(),
         };
-        let model = model_from_spec(&spec, None).map_err(|e| match e {
+        let model = model_from_spec(&spec, None, &[]).map_err(|e| match e {
             ModelSpecError::Usage(message) => invalid(format!("{label}: {message}")),
             ModelSpecError::Model(error) => TeamConfigError::Model(error),
         })?;

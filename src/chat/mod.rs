@@ -203,8 +203,9 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     /// Output token limit. Default: 2,048.
     pub max_tokens: u32,
-    /// Sampling temperature. Default: 0 (the most repeatable).
-    pub temperature: f32,
+    /// Sampling temperature; `None` leaves it out of the request, so the server's
+    /// default applies (current reasoning models refuse any other). Default: none.
+    pub temperature: Option<f32>,
     /// Sequences that end the reply. Default: none.
     pub stop: Vec<String>,
 }
@@ -216,7 +217,7 @@ impl ModelRequest {
             system: system.into(),
             messages,
             max_tokens: 2_048,
-            temperature: 0.0,
+            temperature: None,
             stop: Vec::new(),
         }
     }

@@ -49,6 +49,10 @@ struct EvalRunArgs {
     /// Overrides OPENAI_BASE_URL / ANTHROPIC_BASE_URL.
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
+    /// A field for every request body, as KEY=VALUE (VALUE as JSON when it
+    /// parses, else a string). Repeatable.
+    #[arg(long = "model-option", value_name = "KEY=VALUE")]
+    model_options: Vec<String>,
     /// A runtime to evaluate; repeatable, in order.
     #[arg(long = "runtime", value_name = "NAME", required = true)]
     runtimes: Vec<String>,
@@ -142,7 +146,7 @@ fn eval_run(args: &EvalRunArgs) -> ExitCode {
             return usage_error(&e.to_string());
         }
     }
-    if let Err(e) = model_from_spec(&args.model, args.base_url.as_deref()) {
+    if let Err(e) = model_from_spec(&args.model, args.base_url.as_deref(), &args.model_options) {
         return match e {
             ModelSpecError::Usage(usage) => usage_error(&usage),
             ModelSpecError::Model(e) => {
@@ -226,7 +230,7 @@ async fn run_task(
         error: Some(error),
     };
     let (model, runtime) = match (
-        model_from_spec(&args.model, args.base_url.as_deref()),
+        model_from_spec(&args.model, args.base_url.as_deref(), &args.model_options),
         runtime_by_name(runtime_name, args.limits.limits()),
     ) {
         (Ok(model), Ok(runtime)) => (model, runtime),

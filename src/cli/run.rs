@@ -29,8 +29,9 @@ use crate::prompts::TransferTarget;
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// The model: openai:NAME (OPENAI_BASE_URL, OPENAI_API_KEY), anthropic:NAME
-    /// (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL) or replay:FILE ({"replies": […]}).
+    /// The model: openai:NAME (OPENAI_BASE_URL, OPENAI_API_KEY), ollama:NAME (a
+    /// local Ollama on its default port), anthropic:NAME (ANTHROPIC_API_KEY,
+    /// ANTHROPIC_BASE_URL) or replay:FILE ({"replies": […]}).
     #[arg(
         long,
         value_name = "PROVIDER:NAME",
@@ -46,9 +47,13 @@ pub(crate) struct RunArgs {
     /// first agent].
     #[arg(long, value_name = "NAME", requires = "agents")]
     agent: Option<String>,
-    /// Overrides OPENAI_BASE_URL / ANTHROPIC_BASE_URL.
+    /// Overrides OPENAI_BASE_URL / ANTHROPIC_BASE_URL and the ollama preset.
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
+    /// A field for every request body, as KEY=VALUE (VALUE as JSON when it
+    /// parses, else a string), e.g. reasoning_effort=low. Repeatable.
+    #[arg(long = "model-option", value_name = "KEY=VALUE")]
+    model_options: Vec<String>,
     /// The runtime the model's scripts run in: rhai, js, js-in-process, wasm:js,
     /// wasm:micropython, wasm:python, or wasm:PATH for a WASI guest file.
     /// [default: rhai, or the resumed transcript's runtime]
@@ -76,9 +81,10 @@ pub(crate) struct RunArgs {
     /// Output token limit per reply.
     #[arg(long, value_name = "N", default_value_t = 2_048)]
     max_tokens: u32,
-    /// Sampling temperature.
-    #[arg(long, value_name = "T", default_value_t = 0.0)]
-    temperature: f32,
+    /// Sampling temperature [default: none sent, the server's own; reasoning
+    /// models accept no other].
+    #[arg(long, value_name = "T")]
+    temperature: Option<f32>,
     /// Wait for whole replies instead of streaming them.
     #[arg(long)]
     no_stream: bool,
@@ -187,10 +193,10 @@ fn configure(args: &RunArgs, listeners: &[Listener]) -> impl Fn(AgentBuilder) ->
     let listeners = listeners.to_vec();
     let (max_tokens, temperature, stream) = (args.max_tokens, args.temperature, !args.no_stream);
     move |mut builder: AgentBuilder| {
-        builder = builder
-            .max_tokens(max_tokens)
-            .temperature(temperature)
-            .stream(stream);
+        builder = builder.max_tokens(max_tokens).stream(stream);
+        if let Some(temperature) = temperature {
+            builder = builder.temperature(temperature);
+        }
         for listener in &listeners {
             builder = builder.listener(listener.clone());
         }
@@ -206,7 +212,7 @@ fn run_agent(
     request: &OutputSpec,
     resume: Option<ResumePoint>,
 ) -> ExitCode {
-    let model = match model_from_spec(model, args.base_url.as_deref()) {
+    let model = match model_from_spec(model, args.base_url.as_deref(), &args.model_options) {
         Ok(model) => model,
         Err(ModelSpecError::Usage(usage)) => return usage_error(&usage),
         Err(ModelSpecError::Model(model_error)) => {

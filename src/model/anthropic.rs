@@ -42,6 +42,9 @@ pub struct AnthropicConfig {
     pub max_reply_bytes: usize,
     /// Retries for 429, 5xx (529 overloaded included) and timeouts.
     pub retry: RetryPolicy,
+    /// Fields added to every request body as they are, last (so they win), e.g.
+    /// `thinking` or `top_k`. Default: none.
+    pub extra_body: serde_json::Map<String, Value>,
 }
 
 impl AnthropicConfig {
@@ -61,6 +64,7 @@ impl AnthropicConfig {
             reply_timeout: Duration::from_secs(600),
             max_reply_bytes: MAX_BODY_BYTES,
             retry: RetryPolicy::default(),
+            extra_body: serde_json::Map::new(),
         }
     }
 
@@ -133,13 +137,18 @@ impl AnthropicClient {
             "system": request.system,
             "messages": messages,
             "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
         });
+        if let Some(temperature) = request.temperature {
+            body["temperature"] = json!(temperature);
+        }
         if !request.stop.is_empty() {
             body["stop_sequences"] = json!(request.stop);
         }
         if stream {
             body["stream"] = json!(true);
+        }
+        for (key, value) in &self.config.extra_body {
+            body[key] = value.clone();
         }
         body
     }

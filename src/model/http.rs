@@ -83,13 +83,29 @@ impl Retrier {
             });
         }
         let wait = retry_after
-            .unwrap_or_else(|| self.policy.backoff(self.retries))
+            .unwrap_or_else(|| jittered(self.policy.backoff(self.retries), random_fraction()))
             .min(self.policy.max_delay);
         tracing::warn!(provider = self.provider, %reason, wait_ms = wait.as_millis() as u64, "model call failed; retrying");
         tokio::time::sleep(wait).await;
         self.retries += 1;
         Ok(())
     }
+}
+
+/// `backoff` scaled into its upper half by `fraction` (0 to 1): many sessions that
+/// failed together then retry spread out instead of in lockstep, and none waits
+/// less than half the policy's delay.
+fn jittered(backoff: Duration, fraction: f64) -> Duration {
+    backoff.mul_f64(0.5 + 0.5 * fraction.clamp(0.0, 1.0))
+}
+
+/// A number in 0..1 that differs between calls and processes (std's per-map
+/// random hasher keys), for jitter; not for anything secret.
+fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(0);
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Runs `once` until it succeeds, fails for good, or `policy` runs out of retries.
@@ -355,7 +371,11 @@ pub(crate) fn client(
     if !has_key && base == official {
         return Err(config(key_hint.to_string()));
     }
+    // The roots are both the bundled Mozilla set and the system's own store
+    // (reqwest's rustls-tls-native-roots), so a corporate proxy's CA installed on
+    // the machine is trusted without a flag.
     let http = reqwest::Client::builder()
+        .user_agent(concat!("codeact/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| config(format!("cannot build an HTTP client: {e}")))?;
@@ -427,6 +447,18 @@ pub(crate) fn shorten(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_keeps_a_retry_between_half_and_all_of_the_backoff() {
+        let backoff = Duration::from_secs(2);
+        assert_eq!(jittered(backoff, 0.0), Duration::from_secs(1));
+        assert_eq!(jittered(backoff, 1.0), backoff);
+        let spread: std::collections::HashSet<u128> = (0..20)
+            .map(|_| jittered(backoff, random_fraction()).as_micros())
+            .collect();
+        assert!(spread.len() > 1, "twenty retries at one moment: {spread:?}");
+        assert!(spread.iter().all(|us| (1_000_000..=2_000_000).contains(us)));
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {

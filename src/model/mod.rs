@@ -117,28 +117,40 @@ pub enum ModelSpecError {
     Model(ModelError),
 }
 
+/// Ollama's OpenAI-compatible endpoint on its default port, for `ollama:NAME`.
+pub const OLLAMA_BASE_URL: &str = "http://127.0.0.1:11434/v1";
+
 /// Builds the client a spec names: `openai:NAME` (reads `OPENAI_BASE_URL`,
-/// `OPENAI_API_KEY`), `anthropic:NAME` (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`)
-/// or `replay:FILE`. `base_url` overrides the environment's.
+/// `OPENAI_API_KEY`), `ollama:NAME` (an OpenAI-compatible client for a local
+/// Ollama at [`OLLAMA_BASE_URL`]), `anthropic:NAME` (`ANTHROPIC_API_KEY`,
+/// `ANTHROPIC_BASE_URL`) or `replay:FILE`. `base_url` overrides the environment's
+/// and the preset's; `options` (`KEY=VALUE`, the value read as JSON when it parses,
+/// else as a string) are added to every request body.
 pub fn model_from_spec(
     spec: &str,
     base_url: Option<&str>,
+    options: &[String],
 ) -> Result<Arc<dyn ModelClient>, ModelSpecError> {
     let usage = |message: String| ModelSpecError::Usage(message);
     let (provider, name) = spec.split_once(':').ok_or_else(|| {
         usage(format!(
-            "--model '{spec}' must be openai:NAME, anthropic:NAME or replay:FILE"
+            "--model '{spec}' must be openai:NAME, ollama:NAME, anthropic:NAME or replay:FILE"
         ))
     })?;
     if name.trim().is_empty() {
         return Err(usage(format!("--model '{spec}' names no model")));
     }
+    let extra_body = model_options(options).map_err(usage)?;
     match provider {
-        "openai" => {
+        "openai" | "ollama" => {
             let mut config = OpenAiConfig::from_env(name);
+            if provider == "ollama" {
+                config = config.with_base_url(OLLAMA_BASE_URL);
+            }
             if let Some(url) = base_url {
                 config = config.with_base_url(url);
             }
+            config.extra_body = extra_body;
             Ok(Arc::new(
                 OpenAiClient::new(config).map_err(ModelSpecError::Model)?,
             ))
@@ -148,6 +160,7 @@ pub fn model_from_spec(
             if let Some(url) = base_url {
                 config = config.with_base_url(url);
             }
+            config.extra_body = extra_body;
             Ok(Arc::new(
                 AnthropicClient::new(config).map_err(ModelSpecError::Model)?,
             ))
@@ -156,7 +169,57 @@ pub fn model_from_spec(
             ReplayModel::from_file(name).map_err(|e| usage(e.to_string()))?,
         )),
         other => Err(usage(format!(
-            "unknown model provider '{other}'; use openai, anthropic or replay"
+            "unknown model provider '{other}'; use openai, ollama, anthropic or replay"
         ))),
+    }
+}
+
+/// `KEY=VALUE` options as request body fields: the value as JSON when it parses
+/// (`3`, `true`, `{"a":1}`), else as a string (`low`).
+pub fn model_options(
+    options: &[String],
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let mut fields = serde_json::Map::new();
+    for option in options {
+        let (key, value) = option
+            .split_once('=')
+            .filter(|(key, _)| !key.trim().is_empty())
+            .ok_or_else(|| format!("--model-option '{option}' must be KEY=VALUE"))?;
+        let value = serde_json::from_str(value)
+            .unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+        fields.insert(key.trim().to_string(), value);
+    }
+    Ok(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_options_read_json_values_and_fall_back_to_strings() {
+        let fields = model_options(&[
+            "reasoning_effort=low".into(),
+            "top_k=20".into(),
+            "extra={\"a\":true}".into(),
+        ])
+        .expect("valid");
+        assert_eq!(fields["reasoning_effort"], "low");
+        assert_eq!(fields["top_k"], 20);
+        assert_eq!(fields["extra"]["a"], true);
+        assert!(model_options(&["=1".into()]).is_err());
+        assert!(model_options(&["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn an_ollama_spec_is_an_openai_client_and_an_unknown_provider_lists_the_known_ones() {
+        assert!(model_from_spec("ollama:qwen2.5-coder", None, &[]).is_ok());
+        let Err(ModelSpecError::Usage(message)) = model_from_spec("llama:x", None, &[]) else {
+            panic!("an unknown provider is a usage error");
+        };
+        assert!(
+            message.contains("openai, ollama, anthropic or replay"),
+            "{message}"
+        );
     }
 }

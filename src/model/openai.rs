@@ -42,6 +42,13 @@ pub struct OpenAiConfig {
     pub max_reply_bytes: usize,
     /// Retries for 429, 5xx and timeouts. Default: [`RetryPolicy::default`].
     pub retry: RetryPolicy,
+    /// Send the output token limit as `max_completion_tokens` (which OpenAI's
+    /// reasoning models require) instead of `max_tokens` (which local servers
+    /// read). Default: true for the official endpoint, false elsewhere.
+    pub max_completion_tokens: bool,
+    /// Fields added to every request body as they are, last (so they win), e.g.
+    /// `reasoning_effort` or a server's own sampling options. Default: none.
+    pub extra_body: serde_json::Map<String, Value>,
 }
 
 impl OpenAiConfig {
@@ -61,12 +68,20 @@ impl OpenAiConfig {
             reply_timeout: Duration::from_secs(600),
             max_reply_bytes: MAX_BODY_BYTES,
             retry: RetryPolicy::default(),
+            max_completion_tokens: false,
+            extra_body: serde_json::Map::new(),
         }
+        .with_default_token_field()
     }
 
-    /// The same config with this base URL.
+    /// The same config with this base URL (and the token limit field that suits it).
     pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
         self.base_url = base_url.into();
+        self.with_default_token_field()
+    }
+
+    fn with_default_token_field(mut self) -> Self {
+        self.max_completion_tokens = self.base_url.trim_end_matches('/') == OFFICIAL_BASE_URL;
         self
     }
 }
@@ -110,15 +125,25 @@ impl OpenAiClient {
         let mut body = json!({
             "model": self.config.model,
             "messages": messages,
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
             "stream": stream,
         });
+        let limit_field = if self.config.max_completion_tokens {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[limit_field] = json!(request.max_tokens);
+        if let Some(temperature) = request.temperature {
+            body["temperature"] = json!(temperature);
+        }
         if !request.stop.is_empty() {
             body["stop"] = json!(request.stop);
         }
         if stream {
             body["stream_options"] = json!({"include_usage": true});
+        }
+        for (key, value) in &self.config.extra_body {
+            body[key] = value.clone();
         }
         body
     }
@@ -356,5 +381,50 @@ impl From<WireUsage> for Usage {
             input_tokens: usage.prompt_tokens,
             output_tokens: usage.completion_tokens,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::Message;
+
+    fn client(base_url: &str) -> OpenAiClient {
+        let mut config = OpenAiConfig::from_env("m").with_base_url(base_url);
+        config.api_key = Some("k".into());
+        OpenAiClient::new(config).expect("a client")
+    }
+
+    fn request(temperature: Option<f32>) -> ModelRequest {
+        let mut request = ModelRequest::new("system", vec![Message::user("hi")]);
+        request.max_tokens = 100;
+        request.temperature = temperature;
+        request
+    }
+
+    /// If this fails, OpenAI's reasoning models refuse every request (they take
+    /// `max_completion_tokens` and no temperature) or a local server loses its
+    /// token limit.
+    #[test]
+    fn the_official_endpoint_gets_max_completion_tokens_and_no_unset_temperature() {
+        let official = client(OFFICIAL_BASE_URL).body(&request(None), false);
+        assert_eq!(official["max_completion_tokens"], 100);
+        assert!(official.get("max_tokens").is_none() && official.get("temperature").is_none());
+        let local = client("http://127.0.0.1:1/v1").body(&request(Some(0.0)), false);
+        assert_eq!(local["max_tokens"], 100);
+        assert_eq!(local["temperature"], 0.0);
+        assert!(local.get("max_completion_tokens").is_none());
+    }
+
+    #[test]
+    fn extra_body_fields_are_sent_and_win_over_the_defaults() {
+        let mut c = client("http://127.0.0.1:1/v1");
+        c.config
+            .extra_body
+            .insert("reasoning_effort".into(), json!("low"));
+        c.config.extra_body.insert("max_tokens".into(), json!(7));
+        let body = c.body(&request(None), true);
+        assert_eq!(body["reasoning_effort"], "low");
+        assert_eq!(body["max_tokens"], 7);
     }
 }
