@@ -326,6 +326,23 @@ impl Conversation {
                     );
                 }
                 let helpers = script_notes::HELPERS.len();
+                // A Python script that writes its own stub of a tool and then calls
+                // it meant to call the tool: the stub is taken out (and the model
+                // told), so the call reaches the host's tool with real data.
+                let mut code = code;
+                if matches!(fence, "python" | "py") {
+                    let tools: Vec<&str> =
+                        self.provided_names[helpers..].iter().map(String::as_str).collect();
+                    let (kept, removed) = script_notes::without_python_defs(&code, &tools);
+                    for name in &removed {
+                        self.pending_notes.push(format!(
+                            "Note: your script defined `{name}`, which the host already provides, so the host ran your script without that definition: its calls went to the host's `{name}`. Do not define it again."
+                        ));
+                    }
+                    if !removed.is_empty() {
+                        code = kept;
+                    }
+                }
                 for name in script_notes::redefined_names(&code, &self.provided_names) {
                     let index = self
                         .provided_names
@@ -1256,6 +1273,30 @@ mod tests {
         assert!(
             text.starts_with("Error (your script reported it with error(...)):"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_python_stub_of_a_tool_is_taken_out_before_the_script_runs() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "list_orders".to_string(),
+            "list_orders(customer=string)".to_string(),
+        )]);
+        let next = c.on_reply(&reply(
+            "```python\ndef list_orders(customer):\n    return [1]\n\nobservation(list_orders(customer='mia'))\n```",
+        ));
+        assert_eq!(
+            next,
+            Next::RunScript {
+                code: "observation(list_orders(customer='mia'))".into()
+            }
+        );
+        c.on_completion(&Ok(json!({"type": "observation", "value": [2]})), &logs());
+        let text = last_feedback(&c);
+        assert!(text.starts_with("Note: your script defined `list_orders`, which the host already provides, so the host ran your script without that definition"), "{text}");
+        assert!(
+            !text.contains("do not define it, call it as"),
+            "one note, not two: {text}"
         );
     }
 }

@@ -126,6 +126,41 @@ pub fn without_thinking(reply: &str) -> String {
     out
 }
 
+/// `script` (Python) without its `def` blocks for any of `names`, and the names
+/// whose definitions were taken out. A block is the `def` line and every line
+/// after it that is blank or indented deeper.
+pub fn without_python_defs(script: &str, names: &[&str]) -> (String, Vec<String>) {
+    let mut kept: Vec<&str> = Vec::new();
+    let mut removed: Vec<String> = Vec::new();
+    let mut skipping: Option<usize> = None;
+    for line in script.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if let Some(depth) = skipping {
+            if line.trim().is_empty() || indent > depth {
+                continue;
+            }
+            skipping = None;
+        }
+        let trimmed = line.trim_start();
+        let defined = trimmed
+            .strip_prefix("def ")
+            .or_else(|| trimmed.strip_prefix("async def "))
+            .and_then(|rest| rest.split('(').next())
+            .map(str::trim)
+            .filter(|name| names.contains(name));
+        match defined {
+            Some(name) => {
+                skipping = Some(indent);
+                if !removed.iter().any(|r| r == name) {
+                    removed.push(name.to_string());
+                }
+            }
+            None => kept.push(line),
+        }
+    }
+    (kept.join("\n"), removed)
+}
+
 /// Whether two scripts are the same once blank lines and surrounding space on
 /// each line are ignored.
 pub fn same_script(a: &str, b: &str) -> bool {
@@ -220,5 +255,20 @@ mod tests {
         assert_eq!(without_thinking(reply), "\n```js\nfinal_result(2)\n```");
         assert_eq!(without_thinking("a<think>never closed ```js\nx\n```"), "a");
         assert_eq!(without_thinking("no thinking"), "no thinking");
+    }
+
+    #[test]
+    fn a_python_def_of_a_tool_is_taken_out_with_its_body_and_the_rest_stays() {
+        let script = "import json\n\ndef list_orders(customer=\"mia\"):\n    # fake\n    return [\n        {\"a\": 1}\n    ]\n\nresult = list_orders(customer=\"mia\")\nobservation(result)";
+        let (code, removed) = without_python_defs(script, &["list_orders"]);
+        assert_eq!(
+            code,
+            "import json\n\nresult = list_orders(customer=\"mia\")\nobservation(result)"
+        );
+        assert_eq!(removed, vec!["list_orders"]);
+        let (same, none) =
+            without_python_defs("def helper(x):\n    return x\nhelper(1)", &["list_orders"]);
+        assert_eq!(same, "def helper(x):\n    return x\nhelper(1)");
+        assert!(none.is_empty());
     }
 }

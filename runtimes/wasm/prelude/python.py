@@ -1,7 +1,8 @@
 # codeact's prelude for the Python guests (MicroPython and CPython): the helpers
 # every script sees, and the loop that reads scripts from stdin and answers on
 # stdout (the protocol is in runtimes/wasm/src/protocol.rs). The host fills in
-# __CODEACT_TOOLS__ (the tool names, a JSON array) and __CODEACT_MAX_DEPTH__ /
+# __CODEACT_TOOLS__ (the tool names, a JSON array), __CODEACT_TOOL_PARAMS__ (each
+# tool's parameter names in order, for positional calls) and __CODEACT_MAX_DEPTH__ /
 # __CODEACT_MAX_CALL_DEPTH__ (the nesting and call depth limits).
 #
 # What a script may change for later steps: its own variables. What it may not:
@@ -66,6 +67,7 @@ def __codeact_main(
             pass
 
     TOOLS = __CODEACT_TOOLS__
+    TOOL_PARAMS = __CODEACT_TOOL_PARAMS__
     MAX_DEPTH = __CODEACT_MAX_DEPTH__
     MAX_CALL_DEPTH = __CODEACT_MAX_CALL_DEPTH__
     NO_RESULT = (
@@ -275,9 +277,19 @@ def __codeact_main(
         return box[0]
 
     def tool_function(name, __channel=channel):
-        def call(args=None, __name=name, __channel=__channel, **kwargs):
+        # Keyword arguments, one dict, or positional arguments in the order of
+        # the signature the model was shown (get_price("apple")).
+        def call(*args, __name=name, __channel=__channel, __params=TOOL_PARAMS.get(name, []), **kwargs):
+            if not args:
+                payload = None
+            elif len(args) == 1 and isinstance(args[0], dict):
+                payload = args[0]
+            elif len(args) <= len(__params):
+                payload = dict(zip(__params, args))
+            else:
+                raise TypeError("%s takes %d argument(s) (%s), %d given" % (__name, len(__params), ", ".join(__params), len(args)))
             box = []
-            __channel("codeact.call_tool", __name, args, kwargs, box)
+            __channel("codeact.call_tool", __name, payload, kwargs, box)
             return box[0]
 
         return call

@@ -174,10 +174,9 @@ impl WasmSession {
         blueprint: Arc<Blueprint>,
         tools: Arc<dyn ToolDispatch>,
     ) -> Result<WasmSession, HostError> {
-        let names: Vec<String> = tools.specs().iter().map(|t| t.name.clone()).collect();
         let prelude = blueprint
             .prelude
-            .map(|template| render_prelude(template, &names, &blueprint.limits))
+            .map(|template| render_prelude(template, tools.specs(), &blueprint.limits))
             .unwrap_or_default();
         let argv = blueprint.guest.argv(&prelude, &blueprint.limits);
         let mut session = WasmSession {
@@ -608,11 +607,27 @@ impl Session for WasmSession {
     }
 }
 
-/// Fills the prelude's placeholders for a session with these tools and limits.
-pub(crate) fn render_prelude(template: &str, tools: &[String], limits: &Limits) -> String {
-    let names = serde_json::to_string(tools).unwrap_or_else(|_| "[]".into());
+/// Fills the prelude's placeholders for a session with these tools and limits:
+/// the tools' names (a JSON array), and each tool's parameter names in the order
+/// its signature shows them (a JSON object), for positional calls.
+pub(crate) fn render_prelude(
+    template: &str,
+    tools: &[codeact_runtime::ToolSpec],
+    limits: &Limits,
+) -> String {
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    let params: serde_json::Map<String, serde_json::Value> = tools
+        .iter()
+        .map(|t| {
+            let order: Vec<String> = t.argument_names().into_iter().map(|(n, _)| n).collect();
+            (t.name.clone(), serde_json::json!(order))
+        })
+        .collect();
+    let names = serde_json::to_string(&names).unwrap_or_else(|_| "[]".into());
+    let params = serde_json::to_string(&params).unwrap_or_else(|_| "{}".into());
     template
         .replace("__CODEACT_TOOLS__", &names)
+        .replace("__CODEACT_TOOL_PARAMS__", &params)
         .replace(
             "__CODEACT_MAX_DEPTH__",
             &limits.max_nesting_depth.to_string(),
