@@ -1,15 +1,18 @@
-//! A real model, end to end: small tasks per runtime against an OpenAI-compatible
-//! server. Runs only when `CODEACT_TEST_MODEL_URL` names the server's base URL
-//! (e.g. `http://127.0.0.1:18080/v1`, as `../shared/local-model/` serves
-//! Qwen2.5-Coder-1.5B); `CODEACT_TEST_MODEL` names the model (default `local`).
-//! Set `CODEACT_RECORD_TRANSCRIPTS=DIR` to keep each run's transcript, and
-//! `CODEACT_TEST_RUNTIMES` to choose the runtimes (default `rhai,js`).
+//! A real model, end to end: small tasks on every shipped runtime against an
+//! OpenAI-compatible server. Ignored by a plain `cargo test` (it shows as
+//! ignored, not as passed): run it with `cargo test --test real_model -- --ignored`
+//! and `CODEACT_TEST_MODEL_URL` naming the server's base URL (e.g.
+//! `http://127.0.0.1:18080/v1`, as `../shared/local-model/` serves
+//! Qwen2.5-Coder-1.5B); without it the test fails, saying so. `CODEACT_TEST_MODEL`
+//! names the model (default `local`), `CODEACT_RECORD_TRANSCRIPTS=DIR` keeps each
+//! run's transcript, and `CODEACT_TEST_RUNTIMES` chooses the runtimes (default:
+//! all of them).
 //!
-//! Every run must keep the protocol (end in an outcome, never a host failure); at
-//! least `CODEACT_TEST_MIN_RIGHT` (default 2) of the 5 answers must be right.
-//! Qwen2.5-Coder-1.5B got 3 of 5 here in each of several runs; a 1.5B model is not
-//! reliable, and temperature 0 is not fully deterministic on a llama.cpp server, so
-//! the bar leaves room for a slip.
+//! Every run must keep the protocol (end in an outcome, never a host failure), and
+//! each runtime must answer at least its bar of the 5 tasks right (see
+//! [`min_right`]): the bars are what the evaluation (`EVAL.md`) shows
+//! Qwen2.5-Coder-1.5B reaching reliably on such tasks, one below its usual score,
+//! because temperature 0 is not fully deterministic on a llama.cpp server.
 
 use std::sync::Arc;
 
@@ -125,26 +128,38 @@ async fn solve_all(
     right
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_model_solves_small_tasks_in_every_runtime() {
-    let Ok(base_url) = std::env::var("CODEACT_TEST_MODEL_URL") else {
-        eprintln!("skipped: set CODEACT_TEST_MODEL_URL to run against a real model");
-        return;
-    };
-    let model_name = std::env::var("CODEACT_TEST_MODEL").unwrap_or_else(|_| "local".into());
-    let record = std::env::var("CODEACT_RECORD_TRANSCRIPTS").ok();
-    let min_right: usize = std::env::var("CODEACT_TEST_MIN_RIGHT")
+/// The right answers of 5 a runtime must reach; `CODEACT_TEST_MIN_RIGHT` (one
+/// number for every runtime) overrides.
+fn min_right(runtime_name: &str) -> usize {
+    if let Some(n) = std::env::var("CODEACT_TEST_MIN_RIGHT")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(2);
-    // CODEACT_TEST_RUNTIMES picks the runtimes (comma-separated, default rhai,js);
-    // add wasm:python, wasm:js or wasm:micropython to try the wasm guests.
-    let runtimes = std::env::var("CODEACT_TEST_RUNTIMES").unwrap_or_else(|_| "rhai,js".into());
+    {
+        return n;
+    }
+    match runtime_name {
+        "js" | "wasm:js" | "wasm:python" => 4,
+        _ => 3,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real model: CODEACT_TEST_MODEL_URL=… cargo test --test real_model -- --ignored"]
+async fn a_real_model_solves_small_tasks_in_every_runtime() {
+    let base_url = std::env::var("CODEACT_TEST_MODEL_URL").expect(
+        "CODEACT_TEST_MODEL_URL must name an OpenAI-compatible server (e.g. http://127.0.0.1:18080/v1) for this test",
+    );
+    let model_name = std::env::var("CODEACT_TEST_MODEL").unwrap_or_else(|_| "local".into());
+    let record = std::env::var("CODEACT_RECORD_TRANSCRIPTS").ok();
+    let runtimes = std::env::var("CODEACT_TEST_RUNTIMES")
+        .unwrap_or_else(|_| "rhai,js,wasm:js,wasm:python,wasm:micropython".into());
+    let mut short = Vec::new();
     for runtime_name in runtimes.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let right = solve_all(runtime_name, &base_url, &model_name, record.as_deref()).await;
-        assert!(
-            right >= min_right,
-            "{runtime_name}: only {right} right (at least {min_right} wanted)"
-        );
+        let bar = min_right(runtime_name);
+        if right < bar {
+            short.push(format!("{runtime_name}: {right} right, {bar} wanted"));
+        }
     }
+    assert!(short.is_empty(), "below the bar: {}", short.join("; "));
 }
