@@ -441,6 +441,9 @@ impl Conversation {
                     logs,
                     limit,
                 );
+                if script_notes::undefined_name(message).is_some() {
+                    text.push_str("\n\nThe name in the error does not exist in this session: define it in this script before you use it (a function included), or use a tool or a built-in function instead.");
+                }
                 if script_notes::imports_something(message) {
                     text.push_str(
                         "\n\nNothing can be installed, and there are no files or network here",

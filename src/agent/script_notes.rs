@@ -14,11 +14,54 @@ pub const HELPERS: [&str; 5] = [
 /// The 1-based line an engine's error message points at, when it names one in a
 /// form the engines here use: `line 5` (Rhai, CPython) or `:5:12` (QuickJS, Boa).
 /// `None` when the message names no line, or the script has no such line.
+/// An undefined name is looked up in the script instead (its first line that
+/// uses it), and Boa's positions (`unknown at :L:C`), which point at an enclosing
+/// block rather than the failing expression, are not trusted.
 pub fn failing_line(message: &str, script: &str) -> Option<(usize, String)> {
     let lines: Vec<&str> = script.lines().collect();
-    let number = line_number(message)?;
+    let number = match undefined_name(message) {
+        Some(name) => lines.iter().position(|line| uses_name(line, &name))? + 1,
+        None if message.contains("unknown at :") => return None,
+        None => line_number(message)?,
+    };
     let text = lines.get(number.checked_sub(1)?)?.trim();
     (!text.is_empty()).then(|| (number, text.to_string()))
+}
+
+/// The name an engine says is not defined: `X is not defined` (JavaScript),
+/// `name 'X' is not defined` (Python), `Variable not found: X` and
+/// `Function not found: X (…)` (Rhai).
+pub fn undefined_name(message: &str) -> Option<String> {
+    let identifier = |text: &str| -> Option<String> {
+        let name: String = text
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        (!name.is_empty()).then_some(name)
+    };
+    if let Some(at) = message.find("name '") {
+        return identifier(&message[at + 6..]);
+    }
+    for marker in ["Variable not found: ", "Function not found: "] {
+        if let Some(at) = message.find(marker) {
+            return identifier(&message[at + marker.len()..]);
+        }
+    }
+    let at = message.find(" is not defined")?;
+    let before = &message[..at];
+    let start = before
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .map_or(0, |i| i + 1);
+    identifier(&before[start..])
+}
+
+fn uses_name(line: &str, name: &str) -> bool {
+    line.match_indices(name).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + name.len()..].chars().next();
+        let boundary = |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        boundary(before) && boundary(after)
+    })
 }
 
 fn line_number(message: &str) -> Option<usize> {

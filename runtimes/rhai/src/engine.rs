@@ -129,6 +129,43 @@ pub(crate) fn build(limits: &Limits) -> Engine {
     engine
 }
 
+/// `reduce` over the numbers of `array` (integers and floats), as an integer when
+/// every item is one and the result is whole; an error naming the first item that
+/// is not a number.
+fn numbers(
+    array: &rhai::Array,
+    reduce: impl Fn(&[f64]) -> f64,
+) -> Result<Dynamic, Box<rhai::EvalAltResult>> {
+    if array.is_empty() {
+        return Err("the array is empty".into());
+    }
+    let mut all = Vec::with_capacity(array.len());
+    let mut integers = true;
+    for item in array {
+        if let Ok(n) = item.as_int() {
+            all.push(n as f64);
+        } else if let Ok(x) = item.as_float() {
+            integers = false;
+            all.push(x);
+        } else {
+            return Err(format!(
+                "the array holds {} ({}), not a number",
+                item,
+                item.type_name()
+            )
+            .into());
+        }
+    }
+    let result = reduce(&all);
+    Ok(
+        if integers && result.fract() == 0.0 && result.abs() < 9e15 {
+            Dynamic::from(result as rhai::INT)
+        } else {
+            Dynamic::from(result)
+        },
+    )
+}
+
 fn tagged(kind: &str, field: &str, value: Dynamic) -> Map {
     let mut map = Map::new();
     map.insert("type".into(), Dynamic::from(kind.to_string()));
@@ -142,6 +179,43 @@ fn register_helpers(engine: &mut Engine, max_depth: usize) {
     engine.register_get("length", |text: &mut ImmutableString| {
         text.chars().count() as rhai::INT
     });
+    // Spellings models bring from JavaScript and Python; Rhai lacks them.
+    engine.register_fn("join", |array: &mut rhai::Array, separator: &str| {
+        array
+            .iter()
+            .map(|item| item.to_string())
+            .collect::<Vec<_>>()
+            .join(separator)
+    });
+    engine.register_fn("sum", |array: &mut rhai::Array| {
+        numbers(array, |all| all.iter().sum::<f64>())
+    });
+    engine.register_fn("max", |array: &mut rhai::Array| {
+        numbers(array, |all| {
+            all.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        })
+    });
+    engine.register_fn("min", |array: &mut rhai::Array| {
+        numbers(array, |all| {
+            all.iter().copied().fold(f64::INFINITY, f64::min)
+        })
+    });
+    engine.register_fn(
+        "to_float",
+        |text: &str| -> Result<rhai::FLOAT, Box<rhai::EvalAltResult>> {
+            text.trim()
+                .parse::<rhai::FLOAT>()
+                .map_err(|_| format!("'{text}' is not a number").into())
+        },
+    );
+    engine.register_fn(
+        "to_int",
+        |text: &str| -> Result<rhai::INT, Box<rhai::EvalAltResult>> {
+            text.trim()
+                .parse::<rhai::INT>()
+                .map_err(|_| format!("'{text}' is not a whole number").into())
+        },
+    );
     engine.register_fn("observation", |value: Dynamic| {
         tagged("observation", "value", value)
     });

@@ -26,10 +26,105 @@ pub(crate) struct StillBroken {
 
 /// Compiles `script`, inserting missing statement semicolons as described above.
 /// Returns the AST and the 1-based lines that got a `;`.
+///
+/// A script that still fails is tried once more with JavaScript-style map literals
+/// (`read_file({name: "a"})`, `let m = {a: 1};`) written the Rhai way (`#{…}`);
+/// when that compiles it runs, else the first attempt's error stands.
 pub(crate) fn compile_lenient(
     engine: &Engine,
     script: &str,
 ) -> Result<(AST, Vec<usize>), StillBroken> {
+    let broken = match with_semicolons(engine, script) {
+        Ok(done) => return Ok(done),
+        Err(broken) => broken,
+    };
+    match rhai_map_literals(script) {
+        Some(rewritten) => with_semicolons(engine, &rewritten).map_err(|_| broken),
+        None => Err(broken),
+    }
+}
+
+/// `script` with each `{` that opens a JavaScript-style map literal made `#{`: a
+/// `{` in expression position (after `(`, `[`, `,`, `=`, `:` or `return`) whose
+/// contents start with a key and a `:` (or are `}`). Strings and comments are
+/// skipped. `None` when there is none.
+fn rhai_map_literals(script: &str) -> Option<String> {
+    let chars: Vec<char> = script.chars().collect();
+    let mut out = String::with_capacity(script.len() + 8);
+    let mut changed = false;
+    let mut i = 0;
+    let mut previous = ' '; // the last character outside whitespace, strings and comments
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '"' || c == '\'' || c == '`' {
+            let start = i;
+            i += 1;
+            while i < chars.len() && chars[i] != c {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i = (i + 1).min(chars.len());
+            out.extend(&chars[start..i]);
+            previous = c;
+            continue;
+        }
+        if c == '/' && chars.get(i + 1) == Some(&'/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(chars[i]);
+                i += 1;
+            }
+            continue;
+        }
+        if c == '{'
+            && previous != '#'
+            && expression_position(&out, previous)
+            && starts_map(&chars[i + 1..])
+        {
+            out.push('#');
+            changed = true;
+        }
+        out.push(c);
+        if !c.is_whitespace() {
+            previous = c;
+        }
+        i += 1;
+    }
+    changed.then_some(out)
+}
+
+fn expression_position(before: &str, previous: char) -> bool {
+    matches!(previous, '(' | '[' | ',' | '=' | ':') || before.trim_end().ends_with("return")
+}
+
+/// Whether the text after a `{` reads `}` or `key:` (a name or a string, then a
+/// colon that is not `::`).
+fn starts_map(after: &[char]) -> bool {
+    let mut i = 0;
+    while i < after.len() && after[i].is_whitespace() {
+        i += 1;
+    }
+    match after.get(i) {
+        Some('}') => true,
+        Some('"') => {
+            i += 1;
+            while i < after.len() && after[i] != '"' {
+                i += 1;
+            }
+            after.get(i + 1) == Some(&':') && after.get(i + 2) != Some(&':')
+        }
+        Some(c) if c.is_alphabetic() || *c == '_' => {
+            while i < after.len() && (after[i].is_alphanumeric() || after[i] == '_') {
+                i += 1;
+            }
+            while i < after.len() && after[i] == ' ' {
+                i += 1;
+            }
+            after.get(i) == Some(&':') && after.get(i + 1) != Some(&':')
+        }
+        _ => false,
+    }
+}
+
+fn with_semicolons(engine: &Engine, script: &str) -> Result<(AST, Vec<usize>), StillBroken> {
     let mut error = match engine.compile(script) {
         Ok(ast) => return Ok((ast, Vec::new())),
         Err(err) => err,
