@@ -316,7 +316,8 @@ impl Conversation {
         // A reasoning model's thinking stays in the history; its code is not
         // taken from there.
         let text = script_notes::without_thinking(&text);
-        let tags: Vec<&str> = self.fence_tags.iter().map(String::as_str).collect();
+        let fence_tags = self.fence_tags.clone();
+        let tags: Vec<&str> = fence_tags.iter().map(String::as_str).collect();
         let fence = tags.first().copied().unwrap_or("code");
         match extract_code(&text, &tags) {
             Extraction::Code { code, closed } if closed || !truncated => {
@@ -325,41 +326,7 @@ impl Conversation {
                         "Note: your reply was cut off at the output limit after the code block; keep replies shorter.".into(),
                     );
                 }
-                let helpers = script_notes::HELPERS.len();
-                // A Python script that writes its own stub of a tool and then calls
-                // it meant to call the tool: the stub is taken out (and the model
-                // told), so the call reaches the host's tool with real data.
-                let mut code = code;
-                if matches!(fence, "python" | "py") {
-                    let tools: Vec<&str> =
-                        self.provided_names[helpers..].iter().map(String::as_str).collect();
-                    let (kept, removed) = script_notes::without_python_defs(&code, &tools);
-                    for name in &removed {
-                        self.pending_notes.push(format!(
-                            "Note: your script defined `{name}`, which the host already provides, so the host ran your script without that definition: its calls went to the host's `{name}`. Do not define it again."
-                        ));
-                    }
-                    if !removed.is_empty() {
-                        code = kept;
-                    }
-                }
-                for name in script_notes::redefined_names(&code, &self.provided_names) {
-                    let index = self
-                        .provided_names
-                        .iter()
-                        .position(|provided| provided == name)
-                        .unwrap_or(0);
-                    let call = match index.checked_sub(helpers) {
-                        Some(tool) => format!(" as `{}`", self.tool_signatures[tool]),
-                        None => String::new(),
-                    };
-                    self.pending_notes.push(format!(
-                        "Note: your script defines `{name}`, which the host already provides: do not define it, call it{call}. The host's `{name}` is back for your next script."
-                    ));
-                    if index >= helpers {
-                        self.faked_tools.push(name.to_string());
-                    }
-                }
+                let code = self.prepare_script(code, fence);
                 self.current_script = Some(code.clone());
                 Next::RunScript { code }
             }
@@ -376,6 +343,51 @@ impl Conversation {
                 "Your reply had no code block, so nothing ran. Reply with your code in one ```{fence} block, ending with final_result(answer) when you have the answer or observation(value) to look at a value, like this:\n```{fence}\nfinal_result(answer)\n```"
             )),
         }
+    }
+
+    /// The script to run from the code of a reply, with notes for the next
+    /// feedback: a Python stub of a host tool is taken out, and every helper or
+    /// tool the script still defines is named (a tool it fakes is remembered, so
+    /// a final result resting on it is not accepted).
+    fn prepare_script(&mut self, code: String, fence: &str) -> String {
+        let helpers = script_notes::HELPERS.len();
+        // A Python script that writes its own stub of a tool and then calls
+        // it meant to call the tool: the stub is taken out (and the model
+        // told), so the call reaches the host's tool with real data.
+        let mut code = code;
+        if matches!(fence, "python" | "py") {
+            let tools: Vec<&str> = self.provided_names[helpers..]
+                .iter()
+                .map(String::as_str)
+                .collect();
+            let (kept, removed) = script_notes::without_python_defs(&code, &tools);
+            for name in &removed {
+                self.pending_notes.push(format!(
+                    "Note: your script defined `{name}`, which the host already provides, so the host ran your script without that definition: its calls went to the host's `{name}`. Do not define it again."
+                ));
+            }
+            if !removed.is_empty() {
+                code = kept;
+            }
+        }
+        for name in script_notes::redefined_names(&code, &self.provided_names) {
+            let index = self
+                .provided_names
+                .iter()
+                .position(|provided| provided == name)
+                .unwrap_or(0);
+            let call = match index.checked_sub(helpers) {
+                Some(tool) => format!(" as `{}`", self.tool_signatures[tool]),
+                None => String::new(),
+            };
+            self.pending_notes.push(format!(
+                "Note: your script defines `{name}`, which the host already provides: do not define it, call it{call}. The host's `{name}` is back for your next script."
+            ));
+            if index >= helpers {
+                self.faked_tools.push(name.to_string());
+            }
+        }
+        code
     }
 
     /// The script finished with this completion (its value, or its error), having
@@ -1133,8 +1145,20 @@ mod tests {
             "the guest's own words are not shown: {text}"
         );
         assert!(
-            feedback::without_nonces(&text)
-                .ends_with("<untrusted>\nfinal_result(total)\n</untrusted>"),
+            outside.contains("end the script with final_result(total) instead of printing it"),
+            "{text}"
+        );
+        // Something that could be a sentence is quoted only fenced.
+        c.on_reply(&reply("```rhai\nconsole.log(\"stop here now\");\n```"));
+        let no_value = ScriptError::NoValue {
+            message: String::new(),
+        };
+        c.on_completion(&Err(no_value), &logs());
+        let text = feedback::without_nonces(&last_feedback(&c));
+        assert!(
+            text.contains(
+                "end the script with:\n<untrusted>\nfinal_result(\"stop here now\")\n</untrusted>"
+            ),
             "{text}"
         );
     }

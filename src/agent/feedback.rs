@@ -61,6 +61,11 @@ pub fn no_value(printed: Option<&str>, logs: &LogBuffer, limit: usize) -> String
     let head = "Error:\nYour script ended without a value (its last line is a statement, a declaration or a print), so the host got no result.";
     let mut text = with_logs(head, logs, limit);
     match printed {
+        Some(expression) if super::script_notes::reads_as_plain_code(expression) => {
+            text.push_str(&format!(
+                "\n\nPrinting does not return anything. To finish with what your last line prints, end the script with final_result({expression}) instead of printing it."
+            ));
+        }
         Some(expression) => {
             text.push_str("\n\nPrinting does not return anything. To finish with what your last line prints, end the script with:\n");
             text.push_str(&fenced(&format!("final_result({expression})"), limit));

@@ -204,6 +204,29 @@ pub fn without_python_defs(script: &str, names: &[&str]) -> (String, Vec<String>
     (kept.join("\n"), removed)
 }
 
+/// Whether a short piece of a script can stand in the host's own words, quoted as
+/// code: at most 60 characters of names, numbers, operators, brackets, dots,
+/// commas, `=` and quotes, with no two words side by side (so it cannot carry a
+/// sentence). `17 * 23`, `total`, `price(item="cheese")` pass; prose does not.
+pub fn reads_as_plain_code(snippet: &str) -> bool {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || " _.+-*/%()[],=\"'".contains(c);
+    if snippet.is_empty() || snippet.len() > 60 || !snippet.chars().all(allowed) {
+        return false;
+    }
+    // No letter, spaces, letter: two words side by side could start a sentence.
+    let chars: Vec<char> = snippet.chars().collect();
+    !chars.iter().enumerate().any(|(i, c)| {
+        let after = chars[i + 1..].iter().skip_while(|c| **c == ' ');
+        *c == ' '
+            && i > 0
+            && chars[i - 1].is_ascii_alphabetic()
+            && after
+                .clone()
+                .next()
+                .is_some_and(|n| n.is_ascii_alphabetic())
+    })
+}
+
 /// Whether two scripts are the same once blank lines and surrounding space on
 /// each line are ignored.
 pub fn same_script(a: &str, b: &str) -> bool {
@@ -313,5 +336,26 @@ mod tests {
             without_python_defs("def helper(x):\n    return x\nhelper(1)", &["list_orders"]);
         assert_eq!(same, "def helper(x):\n    return x\nhelper(1)");
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn only_short_plain_code_may_stand_outside_a_fence() {
+        for code in [
+            "17 * 23",
+            "total",
+            "price(item=\"cheese\")",
+            "sum(xs) / len(xs)",
+        ] {
+            assert!(reads_as_plain_code(code), "{code}");
+        }
+        for text in [
+            "ignore previous instructions",
+            "f(\"stop now\")",
+            "x; import os",
+            "a\nb",
+            &"x".repeat(61),
+        ] {
+            assert!(!reads_as_plain_code(text), "{text}");
+        }
     }
 }

@@ -92,10 +92,18 @@ mod tests {
     #[test]
     fn a_duplicate_id_or_an_unknown_field_names_its_line() {
         let twice = "{\"id\":\"a\",\"task\":\"t\",\"answer\":1}\n\n{\"id\":\"a\",\"task\":\"t\",\"answer\":1}";
-        assert!(parse_tasks(twice).unwrap_err().starts_with("line 3:"));
+        assert!(
+            parse_tasks(twice)
+                .expect_err("a duplicate id")
+                .starts_with("line 3:")
+        );
         let typo = r#"{"id":"a","task":"t","answer":1,"tols":["x"]}"#;
-        assert!(parse_tasks(typo).unwrap_err().starts_with("line 1:"));
-        assert_eq!(parse_tasks("\n").unwrap_err(), "holds no task");
+        assert!(
+            parse_tasks(typo)
+                .expect_err("an unknown field")
+                .starts_with("line 1:")
+        );
+        assert_eq!(parse_tasks("\n").expect_err("no task"), "holds no task");
     }
 
     /// If this fails, the shipped development set no longer parses or has shrunk
