@@ -349,7 +349,7 @@ fn run_usage_errors_exit_two() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "codeact: --model 'gpt-4o' must be openai:NAME, anthropic:NAME or replay:FILE\n"
+        "codeact: --model 'gpt-4o' must be openai:NAME, ollama:NAME, anthropic:NAME or replay:FILE\n"
     );
     let out = codeact(&["run", "--model", "replay:/no/such.json", "Go."], None);
     assert_eq!(out.status.code(), Some(2));

@@ -223,12 +223,25 @@ mod tests {
 
     #[test]
     fn past_the_missing_semicolons_the_next_real_error_is_reported() {
-        let script = "let a = 1\nfinal_result({a: a})";
+        let script = "let a = 1\nfinal_result(a +)";
         let Err(broken) = compile_lenient(&engine(), script) else {
             panic!("still broken")
         };
         assert_eq!(broken.error.position().line(), Some(2));
-        assert_eq!(broken.source, "let a = 1;\nfinal_result({a: a})");
+        assert_eq!(broken.source, "let a = 1;\nfinal_result(a +)");
+    }
+
+    #[test]
+    fn javascript_map_literals_compile_as_rhai_maps_and_blocks_stay_blocks() {
+        let script =
+            "let a = 1\nlet m = {a: a, \"b\": \"{c: d}\"};\nif a == 1 { m.a + 1 } else { 0 }";
+        let (ast, _) = compile_lenient(&engine(), script).expect("compiles");
+        assert_eq!(engine().eval_ast::<i64>(&ast).expect("runs"), 2);
+        assert_eq!(rhai_map_literals("if x { y }"), None);
+        assert_eq!(
+            rhai_map_literals("f({a: 1}, [{\"b\": 2}])").as_deref(),
+            Some("f(#{a: 1}, [#{\"b\": 2}])")
+        );
     }
 
     #[test]
