@@ -864,3 +864,104 @@ fn run_shows_control_characters_from_the_model_and_the_script_as_visible_escapes
         "{\"type\":\"final_result\",\"value\":\"\\u001b[2J\"}\n"
     );
 }
+
+/// If this fails, `codeact eval` no longer runs a task file end to end (here
+/// against a replayed model, so it needs no server) or its report misjudges.
+#[test]
+fn eval_runs_a_task_file_and_reports_each_answer_judged() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &tasks,
+        "{\"id\":\"sum\",\"category\":\"math\",\"task\":\"2+2?\",\"answer\":4}\n{\"id\":\"orders\",\"category\":\"tools\",\"task\":\"Count ada's orders.\",\"tools\":[\"list_orders\"],\"answer\":3}\n",
+    )
+    .expect("tasks written");
+    let replies = dir.path().join("replies.json");
+    std::fs::write(
+        &replies,
+        // Each task replays from the first reply: a bare value shown as an
+        // observation, then the final result (4 for both tasks).
+        r#"{"replies": ["```rhai\nlet x = 2 + 2;\nx\n```", "```rhai\nfinal_result(x)\n```"]}"#,
+    )
+    .expect("replies written");
+    let results = dir.path().join("results");
+    let out = codeact(
+        &[
+            "eval",
+            "run",
+            "--tasks",
+            tasks.to_str().expect("utf-8"),
+            "--tools",
+            "fixtures/tools/demo.json",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--runtime",
+            "rhai",
+            "--label",
+            "test",
+            "--out",
+            results.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("test rhai run 1 sum: right (final_result) in 2 step(s)"));
+    assert!(stderr(&out).contains("test rhai run 1 orders: wrong (final_result) in 2 step(s)"));
+    assert!(results.join("test__codeact__rhai__run1.json").is_file());
+    assert!(
+        results
+            .join("transcripts/test/rhai/run1/orders.jsonl")
+            .is_file()
+    );
+    let report = codeact(
+        &[
+            "eval",
+            "report",
+            "--tasks",
+            tasks.to_str().expect("utf-8"),
+            "--results",
+            results.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    assert_eq!(report.status.code(), Some(0), "{}", stderr(&report));
+    let text = stdout(&report);
+    assert!(text.contains("| test | codeact | rhai | 1 |"), "{text}");
+    assert!(text.contains("| 1/2 (50%) | 1/1 | 0/1 |"), "{text}");
+    assert!(
+        text.contains("  - orders: final_result after 2 step(s), answered `4`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn eval_refuses_a_task_naming_a_tool_the_manifest_lacks() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &tasks,
+        "{\"id\":\"a\",\"task\":\"t\",\"tools\":[\"nope\"],\"answer\":1}\n",
+    )
+    .expect("tasks written");
+    let out = codeact(
+        &[
+            "eval",
+            "run",
+            "--tasks",
+            tasks.to_str().expect("utf-8"),
+            "--tools",
+            "fixtures/tools/demo.json",
+            "--model",
+            "replay:/dev/null",
+            "--runtime",
+            "rhai",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("task 'a' names the tool 'nope'"),
+        "{}",
+        stderr(&out)
+    );
+}
