@@ -99,7 +99,7 @@ pub use output::answer::{AnswerField, FinalAnswer};
 pub use output::final_output::{
     ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
 };
-pub use output::script_output::ScriptOutput;
+pub use output::script_output::{ScriptOutput, Untagged};
 pub use output::spec::{
     Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
     content_text,
