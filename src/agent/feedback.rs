@@ -56,7 +56,9 @@ pub fn bare_value_refused(value: &Value, logs: &LogBuffer, limit: usize) -> Stri
 
 /// The feedback for a script that ended without any value: in the host's words
 /// only, plus what it printed and, when its last line prints, that line turned
-/// into a result (fenced: the model wrote it).
+/// into a result: in the host's sentence when it reads as plain code
+/// ([`reads_as_plain_code`](super::script_notes::reads_as_plain_code)), else
+/// fenced (the model wrote it, and it could hold a sentence).
 pub fn no_value(printed: Option<&str>, logs: &LogBuffer, limit: usize) -> String {
     let head = "Error:\nYour script ended without a value (its last line is a statement, a declaration or a print), so the host got no result.";
     let mut text = with_logs(head, logs, limit);
