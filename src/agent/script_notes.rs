@@ -3,13 +3,7 @@
 //! provides, and whether a script repeats the one that just failed.
 
 /// The helpers every runtime provides, by the same names.
-pub const HELPERS: [&str; 5] = [
-    "observation",
-    "final_result",
-    "error",
-    "transfer_to_agent",
-    "call_tool",
-];
+pub use codeact_runtime::HELPER_NAMES as HELPERS;
 
 /// The 1-based line an engine's error message points at, when it names one in a
 /// form the engines here use: `line 5` (Rhai, CPython) or `:5:12` (QuickJS, Boa).

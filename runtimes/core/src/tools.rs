@@ -78,6 +78,16 @@ impl ToolSpec {
     }
 }
 
+/// The helpers every runtime provides to scripts, by the same names in every
+/// language. A tool may not take one of these names.
+pub const HELPER_NAMES: [&str; 5] = [
+    "observation",
+    "final_result",
+    "error",
+    "transfer_to_agent",
+    "call_tool",
+];
+
 /// True when `name` can name a tool in every language: ASCII letters, digits and
 /// `_`, not starting with a digit.
 pub fn is_identifier(name: &str) -> bool {

@@ -28,16 +28,6 @@ pub struct RhaiSession {
     meter: MeterSchedule,
 }
 
-/// The helpers' names: a script may define functions by these names for itself,
-/// but they are not kept for the next script, so the host's helpers come back.
-const HELPERS: [&str; 5] = [
-    "observation",
-    "final_result",
-    "error",
-    "transfer_to_agent",
-    "call_tool",
-];
-
 impl std::fmt::Debug for RhaiSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RhaiSession")
@@ -110,7 +100,8 @@ impl RhaiSession {
             // library in rhai 1.x: `retain_functions` does.)
             let mut kept = merged.clone_functions_only();
             kept.retain_functions(|_, _, name, _| {
-                !HELPERS.contains(&name) && !tools.iter().any(|spec| spec.name == name)
+                !codeact_runtime::HELPER_NAMES.contains(&name)
+                    && !tools.iter().any(|spec| spec.name == name)
             });
             self.functions = kept.merge(&self.wrappers);
             ast = merged;
