@@ -30,6 +30,18 @@ pub const ATTACKS: &[Attack] = &[
         run: the_guest_offers_no_bytecode_loader_or_stdio_module,
     },
     Attack {
+        name: "a_script_cannot_bring_back_the_raw_memory_modules",
+        run: a_script_cannot_bring_back_the_raw_memory_modules,
+    },
+    Attack {
+        name: "a_script_cannot_replace_the_loop_that_serves_later_steps",
+        run: a_script_cannot_replace_the_loop_that_serves_later_steps,
+    },
+    Attack {
+        name: "crafted_bytecode_cannot_be_loaded",
+        run: crafted_bytecode_cannot_be_loaded,
+    },
+    Attack {
         name: "an_oversized_message_is_refused_under_a_64_mib_limit",
         run: an_oversized_message_is_refused_under_a_64_mib_limit,
     },
@@ -187,6 +199,11 @@ const MICROPYTHON_STEAL: &str = r#"
 import sys
 nonce = None
 try:
+    for way in (lambda: sys.modules.pop("uctypes"), lambda: __import__("usys").modules.pop("uctypes")):
+        try:
+            way()
+        except Exception:
+            pass
     import uctypes
     base = id(globals())
     low = base - (1 << 20)
@@ -347,6 +364,130 @@ fn an_oversized_message_is_refused_under_a_64_mib_limit(
                 Ok("refused as the memory limit".into())
             }
             other => Err(format!("the message was taken: {}", shown(other))),
+        }),
+    )
+}
+
+/// Every route back to MicroPython's raw-memory modules (`uctypes`, `machine`) and
+/// its collector that a script could take: dropping the import system's entries
+/// through `sys`, `usys` or a helper's globals, the u-prefixed names, `__import__`.
+fn a_script_cannot_bring_back_the_raw_memory_modules(
+    column: &str,
+) -> Option<Result<String, String>> {
+    if column != "wasm:micropython" {
+        return None;
+    }
+    let script = r#"
+names = ["uctypes", "machine", "gc", "host", "uuctypes", "umachine", "ugc"]
+def drop(modules):
+    for name in names:
+        try:
+            modules.pop(name)
+        except Exception:
+            pass
+for way in [
+    lambda: drop(__import__("sys").modules),
+    lambda: drop(__import__("usys").modules),
+    lambda: drop(call_tool.__globals__["__builtins__"].__import__("sys").modules),
+    lambda: [drop(v.modules) for v in call_tool.__globals__.values() if hasattr(v, "modules")],
+]:
+    try:
+        way()
+    except Exception:
+        pass
+reachable = []
+for name in names:
+    try:
+        module = __import__(name)
+        if module is not None and (hasattr(module, "bytearray_at") or hasattr(module, "mem8") or hasattr(module, "collect") or hasattr(module, "call")):
+            reachable.append(name)
+    except Exception:
+        pass
+final_result(reachable)
+"#;
+    Some(
+        session_runs(column, Limits::default(), &[script]).and_then(|runs| {
+            later_steps_gave(&runs, 0, &[json!([])])?;
+            Ok("none came back".into())
+        }),
+    )
+}
+
+/// A helper's `__globals__` is the prelude's module: a script that rebinds every
+/// function there to one that reads the next request (nonce included) from stdin
+/// and answers it must still leave the next step to the host's own loop.
+const REPLACE_THE_LOOP: &str = r#"
+import sys
+def evil(*args, **kwargs):
+    source = getattr(sys.stdin, "buffer", sys.stdin)
+    line = source.readline()
+    if type(line) is bytes:
+        line = line.decode()
+    if not line:
+        return False
+    sys.stdout.write("\x1ecodeact:" + line[10:26] + ' {"done":{"type":"final_result","value":"pwned"}}\n')
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    return True
+replaced = []
+space = call_tool.__globals__
+for name in list(space.keys()):
+    if callable(space[name]) and not name.startswith("__b"):
+        space[name] = evil
+        replaced.append(name)
+observation(replaced)
+"#;
+
+fn a_script_cannot_replace_the_loop_that_serves_later_steps(
+    column: &str,
+) -> Option<Result<String, String>> {
+    if !matches!(column, "wasm:micropython" | "wasm:python") {
+        return None;
+    }
+    Some(
+        session_runs(
+            column,
+            Limits::default(),
+            &[REPLACE_THE_LOOP, "final_result(42)", "final_result(43)"],
+        )
+        .and_then(|runs| {
+            later_steps_gave(&runs, 1, &[json!(42), json!(43)])?;
+            Ok("the host's own loop served the later steps".into())
+        }),
+    )
+}
+
+/// CPython runs whatever bytecode it is given, and bytecode no compiler wrote reads
+/// memory at will: every way a script could hand it some is refused.
+fn crafted_bytecode_cannot_be_loaded(column: &str) -> Option<Result<String, String>> {
+    if column != "wasm:python" {
+        return None;
+    }
+    let script = r#"
+import marshal, io, zipimport
+payload = marshal.dumps(compile("final_result('pwned')", "<x>", "exec"))
+header = b"\xcb\x0d\x0d\x0a" + bytes(12)
+loaded = []
+for name, way in [
+    ("marshal.loads", lambda: marshal.loads(payload)),
+    ("marshal.load", lambda: marshal.load(io.BytesIO(payload))),
+    ("zipimport._unmarshal_code", lambda: zipimport._unmarshal_code(None, "x.pyc", "x.pyc", "x", header + payload)),
+    ("code.replace", lambda: (lambda: 0).__code__.replace(co_code=(lambda: 1).__code__.co_code)),
+    ("types.CodeType", lambda: type((lambda: 0).__code__)(*([0] * 18))),
+]:
+    try:
+        code = way()
+        loaded.append(name)
+    except Exception:
+        pass
+final_result(loaded)
+"#;
+    Some(
+        session_runs(column, Limits::default(), &[script]).and_then(|runs| {
+            later_steps_gave(&runs, 0, &[json!([])])?;
+            Ok("marshal, the zip importer's unmarshaller and code constructors refused".into())
         }),
     )
 }

@@ -44,9 +44,9 @@ def __codeact_main(
     AttributeError=AttributeError,
     ImportError=ImportError,
 ):
-    # Serves scripts until stdin ends. Runs inside this call on CPython (whose
-    # frames are closed to scripts); MicroPython returns the serving function to
-    # loop at module level (see the end of this file).
+    # Serves scripts until stdin ends, inside this call: its locals (the nonce,
+    # the serving function) are out of a script's reach (CPython's frames are
+    # closed to scripts; MicroPython has no frames to open).
     import sys
     import json
 
@@ -317,10 +317,12 @@ def __codeact_main(
         # collections.namedtuple fall back on it.
         frameless = (
             "sys._getframe",
-            "sys._getframemodulename",
             "sys._current_frames",
             "sys._current_exceptions",
         )
+        # AttributeError, as where it is missing: collections.namedtuple, enum and
+        # typing catch only that before falling back on sys._getframe.
+        frameless_by_name = ("sys._getframemodulename",)
         frame_attributes = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
         refused = (
             "sys.settrace",
@@ -335,6 +337,28 @@ def __codeact_main(
             "ctypes.dlopen",
         )
         trusted = [False]
+        # Bytecode that no compiler wrote reads and writes memory at will (the
+        # nonce included), and `marshal` is how it gets in: it is refused unless
+        # the standard library's zip importer is unmarshalling a module it read
+        # from its archive (a read-only file no script can write).
+        import zipimport
+
+        UNMARSHAL_CODE = zipimport._unmarshal_code.__code__
+        GET_MODULE_CODE = zipimport._get_module_code.__code__
+        zipimport = None
+
+        def unmarshalling_an_archived_module():
+            # 0 is this function, 1 the guard, 2 whoever called marshal.loads.
+            trusted[0] = True
+            try:
+                caller = sys._getframe(2)
+                return (
+                    caller.f_code is UNMARSHAL_CODE
+                    and caller.f_back is not None
+                    and caller.f_back.f_code is GET_MODULE_CODE
+                )
+            finally:
+                trusted[0] = False
 
         def protected(value):
             # The helpers and the ast classes the prelude parses with; by identity,
@@ -354,6 +378,11 @@ def __codeact_main(
                 return
             elif event in frameless:
                 raise ValueError("%s is not available to scripts here" % event)
+            elif event in frameless_by_name:
+                raise AttributeError("%s is not available to scripts here" % event)
+            elif event == "marshal.loads" or event == "marshal.load":
+                if not unmarshalling_an_archived_module():
+                    raise RuntimeError("%s is not available to scripts here" % event)
             elif event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attributes:
                 raise AttributeError("%s is not available to scripts here" % args[1])
             elif event in refused:
@@ -518,28 +547,40 @@ def __codeact_main(
         return True
 
     if not CPYTHON:
-        return serve_one
+        # MicroPython. This build loses live objects when its collector runs (inside
+        # a call it faults; even between scripts, a session's variables went
+        # missing). So the collector never runs: a session holds at most its heap
+        # (the memory limit) of allocations over its life, garbage included; past
+        # that a script gets a MemoryError, reported as the memory limit, and the
+        # session restarts.
+        __import__("gc").disable()
+        # Its raw-memory modules (which read the nonce out of the heap) and its
+        # collector are not the script's: taken from the import system, under
+        # their u-prefixed names too. `sys` itself becomes a stand-in without
+        # `modules`, so no script can take those entries out again.
+        modules = sys.modules
+        for name in ("uctypes", "machine", "gc", "host"):
+            modules[name] = None
+            modules["u" + name] = None
+        stand_in = SysStandIn()
+        for name in dir(sys):
+            if name not in ("modules", "__dict__", "__class__"):
+                setattr(stand_in, name, getattr(sys, name))
+        modules["sys"] = stand_in
+        modules["usys"] = stand_in
+        modules = stand_in = None
+    # The loop runs in this call, so its serving function is a local no script
+    # can rebind (a module-level loop would look up a global every round, and
+    # every helper's __globals__ on MicroPython is that module's).
     while serve_one():
         pass
     return None
 
 
-__codeact_serve_one = __codeact_main()
-if __codeact_serve_one is not None:
-    # MicroPython. This build loses live objects when its collector runs (inside
-    # a call it faults; even between scripts, at module level, a session's
-    # variables went missing). So the collector never runs: a session holds at
-    # most its heap (the memory limit) of allocations over its life, garbage
-    # included; past that a script gets a MemoryError, reported as the memory
-    # limit, and the session restarts.
-    __import__("gc").disable()
-    # Its raw-memory module (which reads the nonce out of the heap) and its
-    # collector are not the script's: taken from the import system. A script that
-    # restores them can still read the interpreter's memory (see the README).
-    for __codeact_name in ("uctypes", "machine", "gc"):
-        __import__("sys").modules[__codeact_name] = None
-    del __codeact_name
-    __codeact_serve = __codeact_serve_one
-    del __codeact_main, __codeact_serve_one
-    while __codeact_serve():
-        pass
+class SysStandIn:
+    # What `import sys` gives a MicroPython script: the real module's attributes
+    # but `modules`.
+    pass
+
+
+__codeact_main()
