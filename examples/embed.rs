@@ -15,6 +15,11 @@ use codeact::model::{ModelClient, OpenAiClient, OpenAiConfig, ReplayModel};
 use codeact::{Agent, Event, Limits, Outcome, RhaiRuntime, Tool, ToolError};
 use serde_json::{Value, json};
 
+// Holds each Rhai run to its memory limit by what it allocates, wherever the engine
+// keeps it; without it, only what variables hold is counted.
+#[global_allocator]
+static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
+
 fn main() -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
     if let Some(code) = codeact::run_worker_if_requested() {
         return Ok(code);

@@ -23,6 +23,11 @@ use std::time::{Duration, Instant};
 use codeact::bench::{LoadPlan, LoadProgress, MIXED, add_tool, run_load};
 use codeact::{Limits, Runtime, ScriptOutput, ScriptSession, runtime_by_name};
 
+/// As the `codeact` binary: Rhai runs are held to their memory limit by what they
+/// allocate.
+#[global_allocator]
+static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
+
 fn status(field: &str) -> String {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()

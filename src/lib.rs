@@ -79,6 +79,7 @@ pub use agent::{
     ResumePoint, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun, ToolCallOutcome, Transcript,
     TypedRun,
 };
+pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
 #[cfg(feature = "js")]
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
 pub use codeact_macros::FinalAnswer;

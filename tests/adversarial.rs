@@ -4,6 +4,11 @@
 //! and forged tool results that must never reach the transcript. Each case states
 //! its expected outcome per runtime; the outcomes go into RELIABILITY.md.
 
+/// As the `codeact` binary: Rhai runs are held to their memory limit by what they
+/// allocate, not only by what their variables hold.
+#[global_allocator]
+static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

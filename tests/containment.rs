@@ -3,6 +3,11 @@
 //! contained; what was observed goes into RELIABILITY.md. Attacks live in one file
 //! per area under `tests/containment/`, each exporting `ATTACKS`.
 
+/// As the `codeact` binary: Rhai runs are held to their memory limit by what they
+/// allocate, not only by what their variables hold.
+#[global_allocator]
+static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
+
 use std::time::Instant;
 
 mod support;

@@ -18,6 +18,11 @@
 //! error never wedges it. This binary holds one test, so the process's peak memory
 //! is the corpus's own and can be checked against the limits.
 
+/// As the `codeact` binary: Rhai runs are held to their memory limit by what they
+/// allocate, not only by what their variables hold.
+#[global_allocator]
+static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

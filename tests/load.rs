@@ -3,6 +3,11 @@
 //! (`codeact::bench::run_load`). The 500-session, 60-second run is
 //! `cargo run --release --example load -- 500 60 mixed`.
 
+/// As the `codeact` binary: Rhai runs are held to their memory limit by what they
+/// allocate, not only by what their variables hold.
+#[global_allocator]
+static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
+
 use std::sync::Arc;
 use std::time::Duration;
 

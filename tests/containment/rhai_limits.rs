@@ -3,13 +3,16 @@
 //! the frames of a recursion), and its time limit bypassed by loops of slow builtin
 //! calls, each of which counted as one operation between two clock reads.
 //!
-//! Each attack would hold 250–350 MB if it escaped the 64 MiB default; contained, it
-//! stops after a few values.
+//! Each attack would hold 250–800 MB if it escaped the 64 MiB default; contained, it
+//! stops after a few values. What the run allocated at most is measured by the
+//! metered allocator this binary installs (as the `codeact` binary does) and must
+//! stay under twice the limit: the limit plus one value at the per-value cap.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codeact::{Limits, NoTools, ScriptOutput, ScriptSession, runtime_by_name};
+use codeact_alloc_meter::Metering;
 
 use crate::attack::Attack;
 
@@ -30,6 +33,10 @@ pub const ATTACKS: &[Attack] = &[
     Attack {
         name: "rhai_medium_values_spread_over_frames_count_against_the_memory_limit",
         run: medium_values_over_frames,
+    },
+    Attack {
+        name: "rhai_values_no_variable_holds_yet_count_against_the_memory_limit",
+        run: values_in_flight,
     },
     Attack {
         name: "rhai_a_loop_of_slow_builtin_calls_stops_within_the_time_limit",
@@ -72,8 +79,23 @@ fn stopped_by(output: &ScriptOutput, limit: &str) -> Result<String, String> {
 
 fn memory_attack(column: &str, script: &str) -> Option<Result<String, String>> {
     (column == "rhai").then(|| {
-        let output = run(Limits::default(), script)?;
-        stopped_by(&output, "memory limit of 64 MiB")
+        let limits = Limits::default();
+        let most = 2 * limits.max_memory_bytes;
+        let section = Metering::start();
+        let output = run(limits, script);
+        let peak = usize::try_from(Metering::peak_bytes()).unwrap_or(0);
+        drop(section);
+        if !codeact::metered_allocator_installed() {
+            return Err("the metered allocator is not installed".into());
+        }
+        if peak > most {
+            return Err(format!(
+                "the run allocated {} MiB at most, over {} MiB",
+                peak >> 20,
+                most >> 20
+            ));
+        }
+        stopped_by(&output?, "memory limit of 64 MiB")
     })
 }
 
@@ -139,6 +161,24 @@ fn medium_values_over_frames(column: &str) -> Option<Result<String, String>> {
             if n > 0 { hold(n - 1) + mine.len() } else { mine.len() }
         }
         final_result(hold(60))
+        "#,
+    )
+}
+
+/// Values only the engine holds while it works: the array `map` builds, the items
+/// of an array literal being evaluated, the arguments of a call.
+fn values_in_flight(column: &str) -> Option<Result<String, String>> {
+    memory_attack(
+        column,
+        r#"
+        fn big(i) { let s = ""; s.pad(4000000, "w"); s + i }
+        fn count(a, b, c, d, e, f, g, h) { 8 }
+        let seeds = [];
+        seeds.pad(200, 0);
+        let built = seeds.map(|i| big(i)).len();
+        let listed = [big(1), big(2), big(3), big(4), big(5), big(6), big(7), big(8), big(9), big(10), big(11), big(12), big(13), big(14), big(15), big(16), big(17), big(18), big(19), big(20)].len();
+        let passed = count(big(1), big(2), big(3), big(4), big(5), big(6), big(7), big(8)) + count(big(1), big(2), big(3), big(4), big(5), big(6), big(7), big(8));
+        final_result(built + listed + passed)
         "#,
     )
 }

@@ -15,6 +15,9 @@ use crate::{bounded_builtins, convert, run_state};
 /// The value `on_progress` terminates a run with when its deadline passes.
 pub(crate) const DEADLINE_TOKEN: &str = "codeact:deadline";
 
+/// The value `on_progress` terminates a run with when it allocated past its budget.
+pub(crate) const ALLOCATION_TOKEN: &str = "codeact:allocation";
+
 /// Per-value caps derived from [`Limits::max_memory_bytes`]. Rhai counts nested
 /// values recursively, so each cap bounds one value as a whole.
 pub(crate) struct ValueCaps {
@@ -47,7 +50,7 @@ pub(crate) const ENFORCEMENT: &[Enforcement] = &[
     },
     Enforcement {
         limit: LimitKind::Memory,
-        how: "per value, when an operation returns it: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values (pad, replace, split and to_chars size their result before building it); and in total over the values every frame of the call stack holds in variables, through arrays, maps, curried function pointers and closure captures (each shared value once), scanned on variable reads and definitions at amortised cost, so a run overshoots by at most what it adds between two scans (about half the data held). Not counted (in-process gaps, each bounded per holder by the per-value caps): values in flight that no variable holds yet, such as call arguments being evaluated or the array a `map` builds",
+        how: "what the run allocates and has not freed, wherever the engine keeps it (values in flight such as the array a `map` builds or call arguments, closure captures, curried function pointers, recursion frames), checked on every operation against the limit less what the session's variables held at the start, so a run overshoots by at most one operation's allocation (at most one value at its per-value cap); this needs codeact::MeteredAllocator as the process's global allocator (the codeact binary installs it; an embedding application adds one line, and without it the next two guards are all there is). Per value, when an operation returns it: a string may hold 1/4 of the limit in bytes, an array 1/64 in items, a map 1/128 in entries, counted through nested values (pad, replace, split and to_chars size their result before building it). In total over the variables every frame of the call stack holds, through arrays, maps, curried function pointers and closure captures (each shared value once), scanned on variable reads and definitions at amortised cost: this bounds what a session keeps from run to run",
     },
     Enforcement {
         limit: LimitKind::CallDepth,
@@ -106,7 +109,13 @@ pub(crate) fn build(limits: &Limits) -> Engine {
         run_state::log_line(&format!("[debug {position}] {text}"));
     });
     engine.on_progress(|operations| {
-        run_state::time_is_up(operations).then(|| Dynamic::from(DEADLINE_TOKEN))
+        if run_state::time_is_up(operations) {
+            Some(Dynamic::from(DEADLINE_TOKEN))
+        } else if run_state::over_allocation_budget() {
+            Some(Dynamic::from(ALLOCATION_TOKEN))
+        } else {
+            None
+        }
     });
 
     let max_bytes = limits.max_memory_bytes;

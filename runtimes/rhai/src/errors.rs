@@ -3,7 +3,7 @@
 use codeact_runtime::{LimitKind, Limits, ScriptError};
 use rhai::{EvalAltResult, ParseError, ParseErrorType};
 
-use crate::engine::DEADLINE_TOKEN;
+use crate::engine::{ALLOCATION_TOKEN, DEADLINE_TOKEN};
 
 /// Sorts a parse error: limits by kind, anything else is a syntax error quoting the
 /// lines around the position, since a model fixes what it can see.
@@ -103,6 +103,19 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
                 .is_ok_and(|t| t == DEADLINE_TOKEN) =>
         {
             limit(LimitKind::WallTime, None)
+        }
+        EvalAltResult::ErrorTerminated(token, position)
+            if token
+                .clone()
+                .into_string()
+                .is_ok_and(|t| t == ALLOCATION_TOKEN) =>
+        {
+            limit(
+                LimitKind::Memory,
+                Some(format!(
+                    "the run allocated more than the limit allows at {position}"
+                )),
+            )
         }
         EvalAltResult::ErrorTooManyOperations(_) => limit(LimitKind::Operations, None),
         EvalAltResult::ErrorStackOverflow(_) => limit(LimitKind::CallDepth, None),

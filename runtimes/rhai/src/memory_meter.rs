@@ -24,12 +24,15 @@
 //! variable; and a function's frame holding few values is scanned on every access,
 //! so its record covers what it holds when it calls deeper.
 //!
-//! What it does not see (the in-process mode's stated gaps): values in flight that
-//! no variable names yet (call arguments being evaluated, the array a `map` builds);
-//! what a frame holding many values (a large array) added since its last scan, or
-//! defined and never read again, before it calls deeper; and growth of a caller's
-//! variable through `this` until the caller scans again. Each is bounded by
-//! Rhai's per-value caps per holder, not in total.
+//! What it does not see: values in flight that no variable names yet (call
+//! arguments being evaluated, the array a `map` builds); what a frame holding many
+//! values (a large array) added since its last scan, or defined and never read
+//! again, before it calls deeper; and growth of a caller's variable through `this`
+//! until the caller scans again. Those are caught by the allocation budget
+//! (`run_state::over_allocation_budget`) where the process installed
+//! `codeact_alloc_meter::MeteredAllocator`; this meter still bounds what the
+//! session's variables keep from one run to the next, which the allocation budget
+//! (counting each run's allocations from zero) does not.
 
 use std::collections::HashSet;
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use codeact_alloc_meter::Metering;
 use codeact_runtime::{LogBuffer, ToolDispatch};
 
 /// What a run installs.
@@ -26,6 +27,9 @@ pub(crate) struct RunState {
     pub tools: Arc<dyn ToolDispatch>,
     pub logs: LogBuffer,
     pub meter: MeterSchedule,
+    /// The bytes the run may allocate beyond what it frees (see
+    /// [`over_allocation_budget`]).
+    pub allocation_budget: isize,
 }
 
 /// When the memory meter scans next. Kept by the session across runs, so scanning
@@ -100,6 +104,8 @@ thread_local! {
     /// is active, so reads outside a run never scan.
     static NEXT_SCAN: Cell<u64> = const { Cell::new(u64::MAX) };
     static COLD: RefCell<Option<ColdState>> = const { RefCell::new(None) };
+    /// The active run's allocation budget; `isize::MAX` when no run is active.
+    static ALLOCATION_BUDGET: Cell<isize> = const { Cell::new(isize::MAX) };
 }
 
 /// Installs a run's state on this thread until [`RunGuard::finish`] or drop.
@@ -109,6 +115,10 @@ pub(crate) struct RunGuard {
     previous_frames: Frames,
     previous_meter: MeterSchedule,
     previous_cold: Option<ColdState>,
+    previous_budget: isize,
+    /// Counts the run's allocations (nothing unless the process installed
+    /// `MeteredAllocator`); ends with the guard.
+    metering: Option<Metering>,
     finished: bool,
 }
 
@@ -124,6 +134,8 @@ impl RunGuard {
             previous_frames: FRAMES.replace(Frames::starting(state.meter.session_bytes)),
             previous_meter: swap_meter(state.meter),
             previous_cold: COLD.with(|slot| slot.replace(Some(cold))),
+            previous_budget: ALLOCATION_BUDGET.replace(state.allocation_budget),
+            metering: Some(Metering::start()),
             finished: false,
         }
     }
@@ -138,6 +150,8 @@ impl RunGuard {
 
     /// Puts the previous occupant back; returns this run's meter and cold state.
     fn restore(&mut self) -> (MeterSchedule, Option<ColdState>) {
+        self.metering = None;
+        ALLOCATION_BUDGET.set(self.previous_budget);
         DEADLINE.replace(self.previous_deadline.take());
         ALARM.replace(self.previous_alarm.take());
         let frames = FRAMES.replace(std::mem::replace(
@@ -183,6 +197,15 @@ pub(crate) fn time_is_up(operations: u64) -> bool {
         Some(raised) => raised,
         None => operations.is_multiple_of(CLOCK_CHECK_INTERVAL) && deadline_passed(),
     }
+}
+
+/// True when the active run on this thread holds more newly allocated bytes than
+/// its budget: everything the run allocated and has not freed, wherever the engine
+/// keeps it (in flight, in a closure, in a frame). Always false unless the process
+/// installed `codeact_alloc_meter::MeteredAllocator` (the `codeact` binary does).
+/// Called on every operation: two thread-local reads.
+pub(crate) fn over_allocation_budget() -> bool {
+    Metering::net_bytes() > ALLOCATION_BUDGET.get()
 }
 
 /// True when a run is active on this thread and its deadline has passed.

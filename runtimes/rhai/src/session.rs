@@ -207,6 +207,16 @@ fn keep_newest_entries(scope: &mut Scope<'static>) {
     }
 }
 
+/// What a run may allocate beyond what it frees: the memory limit less what the
+/// session's variables held at their last scan (what the run starts with), so the
+/// session and the run together stay within the limit. The variables are measured
+/// by the meter and their allocations are older than the run, so they are not in
+/// the run's count. A run that frees old values gains their room.
+fn allocation_budget(limits: &Limits, meter: &MeterSchedule) -> isize {
+    let room = limits.max_memory_bytes.saturating_sub(meter.session_bytes);
+    isize::try_from(room).unwrap_or(isize::MAX)
+}
+
 impl Drop for RhaiSession {
     /// Drops the variables on the large stack: a deeply nested value is dropped
     /// recursively and could overflow a small thread stack.
@@ -225,6 +235,7 @@ impl Session for RhaiSession {
             tools: self.tools.clone(),
             logs: LogBuffer::new(self.limits.max_output_bytes),
             meter: self.meter,
+            allocation_budget: allocation_budget(&self.limits, &self.meter),
         });
         let completion = big_stack::run(|| self.evaluate(script));
         let (logs, mut meter) = guard.finish();

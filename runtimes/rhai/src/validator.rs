@@ -161,6 +161,12 @@ impl RhaiValidator {
             tools: Arc::new(NoTools),
             logs: LogBuffer::new(self.limits.max_output_bytes),
             meter: MeterSchedule::default(),
+            // The content's own copy is allocated inside the run; it is not the
+            // validator's doing.
+            allocation_budget: isize::try_from(
+                self.limits.max_memory_bytes.saturating_add(content.len()),
+            )
+            .unwrap_or(isize::MAX),
         });
         let result = big_stack::run(|| {
             let mut scope = Scope::new();
