@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use crate::tools::pid_namespace;
 use crate::tools::toolbox::Tool;
 
 /// How long a command tool may run before it is killed. Default: 30 s.
@@ -67,10 +68,21 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 
 async fn run_command(command: &CommandSpec, args: &Value) -> Result<Value, ToolError> {
     let program = &command.argv[0];
-    // Its own process group, so that everything it starts (a shell's commands, a
-    // backgrounded child) can be killed with it.
-    let mut child = Command::new(program)
-        .args(&command.argv[1..])
+    // Its own PID namespace where the system allows one (see `pid_namespace`), so
+    // nothing it starts outlives it; a program that cannot be found is started
+    // directly, so the error is the system's own.
+    let launcher = match pid_namespace::on_path(program) {
+        Some(_) => pid_namespace::launcher().await.unwrap_or_default(),
+        None => &[],
+    };
+    let (first, rest) = match launcher.split_first() {
+        Some((unshare, flags)) => (unshare, [flags, &command.argv[..]].concat()),
+        None => (program, command.argv[1..].to_vec()),
+    };
+    // Its own process group too, so that everything it starts (a shell's commands,
+    // a backgrounded child) can be killed with it at a timeout.
+    let mut child = Command::new(first)
+        .args(&rest)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -162,8 +174,8 @@ async fn run_command(command: &CommandSpec, args: &Value) -> Result<Value, ToolE
 /// when dropped or by [`ProcessGroup::kill`]. The group outlives its leader while
 /// any member lives, so its id is not reused before every member is gone.
 ///
-/// A process that leaves the group (`setsid`, `setpgid`) is not reached: containing
-/// those needs a cgroup or a subreaper, which the host does not set up.
+/// A process that leaves the group (`setsid`, `setpgid`) is not reached by it; the
+/// PID namespace (`pid_namespace`), where there is one, ends those.
 struct ProcessGroup(Option<rustix::process::Pid>);
 
 impl ProcessGroup {
@@ -267,50 +279,60 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
     }
 
-    /// True when process `pid` is gone or a zombie (dead, not yet reaped by
-    /// whoever adopted it). Polls for up to 2 s: SIGKILL is delivered
-    /// asynchronously, and a process that survives lives for 30 s.
-    fn dies_soon(pid: i64) -> bool {
-        let stat = format!("/proc/{pid}/stat");
+    /// A `sleep` argument no other process has: the tool's processes are found by
+    /// it in `/proc`, since a pid printed inside the tool's PID namespace is not
+    /// the host's.
+    fn marker() -> String {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        format!("30.{}{:04}", std::process::id(), n)
+    }
+
+    /// True when a process sleeping for `marker` runs (not a zombie).
+    fn sleeper_runs(marker: &str) -> bool {
+        let wanted = format!("sleep\0{marker}\0");
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        entries.flatten().any(|entry| {
+            let dir = entry.path();
+            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            if !cmdline.ends_with(wanted.as_bytes()) {
+                return false;
+            }
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            !matches!(state, None | Some('Z' | 'X'))
+        })
+    }
+
+    /// True when no process sleeping for `marker` runs within 2 s (SIGKILL is
+    /// delivered asynchronously; a survivor sleeps 30 s).
+    fn sleeper_dies_soon(marker: &str) -> bool {
         for _ in 0..40 {
-            match std::fs::read_to_string(&stat) {
-                Err(_) => return true,
-                Ok(text) => {
-                    let state = text
-                        .rsplit_once(") ")
-                        .and_then(|(_, rest)| rest.chars().next());
-                    if matches!(state, Some('Z' | 'X')) {
-                        return true;
-                    }
-                }
+            if !sleeper_runs(marker) {
+                return true;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         false
     }
 
-    fn scratch(name: &str) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("codeact-command-{name}-{}", std::process::id()))
-    }
-
-    fn pid_in(path: &std::path::Path) -> i64 {
-        let text = std::fs::read_to_string(path).expect("the command wrote its child's pid");
-        let _ = std::fs::remove_file(path);
-        text.trim().parse().expect("a pid")
-    }
-
     /// If this fails, a tool that backgrounds a child leaves it running after the
     /// call returned.
     #[tokio::test]
     async fn a_backgrounded_child_is_dead_when_its_call_returns() {
-        let result = run_command(
-            &spec(&["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], 20_000),
-            &json!({}),
-        )
-        .await;
-        let pid = result.expect("the command prints its child's pid");
-        let pid = pid.as_i64().expect("a number");
-        assert!(dies_soon(pid), "the backgrounded sleep {pid} still runs");
+        let marker = marker();
+        let script = format!("sleep {marker} >/dev/null 2>&1 & echo 1");
+        let result = run_command(&spec(&["sh", "-c", &script], 20_000), &json!({})).await;
+        assert_eq!(result, Ok(json!(1)));
+        assert!(
+            sleeper_dies_soon(&marker),
+            "the backgrounded sleep still runs"
+        );
     }
 
     /// If this fails, a tool that leaves a child holding its stdout makes every
@@ -318,24 +340,23 @@ mod tests {
     #[tokio::test]
     async fn a_finished_command_returns_at_once_though_its_child_holds_stdout() {
         let started = std::time::Instant::now();
-        let result = run_command(
-            &spec(&["sh", "-c", "sleep 30 & echo 1"], 20_000),
-            &json!({}),
-        )
-        .await;
+        let marker = marker();
+        let script = format!("sleep {marker} & echo 1");
+        let result = run_command(&spec(&["sh", "-c", &script], 20_000), &json!({})).await;
         assert_eq!(result, Ok(json!(1)));
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "waited {:?} for a command that had finished",
             started.elapsed()
         );
+        assert!(sleeper_dies_soon(&marker));
     }
 
     /// If this fails, a timed-out tool's grandchildren keep running.
     #[tokio::test]
     async fn a_timeout_kills_the_commands_grandchildren_too() {
-        let file = scratch("timeout");
-        let script = format!("sleep 30 & echo $! > {}; wait", file.display());
+        let marker = marker();
+        let script = format!("sleep {marker} & wait");
         let result = run_command(&spec(&["sh", "-c", &script], 500), &json!({})).await;
         assert!(
             result
@@ -343,51 +364,65 @@ mod tests {
                 .message
                 .contains("within 500 ms")
         );
-        let pid = pid_in(&file);
-        assert!(dies_soon(pid), "the grandchild {pid} outlived the timeout");
+        assert!(
+            sleeper_dies_soon(&marker),
+            "the grandchild outlived the timeout"
+        );
     }
 
     /// If this fails, cancelling a call (dropping its future) leaves the tool's
     /// processes running.
     #[tokio::test]
     async fn a_dropped_call_kills_the_commands_processes() {
-        let file = scratch("dropped");
-        let script = format!("sleep 30 & echo $! > {}; wait", file.display());
+        let marker = marker();
+        let script = format!("sleep {marker} & wait");
         let command = spec(&["sh", "-c", &script], 20_000);
         let args = json!({});
         let call = run_command(&command, &args);
         let cancelled = tokio::time::timeout(Duration::from_millis(500), call).await;
         assert!(cancelled.is_err(), "the call should still be running");
-        let pid = pid_in(&file);
         assert!(
-            dies_soon(pid),
-            "the grandchild {pid} outlived its dropped call"
+            sleeper_dies_soon(&marker),
+            "the grandchild outlived its dropped call"
         );
     }
 
-    /// If this fails, a process that left the tool's process group (the gap the
-    /// README states: `setsid` escapes the group kill) holds the call open too.
+    /// If this fails, a process that left the tool's process group (`setsid`, a
+    /// daemon's double fork) holds the call open, or, where the host runs tools in
+    /// a PID namespace of their own (here: wherever `unshare` can create one), it
+    /// outlives the call.
     #[tokio::test]
-    async fn a_process_that_leaves_the_group_cannot_hold_the_call_open() {
+    async fn a_process_that_leaves_the_group_neither_holds_the_call_nor_outlives_it() {
+        let (detached, daemon) = (marker(), marker());
+        let script = format!(
+            "setsid sleep {detached} & (setsid sh -c 'sleep {daemon} &' &) ; sleep 0.2; echo 1"
+        );
         let started = std::time::Instant::now();
-        let result = run_command(
-            &spec(&["sh", "-c", "setsid sleep 30 & echo $!"], 20_000),
-            &json!({}),
-        )
-        .await;
-        let pid = result
-            .expect("returns the escaped pid")
-            .as_i64()
-            .expect("a pid");
-        // It escaped (see the README); end it here, by its id.
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status();
+        let result = run_command(&spec(&["sh", "-c", &script], 20_000), &json!({})).await;
+        assert_eq!(result, Ok(json!(1)));
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "an escaped process held the call open for {:?}",
             started.elapsed()
         );
+        if pid_namespace::launcher().await.is_some() {
+            assert!(
+                sleeper_dies_soon(&detached),
+                "the setsid child outlived its call"
+            );
+            assert!(
+                sleeper_dies_soon(&daemon),
+                "the double-forked daemon outlived its call"
+            );
+        } else {
+            // The gap the README states for systems without the namespace; end
+            // them here.
+            for marker in [detached, daemon] {
+                let _ = std::process::Command::new("pkill")
+                    .args(["-f", &format!("sleep {marker}")])
+                    .status();
+            }
+        }
     }
 
     #[tokio::test]

@@ -4,4 +4,5 @@
 
 pub(crate) mod command;
 pub(crate) mod manifest;
+pub(crate) mod pid_namespace;
 pub(crate) mod toolbox;

@@ -135,25 +135,40 @@ fn outside_fences(text: &str) -> impl Iterator<Item = &str> {
 
 // --- 7: tool processes --------------------------------------------------------
 
-/// True when process `pid` is gone or a zombie. Polls up to 2 s (SIGKILL is
-/// delivered asynchronously); a survivor lives 30 s.
-fn dies_soon(pid: i64) -> bool {
+/// A `sleep` argument no other process has. The tool's processes are found by it
+/// in `/proc`: a pid printed inside the tool's PID namespace is not the host's.
+fn marker(n: u32) -> String {
+    format!("30.{}{n:02}", std::process::id())
+}
+
+/// True when no process sleeping for `marker` runs (zombies aside) within 2 s:
+/// SIGKILL is delivered asynchronously; a survivor sleeps 30 s.
+fn sleeper_dies_soon(marker: &str) -> bool {
+    let wanted = format!("sleep\0{marker}\0");
+    let runs = || {
+        std::fs::read_dir("/proc").is_ok_and(|entries| {
+            entries.flatten().any(|entry| {
+                let dir = entry.path();
+                let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+                let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+                let state = stat
+                    .rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.chars().next());
+                cmdline.ends_with(wanted.as_bytes()) && !matches!(state, None | Some('Z' | 'X'))
+            })
+        })
+    };
     let deadline = Instant::now() + Duration::from_secs(2);
-    loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                stat.rsplit_once(") ")
-                    .and_then(|(_, rest)| rest.chars().next())
-            });
-        if matches!(state, None | Some('Z' | 'X')) {
-            return true;
-        }
+    while runs() {
         if Instant::now() > deadline {
+            let _ = std::process::Command::new("pkill")
+                .args(["-f", &format!("sleep {marker}")])
+                .status();
             return false;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    true
 }
 
 fn tool(script: &str) -> codeact::Tool {
@@ -167,15 +182,15 @@ fn tool(script: &str) -> codeact::Tool {
 fn tool_processes(column: &str) -> Option<Result<String, String>> {
     host_only(column, || {
         let rt = runtime()?;
-        let background = tool("sleep 30 >/dev/null 2>&1 & echo $!");
-        let pid = rt
-            .block_on(background.call(json!({})))
+        let backgrounded = marker(1);
+        let background = tool(&format!("sleep {backgrounded} >/dev/null 2>&1 & echo 1"));
+        rt.block_on(background.call(json!({})))
             .map_err(|e| e.message)?;
-        let pid = pid.as_i64().ok_or("the tool printed no pid")?;
-        if !dies_soon(pid) {
-            return Err(format!("the backgrounded child {pid} outlived its call"));
+        if !sleeper_dies_soon(&backgrounded) {
+            return Err("the backgrounded child outlived its call".into());
         }
-        let holder = tool("sleep 30 & echo 1");
+        let holding = marker(2);
+        let holder = tool(&format!("sleep {holding} & echo 1"));
         let started = Instant::now();
         let value = rt.block_on(holder.call(json!({}))).map_err(|e| e.message)?;
         if value != json!(1) || started.elapsed() > Duration::from_secs(10) {
@@ -184,7 +199,19 @@ fn tool_processes(column: &str) -> Option<Result<String, String>> {
                 started.elapsed()
             ));
         }
-        Ok("a backgrounded child was dead when its call returned; a child holding stdout did not hold the call".into())
+        if !sleeper_dies_soon(&holding) {
+            return Err("the child holding stdout outlived its call".into());
+        }
+        // Leaving the process group: a new session, and a daemon's double fork.
+        let (detached, daemon) = (marker(3), marker(4));
+        let leaver = tool(&format!(
+            "setsid sleep {detached} & (setsid sh -c 'sleep {daemon} &' &); sleep 0.2; echo 1"
+        ));
+        rt.block_on(leaver.call(json!({}))).map_err(|e| e.message)?;
+        if !sleeper_dies_soon(&detached) || !sleeper_dies_soon(&daemon) {
+            return Err("a process that left the tool's process group (setsid, double fork) outlived its call".into());
+        }
+        Ok("a backgrounded child, a child holding stdout, a setsid child and a double-forked daemon were dead when their calls returned".into())
     })
 }
 
