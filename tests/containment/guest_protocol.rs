@@ -42,6 +42,10 @@ pub const ATTACKS: &[Attack] = &[
         run: crafted_bytecode_cannot_be_loaded,
     },
     Attack {
+        name: "a_dynamic_import_reaches_no_host_module",
+        run: a_dynamic_import_reaches_no_host_module,
+    },
+    Attack {
         name: "an_oversized_message_is_refused_under_a_64_mib_limit",
         run: an_oversized_message_is_refused_under_a_64_mib_limit,
     },
@@ -488,6 +492,31 @@ final_result(loaded)
         session_runs(column, Limits::default(), &[script]).and_then(|runs| {
             later_steps_gave(&runs, 0, &[json!([])])?;
             Ok("marshal, the zip importer's unmarshaller and code constructors refused".into())
+        }),
+    )
+}
+
+/// QuickJS's host modules (`std`, `os`, `bjson`) under every name its loader knows,
+/// asked for with a dynamic `import()` in one step and looked for in the next two
+/// (in case a later step runs the promise jobs the first one queued).
+fn a_dynamic_import_reaches_no_host_module(column: &str) -> Option<Result<String, String>> {
+    if column != "wasm:js" {
+        return None;
+    }
+    let start = r#"
+globalThis.reached = [];
+for (const name of ["std", "os", "bjson", "qjs:std", "qjs:os", "qjs:bjson"]) {
+  try {
+    import(name).then((m) => { globalThis.reached.push(name); }, () => {});
+  } catch (e) {}
+}
+observation("asked")
+"#;
+    let look = "final_result(globalThis.reached)";
+    Some(
+        session_runs(column, Limits::default(), &[start, look, look]).and_then(|runs| {
+            later_steps_gave(&runs, 1, &[json!([]), json!([])])?;
+            Ok("no import resolved".into())
         }),
     )
 }

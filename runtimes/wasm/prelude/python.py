@@ -47,6 +47,9 @@ def __codeact_main(
     # Serves scripts until stdin ends, inside this call: its locals (the nonce,
     # the serving function) are out of a script's reach (CPython's frames are
     # closed to scripts; MicroPython has no frames to open).
+    # Gone from the module (every helper's __globals__ on MicroPython), so no
+    # script can start a second loop.
+    globals().pop("__codeact_main", None)
     import sys
     import json
 
