@@ -107,6 +107,10 @@ pub use output::spec::{
 };
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
 pub use tools::command::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
+pub use tools::fetch::{
+    DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_RESPONSE_BYTES, FETCH_TOOL,
+    FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool,
+};
 pub use tools::manifest::load_tool_manifest;
 pub use tools::toolbox::{Tool, ToolBox, ToolBoxError, ToolFuture};
 pub use untrusted::{FENCE_RULE, UntrustedText, fence};

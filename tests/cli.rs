@@ -154,7 +154,7 @@ fn tool_arguments_are_never_interpreted_by_a_shell() {
 
 #[test]
 fn usage_errors_exit_two_with_one_line_naming_the_problem() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["exec", "--runtime", "cobol", "x.rhai"],
             "codeact: unknown runtime 'cobol'; available: rhai, js, js-in-process, wasm:js, wasm:micropython, wasm:python, or wasm:PATH for a WASI guest file\n",
@@ -174,6 +174,25 @@ fn usage_errors_exit_two_with_one_line_naming_the_problem() {
         (
             &["exec", "--tool", "my-tool=true", "-"],
             "codeact: --tool: tool name 'my-tool' must be letters, digits and '_', not starting with a digit\n",
+        ),
+        (
+            &["exec", "--allow-private-network", "127.0.0.1", "-"],
+            "codeact: --allow-private-network and --fetch-header need --allow-host\n",
+        ),
+        (
+            &["exec", "--allow-host", "*", "-"],
+            "codeact: --allow-host: '*' is not a host name or a pattern such as *.example.com\n",
+        ),
+        (
+            &[
+                "exec",
+                "--allow-host",
+                "api.example.com",
+                "--fetch-header",
+                "api.example.com: Authorization: Bearer $CODEACT_CLI_TEST_UNSET_TOKEN",
+                "-",
+            ],
+            "codeact: --fetch-header: the environment variable CODEACT_CLI_TEST_UNSET_TOKEN is not set\n",
         ),
     ];
     for (args, expected) in cases {

@@ -23,6 +23,8 @@ mod compile_cache;
 mod guest_protocol;
 #[path = "containment/host.rs"]
 mod host;
+#[path = "containment/network.rs"]
+mod network;
 #[path = "containment/rhai_limits.rs"]
 mod rhai_limits;
 
@@ -48,6 +50,7 @@ fn attacks() -> Vec<&'static Attack> {
         rhai_limits::ATTACKS,
         guest_protocol::ATTACKS,
         host::ATTACKS,
+        network::ATTACKS,
     ];
     areas.iter().flat_map(|area| area.iter()).collect()
 }

@@ -17,6 +17,7 @@ use clap::{Args, Parser, Subcommand};
 use codeact_runtime::Limits;
 
 use crate::tools::command::{CommandSpec, command_tool};
+use crate::tools::fetch::{FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool};
 use crate::tools::manifest::load_tool_manifest;
 use crate::tools::toolbox::Tool;
 
@@ -114,6 +115,20 @@ pub(crate) struct ToolArgs {
     /// Kill a tool command after this many milliseconds.
     #[arg(long, value_name = "N", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     tool_timeout_ms: u64,
+    /// Give scripts the `fetch` tool, allowed to reach hosts matching this name or
+    /// pattern (`api.example.com`, `*.example.com`). Repeatable; without it scripts
+    /// have no network at all.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// Let `fetch` reach addresses in this network although they are not public
+    /// (loopback, private, link-local): `127.0.0.1`, `10.0.0.0/8`. Repeatable.
+    #[arg(long = "allow-private-network", value_name = "NETWORK")]
+    allow_private_networks: Vec<String>,
+    /// A header `fetch` attaches to requests for a host, as 'HOST: NAME: VALUE';
+    /// `$VAR` in the value is read from the environment. Scripts never see it.
+    /// Repeatable.
+    #[arg(long = "fetch-header", value_name = "HOST: NAME: VALUE")]
+    fetch_headers: Vec<String>,
 }
 
 impl ToolArgs {
@@ -136,7 +151,35 @@ impl ToolArgs {
             );
             tools.push(command_tool(name.trim(), description, spec));
         }
+        if let Some(fetch) = self.fetch_policy()? {
+            tools.push(fetch_tool(fetch));
+        }
         Ok(tools)
+    }
+
+    /// The `fetch` policy the flags describe; `None` without `--allow-host`.
+    fn fetch_policy(&self) -> Result<Option<FetchPolicy>, String> {
+        if self.allow_hosts.is_empty() {
+            if !self.allow_private_networks.is_empty() || !self.fetch_headers.is_empty() {
+                return Err("--allow-private-network and --fetch-header need --allow-host".into());
+            }
+            return Ok(None);
+        }
+        let mut policy = FetchPolicy::new();
+        for host in &self.allow_hosts {
+            policy = policy
+                .allow_host(HostPattern::parse(host).map_err(|e| format!("--allow-host: {e}"))?);
+        }
+        for network in &self.allow_private_networks {
+            policy = policy.allow_private_network(
+                IpNetwork::parse(network).map_err(|e| format!("--allow-private-network: {e}"))?,
+            );
+        }
+        for header in &self.fetch_headers {
+            policy = policy
+                .header(SecretHeader::parse(header).map_err(|e| format!("--fetch-header: {e}"))?);
+        }
+        Ok(Some(policy))
     }
 }
 

@@ -3,6 +3,7 @@
 //! describe them.
 
 pub(crate) mod command;
+pub(crate) mod fetch;
 pub(crate) mod manifest;
 pub(crate) mod pid_namespace;
 pub(crate) mod toolbox;

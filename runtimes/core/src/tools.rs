@@ -36,23 +36,39 @@ impl ToolSpec {
         self
     }
 
-    /// The argument names and their JSON types, from `parameters.properties`, in
-    /// schema order; required arguments first is the schema author's job.
+    /// The argument names and their JSON types, from `parameters.properties`: the
+    /// required ones first, in the order `required` lists them, then the rest by
+    /// name. Positional calls (`fetch("https://…")` in Python) fill them in this
+    /// order, so a tool's main argument comes first whatever its name.
     pub fn argument_names(&self) -> Vec<(String, String)> {
         let Some(properties) = self.parameters.get("properties").and_then(Value::as_object) else {
             return Vec::new();
         };
-        properties
+        let required: Vec<&str> = self
+            .parameters
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let typed = |name: &str, schema: &Value| {
+            let ty = schema
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("any")
+                .to_string();
+            (name.to_string(), ty)
+        };
+        let mut names: Vec<(String, String)> = required
             .iter()
-            .map(|(name, schema)| {
-                let ty = schema
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("any")
-                    .to_string();
-                (name.clone(), ty)
-            })
-            .collect()
+            .filter_map(|name| properties.get(*name).map(|schema| typed(name, schema)))
+            .collect();
+        names.extend(
+            properties
+                .iter()
+                .filter(|(name, _)| !required.contains(&name.as_str()))
+                .map(|(name, schema)| typed(name, schema)),
+        );
+        names
     }
 
     /// How a JavaScript script calls this tool: `tools.add({a: integer, b: integer})`
