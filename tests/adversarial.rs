@@ -24,6 +24,20 @@ use serde_json::{Value, json};
 mod support;
 use support::reliability::{self, Section};
 
+// The fuzz targets' checks (`fuzz/checks/`), replayed on their seeds below.
+#[path = "../fuzz/checks/decode.rs"]
+mod fuzz_decode;
+#[path = "../fuzz/checks/extract_code.rs"]
+mod fuzz_extract_code;
+#[path = "../fuzz/checks/guest_protocol.rs"]
+mod fuzz_guest_protocol;
+#[path = "../fuzz/checks/json_to_rhai.rs"]
+mod fuzz_json_to_rhai;
+#[path = "../fuzz/checks/rhai_script.rs"]
+mod fuzz_rhai_script;
+#[path = "../fuzz/checks/sse_stream.rs"]
+mod fuzz_sse_stream;
+
 const SECTION: Section = Section {
     name: "generated-inputs",
     title: "Generated adversarial inputs",
@@ -653,4 +667,39 @@ fn generated_adversarial_inputs_on_micropython() {
 #[test]
 fn generated_adversarial_inputs_on_cpython() {
     run_all("wasm:python");
+}
+
+/// Every seed the fuzz targets keep under `fixtures/fuzz/<target>/` (inputs that
+/// once failed, and the starting corpus) passes its target's check, so a fixed
+/// crash stays fixed without nightly or cargo-fuzz. The targets are listed, not
+/// discovered, so a folder that disappears fails here.
+#[test]
+fn every_fuzz_seed_passes_its_targets_check() {
+    let targets: [(&str, fn(&[u8])); 6] = [
+        ("decode", fuzz_decode::check),
+        ("extract_code", fuzz_extract_code::check),
+        ("guest_protocol", fuzz_guest_protocol::check),
+        ("json_to_rhai", fuzz_json_to_rhai::check),
+        ("rhai_script", fuzz_rhai_script::check),
+        ("sse_stream", fuzz_sse_stream::check),
+    ];
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/fuzz");
+    for (target, check) in targets {
+        let dir = root.join(target);
+        let mut seeds: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|entry| entry.expect("a directory entry").path())
+            .collect();
+        seeds.sort();
+        assert!(!seeds.is_empty(), "{target} has no seeds");
+        for seed in seeds {
+            let data = std::fs::read(&seed).expect("a readable seed");
+            let outcome = std::panic::catch_unwind(|| check(&data));
+            assert!(
+                outcome.is_ok(),
+                "{target}: {} fails its check",
+                seed.display()
+            );
+        }
+    }
 }

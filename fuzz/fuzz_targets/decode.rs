@@ -2,15 +2,7 @@
 //! format unchanged.
 #![no_main]
 
-use codeact::ScriptOutput;
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks/decode.rs"]
+mod checks;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
-        return;
-    };
-    let output = ScriptOutput::decode(value);
-    let wire = output.to_string();
-    let back: serde_json::Value = serde_json::from_str(&wire).expect("the wire line is JSON");
-    assert_eq!(ScriptOutput::decode(back), output);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::check(data));

@@ -2,28 +2,7 @@
 //! hang past the limits, and the session still runs a trivial script afterwards.
 #![no_main]
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+#[path = "../checks/rhai_script.rs"]
+mod checks;
 
-use codeact_rhai::RhaiRuntime;
-use codeact_runtime::{Limits, NoTools, Session};
-use libfuzzer_sys::fuzz_target;
-
-fn runtime() -> &'static RhaiRuntime {
-    static RUNTIME: OnceLock<RhaiRuntime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        RhaiRuntime::new(Limits {
-            wall_time: Duration::from_millis(100),
-            max_operations: 100_000,
-            max_memory_bytes: 1 << 20,
-            ..Limits::default()
-        })
-    })
-}
-
-fuzz_target!(|script: &str| {
-    let mut session = runtime().session(Arc::new(NoTools));
-    session.run(script).expect("the host never fails on a script");
-    let after = session.run("final_result(1)").expect("the host never fails on a script");
-    assert!(after.completion.is_ok(), "the session is wedged: {:?}", after.completion);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::check(data));

@@ -4,63 +4,7 @@
 //! the reply's text, and a complete reply ends with one `Final` then `Done`.
 #![no_main]
 
-use codeact::chat::{ContentBlock, ModelResponse, StreamEvent};
-use codeact::model::{AnthropicStream, OpenAiStream, StreamFault, StreamFold, fold_sse_bytes};
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks/sse_stream.rs"]
+mod checks;
 
-type Folded = (Result<ModelResponse, StreamFault>, Vec<StreamEvent>);
-
-fn fold<F: StreamFold>(fold: F, chunks: &[&[u8]]) -> Folded {
-    let mut events = Vec::new();
-    let result = fold_sse_bytes(fold, chunks, &mut |event| events.push(event));
-    (result, events)
-}
-
-fn folded(anthropic: bool, chunks: &[&[u8]]) -> Folded {
-    if anthropic {
-        fold(AnthropicStream::new("fallback"), chunks)
-    } else {
-        fold(OpenAiStream::new("fallback"), chunks)
-    }
-}
-
-fn check_events((result, events): &Folded) {
-    let deltas: String = events
-        .iter()
-        .filter_map(|event| match event {
-            StreamEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    let Ok(response) = result else {
-        return;
-    };
-    let text: String = response
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(deltas, text, "the deltas sent are not the reply's text");
-    let finals = events
-        .iter()
-        .filter(|event| matches!(event, StreamEvent::Final { .. }))
-        .count();
-    assert_eq!(finals, 1, "a complete reply has one Final event");
-    assert_eq!(events.last(), Some(&StreamEvent::Done), "Done comes last");
-}
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&choice, body)) = data.split_first() else {
-        return;
-    };
-    let anthropic = choice & 1 == 1;
-    let size = usize::from((choice >> 1) % 17) + 1;
-    let whole = folded(anthropic, &[body]);
-    check_events(&whole);
-    let pieces: Vec<&[u8]> = body.chunks(size).collect();
-    let cut = folded(anthropic, &pieces);
-    assert_eq!(cut, whole, "chunks of {size} differ");
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::check(data));
