@@ -675,7 +675,8 @@ fn generated_adversarial_inputs_on_cpython() {
 /// discovered, so a folder that disappears fails here.
 #[test]
 fn every_fuzz_seed_passes_its_targets_check() {
-    let targets: [(&str, fn(&[u8])); 6] = [
+    type Check = fn(&[u8]);
+    let targets: [(&str, Check); 6] = [
         ("decode", fuzz_decode::check),
         ("extract_code", fuzz_extract_code::check),
         ("guest_protocol", fuzz_guest_protocol::check),
