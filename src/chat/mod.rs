@@ -37,6 +37,13 @@ pub enum ContentBlock {
         /// The arguments.
         input: Value,
     },
+    /// What a reasoning model thought before it answered (OpenAI-compatible
+    /// servers' `reasoning_content`, Anthropic's `thinking` blocks). Kept in the
+    /// transcript; never sent back to a model, and never searched for code.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+    },
     /// The result of a provider-native tool call.
     ToolResult {
         /// The id of the call this answers.

@@ -114,19 +114,24 @@ impl AnthropicClient {
                 let content: Vec<Value> = message
                     .content
                     .iter()
-                    .map(|block| match block {
-                        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
-                        ContentBlock::ToolUse { id, name, input } => {
-                            json!({"type": "tool_use", "id": id, "name": name, "input": input})
-                        }
-                        ContentBlock::ToolResult {
-                            tool_use_id,
-                            content,
-                            is_error,
-                        } => json!({
-                            "type": "tool_result", "tool_use_id": tool_use_id,
-                            "content": content, "is_error": is_error
-                        }),
+                    .filter_map(|block| {
+                        Some(match block {
+                            ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+                            // Sent back only with its signature, which is not kept: the
+                            // API accepts an assistant turn without it.
+                            ContentBlock::Thinking { .. } => return None,
+                            ContentBlock::ToolUse { id, name, input } => {
+                                json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                            }
+                            ContentBlock::ToolResult {
+                                tool_use_id,
+                                content,
+                                is_error,
+                            } => json!({
+                                "type": "tool_result", "tool_use_id": tool_use_id,
+                                "content": content, "is_error": is_error
+                            }),
+                        })
                     })
                     .collect();
                 json!({"role": role, "content": content})
@@ -176,6 +181,7 @@ impl AnthropicClient {
             .into_iter()
             .filter_map(|block| match block {
                 WireBlock::Text { text } => Some(ContentBlock::Text { text }),
+                WireBlock::Thinking { thinking } => Some(ContentBlock::Thinking { thinking }),
                 WireBlock::ToolUse { id, name, input } => {
                     Some(ContentBlock::ToolUse { id, name, input })
                 }
@@ -216,7 +222,8 @@ impl AnthropicClient {
 /// reason and output tokens, and `message_stop`, which alone completes it.
 #[derive(Debug, Clone, Default)]
 pub struct AnthropicStream {
-    blocks: Vec<String>,
+    /// Each content block so far: whether it is thinking, and its text.
+    blocks: Vec<(bool, String)>,
     usage: Usage,
     stop: Option<String>,
     model: Option<String>,
@@ -253,12 +260,21 @@ impl StreamFold for AnthropicStream {
                 self.model = message["model"].as_str().map(str::to_string);
                 self.usage.input_tokens = message["usage"]["input_tokens"].as_u64().unwrap_or(0);
             }
-            "content_block_start" => self.blocks.push(String::new()),
+            "content_block_start" => {
+                let thinking = data["content_block"]["type"].as_str() == Some("thinking");
+                self.blocks.push((thinking, String::new()));
+            }
             "content_block_delta" => {
-                if let Some(text) = data["delta"]["text"].as_str().filter(|t| !t.is_empty()) {
+                if let Some(thought) = data["delta"]["thinking"].as_str() {
                     match self.blocks.last_mut() {
-                        Some(last) => last.push_str(text),
-                        None => self.blocks.push(text.to_string()),
+                        Some((true, last)) => last.push_str(thought),
+                        _ => self.blocks.push((true, thought.to_string())),
+                    }
+                } else if let Some(text) = data["delta"]["text"].as_str().filter(|t| !t.is_empty())
+                {
+                    match self.blocks.last_mut() {
+                        Some((false, last)) => last.push_str(text),
+                        _ => self.blocks.push((false, text.to_string())),
                     }
                     self.emitted = true;
                     on_event(StreamEvent::TextDelta {
@@ -308,7 +324,15 @@ impl StreamFold for AnthropicStream {
         });
         on_event(StreamEvent::Done);
         Ok(ModelResponse {
-            content: self.blocks.into_iter().map(ContentBlock::text).collect(),
+            content: self
+                .blocks
+                .into_iter()
+                .filter_map(|(thinking, text)| match thinking {
+                    true if text.is_empty() => None,
+                    true => Some(ContentBlock::Thinking { thinking: text }),
+                    false => Some(ContentBlock::text(text)),
+                })
+                .collect(),
             stop_reason,
             usage: self.usage,
             model: self.model.unwrap_or(self.fallback_model),
@@ -377,6 +401,9 @@ enum WireBlock {
     Text {
         text: String,
     },
+    Thinking {
+        thinking: String,
+    },
     ToolUse {
         id: String,
         name: String,
@@ -400,5 +427,36 @@ impl From<WireUsage> for Usage {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::Message;
+
+    /// If this fails, Claude gets its own thinking back without the signature the
+    /// API demands, and refuses the request.
+    #[test]
+    fn thinking_kept_in_the_history_is_never_sent_back() {
+        let mut config = AnthropicConfig::from_env("claude");
+        config.api_key = Some("k".into());
+        let client = AnthropicClient::new(config).expect("a client");
+        let mut request = ModelRequest::new("system", vec![Message::user("hi")]);
+        request.messages.push(Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "secret plan".into(),
+                },
+                ContentBlock::text("done"),
+            ],
+        });
+        let body = client.body(&request, false);
+        assert!(!body.to_string().contains("secret plan"));
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([{"type": "text", "text": "done"}])
+        );
     }
 }

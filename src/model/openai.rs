@@ -167,10 +167,14 @@ impl OpenAiClient {
             .into_iter()
             .next()
             .ok_or_else(|| http::malformed(PROVIDER, "the reply has no choices".into()))?;
+        let message = choice.message.unwrap_or_default();
+        let mut content = Vec::new();
+        if let Some(thinking) = message.thinking().filter(|t| !t.is_empty()) {
+            content.push(ContentBlock::Thinking { thinking });
+        }
+        content.push(ContentBlock::text(message.content.unwrap_or_default()));
         Ok(ModelResponse {
-            content: vec![ContentBlock::text(
-                choice.message.and_then(|m| m.content).unwrap_or_default(),
-            )],
+            content,
             stop_reason: stop_reason(choice.finish_reason.as_deref()),
             usage: reply.usage.map(Usage::from).unwrap_or_default(),
             model: reply.model.unwrap_or_else(|| self.config.model.clone()),
@@ -203,6 +207,8 @@ impl OpenAiClient {
 #[derive(Debug, Clone, Default)]
 pub struct OpenAiStream {
     text: String,
+    /// The reasoning deltas (`reasoning_content` or `reasoning`), not shown as text.
+    thinking: String,
     finish: Option<String>,
     usage: Usage,
     model: Option<String>,
@@ -244,11 +250,11 @@ impl StreamFold for OpenAiStream {
             )));
         }
         if let Some(choice) = chunk.choices.into_iter().next() {
-            if let Some(delta) = choice
-                .delta
-                .and_then(|d| d.content)
-                .filter(|d| !d.is_empty())
-            {
+            let delta = choice.delta.unwrap_or_default();
+            if let Some(thought) = delta.thinking() {
+                self.thinking.push_str(&thought);
+            }
+            if let Some(delta) = delta.content.filter(|d| !d.is_empty()) {
                 self.emitted = true;
                 self.text.push_str(&delta);
                 on_event(StreamEvent::TextDelta { text: delta });
@@ -281,8 +287,15 @@ impl StreamFold for OpenAiStream {
             usage: self.usage,
         });
         on_event(StreamEvent::Done);
+        let mut content = Vec::new();
+        if !self.thinking.is_empty() {
+            content.push(ContentBlock::Thinking {
+                thinking: self.thinking,
+            });
+        }
+        content.push(ContentBlock::text(self.text));
         Ok(ModelResponse {
-            content: vec![ContentBlock::text(self.text)],
+            content,
             stop_reason,
             usage: self.usage,
             model: self.model.unwrap_or(self.fallback_model),
@@ -347,9 +360,24 @@ struct Choice {
     finish_reason: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct WireMessage {
     content: Option<String>,
+    /// DeepSeek, vLLM and llama.cpp's name for the reasoning text.
+    reasoning_content: Option<Value>,
+    /// OpenRouter's and some others' name for it. Any JSON: a server that puts an
+    /// object here must not make the reply unreadable.
+    reasoning: Option<Value>,
+}
+
+impl WireMessage {
+    /// The reasoning text under either name, when it is text.
+    fn thinking(&self) -> Option<String> {
+        [&self.reasoning_content, &self.reasoning]
+            .into_iter()
+            .flatten()
+            .find_map(|value| value.as_str().map(str::to_string))
+    }
 }
 
 #[derive(Deserialize)]
@@ -426,5 +454,24 @@ mod tests {
         let body = c.body(&request(None), true);
         assert_eq!(body["reasoning_effort"], "low");
         assert_eq!(body["max_tokens"], 7);
+    }
+
+    /// If this fails, a reasoning model's earlier thinking is sent back to it as
+    /// if it had said it.
+    #[test]
+    fn thinking_kept_in_the_history_is_never_sent_back() {
+        let mut history = request(None);
+        history.messages.push(Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "secret plan".into(),
+                },
+                ContentBlock::text("```js\n1\n```"),
+            ],
+        });
+        let body = client("http://127.0.0.1:1/v1").body(&history, false);
+        assert!(!body.to_string().contains("secret plan"));
+        assert_eq!(body["messages"][2]["content"], "```js\n1\n```");
     }
 }

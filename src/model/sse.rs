@@ -191,6 +191,69 @@ mod tests {
         }
     }
 
+    /// If this fails, a reasoning model's thinking is lost, or shown and searched
+    /// for code as if it were the reply.
+    #[test]
+    fn reasoning_streamed_by_an_openai_compatible_server_is_kept_apart_from_the_text() {
+        let stream = "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"Let me \"}}]}\n\n\
+            data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"think.\"}}]}\n\n\
+            data: {\"choices\":[{\"delta\":{\"content\":\"42\"},\"finish_reason\":\"stop\"}]}\n\n\
+            data: [DONE]\n\n";
+        let (reply, events) = fold_openai(&[stream.as_bytes()]);
+        let reply = reply.expect("a complete stream");
+        assert_eq!(
+            reply.content,
+            vec![
+                ContentBlock::Thinking {
+                    thinking: "Let me think.".into()
+                },
+                ContentBlock::text("42")
+            ]
+        );
+        assert_eq!(reply.text(), "42");
+        let deltas: Vec<&StreamEvent> = events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::TextDelta { .. }))
+            .collect();
+        assert_eq!(deltas, [&StreamEvent::TextDelta { text: "42".into() }]);
+    }
+
+    /// If this fails, Claude's thinking is lost, or taken for the reply's text.
+    #[test]
+    fn an_anthropic_thinking_block_is_kept_apart_from_the_text() {
+        let stream = "event: message_start\n\
+            data: {\"type\":\"message_start\",\"message\":{\"model\":\"c\",\"usage\":{\"input_tokens\":4}}}\n\n\
+            data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n\
+            data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Hmm.\"}}\n\n\
+            data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"xyz\"}}\n\n\
+            data: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+            data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+            data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"42\"}}\n\n\
+            data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":6}}\n\n\
+            data: {\"type\":\"message_stop\"}\n\n";
+        let mut deltas = Vec::new();
+        let reply = fold_sse_bytes(
+            AnthropicStream::new("fallback"),
+            &[stream.as_bytes()],
+            &mut |e| {
+                if let StreamEvent::TextDelta { text } = e {
+                    deltas.push(text);
+                }
+            },
+        )
+        .expect("a complete stream");
+        assert_eq!(
+            reply.content,
+            vec![
+                ContentBlock::Thinking {
+                    thinking: "Hmm.".into()
+                },
+                ContentBlock::text("42")
+            ]
+        );
+        assert_eq!(deltas, ["42"]);
+    }
+
     #[test]
     fn an_anthropic_stream_cut_anywhere_folds_to_the_same_reply() {
         let fold = |chunks: &[&[u8]]| {
