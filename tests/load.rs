@@ -20,16 +20,18 @@ use support::reliability::{self, Section};
 const SECTION: Section = Section {
     name: "load",
     title: "Load: every runtime at once",
-    intro: "30 sessions in one process (15 Rhai, 3 JavaScript workers, 6 QuickJS, 3 MicroPython, 3 CPython), more than the running-script slots, each running ten steps: one runaway loop, one memory bomb, three with 100 tool calls, five trivial. Limits are the defaults with a 500 ms time limit. The 500-session run is `cargo run --release --example load -- 500 60 mixed` (its figures are in the closing notes, not here: they are timings).",
+    intro: "30 sessions in one process (15 Rhai, 3 JavaScript workers, 6 QuickJS, 3 MicroPython, 3 CPython), more than the running-script slots, each running ten steps: one runaway loop, one memory bomb, three with 100 tool calls, five trivial. Limits are the defaults with a 2 s time limit. The 500-session run is `cargo run --release --example load -- 500 60 mixed` (its figures are in the closing notes, not here: they are timings).",
     binary: "load",
     columns: &["rhai", "js", "wasm:js", "wasm:micropython", "wasm:python"],
 };
 
 const SESSIONS: usize = 30;
 const STEPS: u64 = 10;
-const LIMIT: Duration = Duration::from_millis(500);
+/// Generous, so that an ordinary step on a loaded 2-core debug build never meets
+/// it: the outcome must not depend on the machine's speed.
+const LIMIT: Duration = Duration::from_secs(2);
 /// How late a runaway may be stopped: past this the limit did not hold.
-const GRACE: Duration = Duration::from_secs(1);
+const GRACE: Duration = Duration::from_secs(2);
 
 fn runtime(name: &str, limits: Limits) -> Arc<dyn Runtime> {
     support::runtimes::runtime(name, limits).unwrap_or_else(|e| panic!("{e}"))
@@ -77,11 +79,11 @@ fn rows(name: &str, tally: &LoadTally) -> Result<Vec<(String, String)>, String> 
     Ok(vec![
         row(
             "runaway_loop_in_one_step_of_ten",
-            "✓ every one stopped by a limit, within 1 s past it",
+            "✓ every one stopped by a limit, within 2 s past it",
         ),
         row(
             "memory_bomb_in_one_step_of_ten",
-            "✓ every one stopped by a limit, within 1 s past it",
+            "✓ every one stopped by a limit, within 2 s past it",
         ),
         row(
             "100_tool_calls_or_a_trivial_step_in_the_others",
