@@ -55,6 +55,44 @@
 //! # }
 //! ```
 
+//! # The public API
+//!
+//! Everything is exported from the crate root but the model clients and chat types
+//! (`codeact::model`, `codeact::chat`), the loop's building blocks
+//! (`codeact::agent`), and with their features the command line (`cli`), the
+//! evaluation (`eval`) and the benchmark harness (`bench`).
+//!
+//! - **The loop:** [`Agent`], [`AgentBuilder`], [`LoopConfig`], [`BareValues`],
+//!   [`RunResult`], [`TypedRun`], [`Outcome`], [`Event`], [`ToolCallOutcome`],
+//!   [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`];
+//!   teams: [`Team`], [`TeamBuilder`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
+//!   [`load_team`], [`LoadedTeam`], [`TeamConfigError`].
+//! - **Scripts without the loop:** [`ScriptSession`], [`ScriptRun`],
+//!   [`ScriptOutput`] and [`Untagged`] (the wire contract), [`runtime_by_name`],
+//!   [`RUNTIME_NAMES`], [`OPT_IN_RUNTIMES`], [`RuntimeByNameError`], running-script
+//!   slots ([`max_running_scripts`], [`set_max_running_scripts`]).
+//! - **Runtimes:** [`RhaiRuntime`], `JsRuntime` and [`run_worker_if_requested`]
+//!   (feature `js`), `WasmRuntime` and `Guest` (feature `wasm`); the traits and
+//!   limits they share: [`Runtime`], [`Session`], [`RuntimeInfo`], [`Enforcement`],
+//!   [`Limits`], [`LimitKind`], [`ScriptError`], [`HostError`], [`RunOutcome`],
+//!   [`LogBuffer`]; [`MeteredAllocator`] and [`metered_allocator_installed`] (the
+//!   global allocator that holds Rhai runs to their memory limit).
+//! - **Tools:** [`Tool`], [`ToolBox`], [`ToolBoxError`], [`ToolFuture`],
+//!   [`ToolSpec`], [`ToolError`], [`ToolDispatch`], [`NoTools`]; command tools
+//!   ([`command_tool`], [`CommandSpec`], [`DEFAULT_COMMAND_TIMEOUT`],
+//!   [`load_tool_manifest`]); the network ([`fetch_tool`], [`FetchPolicy`],
+//!   [`HostPattern`], [`IpNetwork`], [`SecretHeader`], [`FETCH_TOOL`] and its
+//!   defaults).
+//! - **Final answers:** [`OutputSpec`], [`OutputContract`], [`Check`],
+//!   [`ExtraCheck`], [`OnValidatorError`], [`RefusedBy`], [`OutputSpecError`],
+//!   [`content_text`]; [`FinalOutput`], [`Validation`], [`artifact_path`],
+//!   [`ArtifactError`], [`DEFAULT_CONTENT_CAP`]; typed answers: [`FinalAnswer`]
+//!   (derive and trait), [`AnswerField`]; Rhai validators: [`RhaiValidator`],
+//!   [`Verdict`], [`ValidatorLoadError`].
+//! - **Prompts and untrusted text:** [`render_system_prompt`], [`render_card`],
+//!   [`TransferTarget`], [`PromptError`]; [`UntrustedText`], [`fence`],
+//!   [`FENCE_RULE`].
+
 // The derive macro names `::codeact::…`, which must resolve inside this crate too.
 extern crate self as codeact;
 
