@@ -171,15 +171,17 @@ fn not_an_output(value: &Value) -> ScriptOutput {
             "a map without a \"type\" of observation, error, final_result or transfer_to_agent"
         }
     };
-    let shown = match value {
-        Value::Null => String::new(),
-        other => format!(" {}", preview(&other.to_string())),
-    };
-    ScriptOutput::Error {
-        message: format!(
-            "the script's completion value was{shown}, which is {what}, not a result. {HOW_TO_END}"
+    let message = match value {
+        // Nothing to show: the sentence names what it was instead.
+        Value::Null => {
+            format!("the script's completion value was {what}, not a result. {HOW_TO_END}")
+        }
+        other => format!(
+            "the script's completion value was {}, which is {what}, not a result. {HOW_TO_END}",
+            preview(&other.to_string())
         ),
-    }
+    };
+    ScriptOutput::Error { message }
 }
 
 fn artifact_list(value: Value) -> Option<Vec<String>> {
