@@ -8,8 +8,9 @@ use codeact_runtime::{HostError, Runtime};
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::decide::{Conversation, LoopConfig, Next, Outcome};
+use super::decide::{Conversation, LoopConfig, Next};
 use super::events::{Event, Listener};
+use super::outcome::Outcome;
 use super::resume::{HostTools, ResumePoint};
 use crate::chat::{Message, ModelRequest, StreamEvent, Usage};
 use crate::exec::session::ScriptSession;

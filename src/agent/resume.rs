@@ -389,7 +389,7 @@ mod tests {
                 message: Message::user("task"),
             },
             Event::Finished {
-                outcome: crate::agent::decide::Outcome::StepLimit { steps: 1 },
+                outcome: crate::agent::outcome::Outcome::StepLimit { steps: 1 },
                 steps: 1,
                 usage: Usage::default(),
             },
