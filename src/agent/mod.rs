@@ -1,4 +1,5 @@
-//! The CodeAct loop: decisions in [`decide`], the async driver in [`driver`].
+//! The CodeAct loop: decisions in [`decide`], the async driver that does what they
+//! say (and only the I/O) in `driver`.
 
 pub mod decide;
 pub(crate) mod driver;
@@ -11,7 +12,7 @@ pub(crate) mod script_notes;
 pub(crate) mod team;
 pub(crate) mod team_config;
 
-pub use decide::{BareValues, Conversation, LoopConfig, Next};
+pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
 pub use driver::{Agent, AgentBuilder, AgentError, RunResult, TypedRun};
 pub use events::{Event, Listener, ToolCallOutcome, Transcript, parse_transcript, read_transcript};
 pub use extract::{Extraction, extract_code};

@@ -1,6 +1,6 @@
 //! The loop, in one sitting: do what the conversation decided (call the model,
-//! run a script, check a result), feed it what came back, and report events,
-//! until it decides to finish.
+//! run a script, check a result), hand it what came back, and report the events
+//! it returns, until it decides to finish.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,14 +9,13 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::{Agent, AgentError};
-use crate::agent::decide::{Conversation, Next};
+use crate::agent::decide::{Conversation, Decision, Next};
 use crate::agent::events::Event;
 use crate::agent::outcome::Outcome;
 use crate::agent::resume::{HostTools, ResumePoint};
 use crate::chat::{ModelRequest, StreamEvent};
 use crate::exec::session::ScriptSession;
 use crate::output::final_output::{FinalOutput, Validation, artifact_path};
-use crate::output::script_output::ScriptOutput;
 use crate::output::spec::{Check, OutputContract, RefusedBy, content_text};
 
 impl Agent {
@@ -37,65 +36,21 @@ impl Agent {
             self.listeners.clone(),
         ));
         let mut session = ScriptSession::start(&*self.runtime, tools.clone())?;
-        // Messages are reported as soon as they join the conversation: the task
-        // here, the rest right after `on_reply` and `on_script`.
-        let mut reported = 0;
-        let mut next = Next::CallModel;
-        match resume {
-            None => self.report_messages(conversation, &mut reported),
+        let mut decision = match resume {
+            None => conversation.start(),
             Some(point) => {
-                next = self
-                    .rebuild(point, conversation, &mut session, &tools)
-                    .await?;
-                // Everything up to the interrupted reply is in the transcript.
-                reported = point.messages.len() + usize::from(point.pending_reply.is_some());
-                self.report_messages(conversation, &mut reported);
+                self.rebuild(point, &mut session, &tools).await?;
+                conversation.resume(point.pending_reply.as_ref())
             }
-        }
+        };
         let mut final_output = None;
         loop {
-            let step = match next {
-                Next::RunScript { .. } | Next::CheckResult { .. } => conversation.steps(),
-                _ => conversation.steps() + 1,
-            };
-            next = match next {
+            self.report(&decision.events);
+            let step = decision.step;
+            decision = match decision.next {
                 Next::Finish(outcome) => return Ok((outcome, final_output)),
-                Next::CheckResult { value, artifacts } => {
-                    let (check, artifacts) =
-                        check_result(contract, working_dir, &value, &artifacts).await;
-                    let next = conversation.on_check(value.clone(), &check);
-                    self.report_messages(conversation, &mut reported);
-                    if let Check::Refused { by, .. } = &check {
-                        self.emit(|| Event::ResultRefused {
-                            step,
-                            by: *by,
-                            reason: check.refusal_text().unwrap_or_default(),
-                            refusals: conversation.refusals(),
-                        });
-                    }
-                    if let Next::Finish(Outcome::FinalResult { .. }) = &next {
-                        let validation = match check {
-                            Check::Unchecked { reason } => Validation::BrokenValidator { reason },
-                            _ if contract.is_empty() => Validation::NotRequired,
-                            _ => Validation::Passed,
-                        };
-                        let output = FinalOutput::new(
-                            &content_text(&value),
-                            self.config.max_output_content_bytes,
-                            contract.spec().format.clone(),
-                            &self.name,
-                            artifacts,
-                            validation,
-                        );
-                        self.emit(|| Event::FinalOutput {
-                            output: output.clone(),
-                        });
-                        final_output = Some(output);
-                    }
-                    next
-                }
                 Next::CallModel => {
-                    self.call_model(conversation, system_prompt, step, &mut reported)
+                    self.call_model(conversation, system_prompt, step)
                         .instrument(tracing::info_span!("model", step))
                         .await?
                 }
@@ -109,45 +64,33 @@ impl Agent {
                         .run(code)
                         .instrument(tracing::info_span!("script", step))
                         .await?;
-                    let logs = run.logs.render();
-                    let (next, output) = conversation.on_completion(&run.completion, &run.logs);
-                    self.report_messages(conversation, &mut reported);
-                    match &output {
-                        ScriptOutput::Observation { value } => self.emit(|| Event::Observation {
-                            step,
-                            value: value.clone(),
-                            logs,
-                        }),
-                        ScriptOutput::Error { message } => self.emit(|| Event::Error {
-                            step,
-                            message: message.clone(),
-                            logs,
-                        }),
-                        ScriptOutput::TransferToAgent { .. }
-                            if !matches!(next, Next::Finish(_)) =>
-                        {
-                            self.emit(|| Event::Error {
-                                step,
-                                message: conversation.last_error().unwrap_or_default().to_string(),
-                                logs,
-                            })
-                        }
-                        ScriptOutput::FinalResult { .. } | ScriptOutput::TransferToAgent { .. } => {
-                        }
+                    conversation.on_completion(&run.completion, &run.logs).0
+                }
+                Next::CheckResult { value, artifacts } => {
+                    let (check, artifacts) =
+                        check_result(contract, working_dir, &value, &artifacts).await;
+                    let mut decision = conversation.on_check(value.clone(), &check);
+                    if let Next::Finish(Outcome::FinalResult { .. }) = &decision.next {
+                        let output = self.final_output(contract, &check, &value, artifacts);
+                        decision.events.push(Event::FinalOutput {
+                            output: output.clone(),
+                        });
+                        final_output = Some(output);
                     }
-                    next
+                    decision
                 }
             };
         }
     }
 
+    /// Sends the conversation to the model (streaming its text as events when
+    /// the agent streams) and hands the reply to the conversation.
     async fn call_model(
         &self,
         conversation: &mut Conversation,
         system_prompt: &str,
         step: usize,
-        reported: &mut usize,
-    ) -> Result<Next, AgentError> {
+    ) -> Result<Decision, AgentError> {
         let mut request = ModelRequest::new(system_prompt, conversation.messages().to_vec());
         request.max_tokens = self.max_tokens;
         request.temperature = conversation.temperature(self.temperature);
@@ -165,37 +108,34 @@ impl Agent {
         } else {
             self.model.complete(&request).await?
         };
-        self.emit(|| Event::ModelReply {
-            step,
-            stop_reason: response.stop_reason.clone(),
-        });
-        let before = conversation.messages().len();
-        let next = conversation.on_reply(&response);
-        self.report_messages(conversation, reported);
-        self.emit(|| Event::Usage {
-            step,
-            call: response.usage,
-            total: conversation.usage(),
-        });
-        // A reply that could not run (no code, cut off) was answered with feedback
-        // at once: that is this step's error.
-        if conversation.messages().len() > before + 1 {
-            self.emit(|| Event::Error {
-                step,
-                message: conversation.last_error().unwrap_or_default().to_string(),
-                logs: String::new(),
-            });
-        }
-        Ok(next)
+        Ok(conversation.on_reply(&response))
     }
 
-    fn report_messages(&self, conversation: &Conversation, reported: &mut usize) {
-        for message in &conversation.messages()[*reported..] {
-            self.emit(|| Event::Message {
-                message: message.clone(),
-            });
-        }
-        *reported = conversation.messages().len();
+    /// The record of an accepted result: its content (cut to the configured
+    /// size), format, artifacts, and how it was validated (flagged when a broken
+    /// validator let it through unchecked).
+    fn final_output(
+        &self,
+        contract: &OutputContract,
+        check: &Check,
+        value: &Value,
+        artifacts: Vec<PathBuf>,
+    ) -> FinalOutput {
+        let validation = match check {
+            Check::Unchecked { reason } => Validation::BrokenValidator {
+                reason: reason.clone(),
+            },
+            _ if contract.is_empty() => Validation::NotRequired,
+            _ => Validation::Passed,
+        };
+        FinalOutput::new(
+            &content_text(value),
+            self.config.max_output_content_bytes,
+            contract.spec().format.clone(),
+            &self.name,
+            artifacts,
+            validation,
+        )
     }
 }
 

@@ -163,7 +163,7 @@ impl Agent {
                 None,
             ),
             Start::Resume(point) => (
-                Conversation::resumed(point, tags, self.config.clone()),
+                Conversation::resumed(point.progress(), tags, self.config.clone()),
                 Some(point),
             ),
         };
@@ -194,17 +194,10 @@ impl Agent {
             )
             .await;
         if let Err(error) = &result {
-            self.emit(|| Event::Failed {
-                step: conversation.steps() + 1,
-                error: error.to_string(),
-            });
+            self.emit(|| conversation.failed(error.to_string()));
         }
         let (outcome, final_output) = result?;
-        self.emit(|| Event::Finished {
-            outcome: outcome.clone(),
-            steps: conversation.steps(),
-            usage: conversation.usage(),
-        });
+        self.emit(|| conversation.finished(outcome.clone()));
         Ok(RunResult {
             outcome,
             steps: conversation.steps(),

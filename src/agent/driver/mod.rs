@@ -1,5 +1,6 @@
-//! The thin async driver: asks the model, runs scripts, reports events, and lets
-//! [`Conversation`](super::decide::Conversation) decide everything else. Its jobs live apart: building an agent
+//! The thin async driver: asks the model, runs scripts, checks results and
+//! reports what [`Conversation`](super::decide::Conversation) decided, which
+//! decides everything else. Its jobs live apart: building an agent
 //! ([`builder`]), the ways to start a run (`entry`), the loop itself (`drive`),
 //! and rebuilding a resumed run's session (`rebuild`).
 
@@ -146,15 +147,22 @@ impl Agent {
         &self.name
     }
 
-    /// Builds the event only when someone listens: events clone messages and
-    /// values, which a run without listeners should not pay for.
+    /// Builds an event of the driver's own only when someone listens: events
+    /// clone messages and values, which a run without listeners should not pay
+    /// for.
     fn emit(&self, event: impl FnOnce() -> Event) {
         if self.listeners.is_empty() {
             return;
         }
-        let event = event();
-        for listener in &self.listeners {
-            listener(&self.name, &event);
+        self.report(&[event()]);
+    }
+
+    /// Passes on what happened, as the conversation decided it, in order.
+    fn report(&self, events: &[Event]) {
+        for event in events {
+            for listener in &self.listeners {
+                listener(&self.name, event);
+            }
         }
     }
 

@@ -4,24 +4,22 @@
 use tracing::Instrument;
 
 use super::{Agent, AgentError};
-use crate::agent::decide::{Conversation, Next};
 use crate::agent::events::Event;
-use crate::agent::outcome::Outcome;
 use crate::agent::resume::{HostTools, ResumePoint};
 use crate::exec::session::ScriptSession;
 
 impl Agent {
     /// Re-runs the finished scripts of `point` with their recorded tool results
     /// (their outputs are already in the conversation and are dropped), queues
-    /// the recorded calls of the step that was cut short, and says what comes
-    /// next.
+    /// the recorded calls of the step that was cut short, and reports the
+    /// resumption. What comes next is the conversation's to decide
+    /// ([`Conversation::resume`](crate::agent::decide::Conversation::resume)).
     pub(super) async fn rebuild(
         &self,
         point: &ResumePoint,
-        conversation: &mut Conversation,
         session: &mut ScriptSession,
         tools: &HostTools,
-    ) -> Result<Next, AgentError> {
+    ) -> Result<(), AgentError> {
         for script in &point.finished_scripts {
             tools.set_step(script.step);
             tools.serve_recorded(script.calls.clone(), true);
@@ -37,12 +35,6 @@ impl Agent {
             replayed_scripts: point.finished_scripts.len(),
             replayed_tool_calls: tools.replayed(),
         });
-        Ok(match &point.pending_reply {
-            Some(reply) => conversation.on_reply(reply),
-            None if point.steps >= self.config.max_steps => {
-                Next::Finish(Outcome::StepLimit { steps: point.steps })
-            }
-            None => Next::CallModel,
-        })
+        Ok(())
     }
 }
