@@ -1,15 +1,17 @@
 //! The loop's decisions, without I/O: what to send next, what a reply means, when to
-//! stop. The driver feeds it "the model replied" and "the script finished" and does
-//! what it says; every rule here is tested without a model or an engine.
+//! stop, and what happened in deciding. The driver feeds it "the model replied"
+//! and "the script finished", does what it says and reports the events it returns;
+//! every rule here is tested without a model or an engine.
 
 use codeact_runtime::LogBuffer;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::events::Event;
 use super::extract::{Extraction, extract_code};
 use super::feedback;
+pub use super::outcome::Outcome;
 use super::script_notes;
-use crate::chat::{Message, ModelResponse, StopReason, Usage};
+use crate::chat::{Message, ModelResponse, Role, StopReason, Usage};
 use crate::output::final_output::DEFAULT_CONTENT_CAP;
 use crate::output::script_output::{ScriptOutput, Untagged};
 use crate::output::spec::{Check, refusal_text};
@@ -80,67 +82,6 @@ impl Default for LoopConfig {
     }
 }
 
-/// How a run ended. Matched exhaustively: a new way to end is a compile error
-/// wherever outcomes are handled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
-    /// A script returned `final_result(value)`.
-    FinalResult {
-        /// The answer.
-        value: Value,
-    },
-    /// A script handed over to a declared transfer target.
-    Transfer {
-        /// The target.
-        agent_name: String,
-    },
-    /// The step limit ran out first.
-    StepLimit {
-        /// Model calls made.
-        steps: usize,
-    },
-    /// Too many errors in a row.
-    ErrorBudget {
-        /// Errors in a row when the run stopped.
-        consecutive_errors: usize,
-        /// The last one.
-        last_error: String,
-    },
-    /// Final results were refused by the output spec's checks as often as
-    /// [`LoopConfig::max_refusals`] allows.
-    RefusalBudget {
-        /// Refusals in the run.
-        refusals: usize,
-        /// The reason given for the last one.
-        last_reason: String,
-    },
-    /// The model declined to answer.
-    Refused {
-        /// What it said.
-        text: String,
-    },
-    /// The conversation outgrew the model's context window.
-    ContextWindowExceeded,
-}
-
-impl Outcome {
-    /// The `ScriptOutput` that ended the run, for the two outcomes a script chose.
-    pub fn script_output(&self) -> Option<ScriptOutput> {
-        match self {
-            Outcome::FinalResult { value } => Some(ScriptOutput::final_result(value.clone())),
-            Outcome::Transfer { agent_name } => Some(ScriptOutput::TransferToAgent {
-                agent_name: agent_name.clone(),
-            }),
-            Outcome::StepLimit { .. }
-            | Outcome::ErrorBudget { .. }
-            | Outcome::RefusalBudget { .. }
-            | Outcome::Refused { .. }
-            | Outcome::ContextWindowExceeded => None,
-        }
-    }
-}
-
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
@@ -163,6 +104,88 @@ pub enum Next {
     Finish(Outcome),
 }
 
+/// What the conversation decided: the next step, the step it belongs to, and
+/// what happened in deciding, for the driver to report as it is. The driver adds
+/// only what it did itself (a model request, streamed text, a script starting, a
+/// tool call, an accepted result's record).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// What the driver does next.
+    pub next: Next,
+    /// The step `next` belongs to: the model call it makes (one past the replies
+    /// so far), or the reply whose script or result it handles.
+    pub step: usize,
+    /// What happened, in order: messages that joined the conversation, the
+    /// reply and its usage, the step's observation, error or refusal.
+    pub events: Vec<Event>,
+}
+
+/// What a run's events add up to: the conversation so far and the loop's
+/// counters. A live [`Conversation`] changes it only by applying the events it
+/// reports, and a resumed run rebuilds it by applying the recorded ones
+/// ([`Progress::replayed`]), so the two cannot count differently.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// The conversation so far, task first.
+    pub messages: Vec<Message>,
+    /// Model replies received.
+    pub steps: usize,
+    /// Tokens used.
+    pub usage: Usage,
+    /// Errors in a row at the end.
+    pub consecutive_errors: usize,
+    /// Final results refused.
+    pub refusals: usize,
+}
+
+impl Progress {
+    /// The progress `events` (a run's, in order) add up to.
+    pub fn replayed<'a>(events: impl IntoIterator<Item = &'a Event>) -> Self {
+        let mut progress = Self::default();
+        for event in events {
+            progress.apply(event);
+        }
+        progress
+    }
+
+    /// Applies one event: the only place the counters change.
+    pub fn apply(&mut self, event: &Event) {
+        match event {
+            Event::Message { message } => self.messages.push(message.clone()),
+            Event::ModelReply { .. } => self.steps += 1,
+            Event::Usage { total, .. } => self.usage = *total,
+            Event::Observation { .. } => self.consecutive_errors = 0,
+            Event::Error { .. } => self.consecutive_errors += 1,
+            Event::ResultRefused { refusals, .. } => self.refusals = *refusals,
+            Event::RunStarted { .. }
+            | Event::ModelRequest { .. }
+            | Event::TextDelta { .. }
+            | Event::ScriptStarted { .. }
+            | Event::ToolCall { .. }
+            | Event::Resumed { .. }
+            | Event::FinalOutput { .. }
+            | Event::Finished { .. }
+            | Event::Handover { .. }
+            | Event::Failed { .. } => {}
+        }
+    }
+
+    /// Takes back the model's last reply, and its step, when the conversation
+    /// ends with it: the run stopped before that step was over, so the reply is
+    /// to be handled again.
+    pub fn take_back_reply(&mut self) -> Option<Message> {
+        if self
+            .messages
+            .last()
+            .is_none_or(|m| m.role != Role::Assistant)
+        {
+            return None;
+        }
+        self.steps = self.steps.saturating_sub(1);
+        self.messages.pop()
+    }
+}
+
 /// The conversation and the counters the rules need.
 #[derive(Debug, Clone)]
 pub struct Conversation {
@@ -172,11 +195,10 @@ pub struct Conversation {
     /// This agent's own name, so a transfer to itself is refused by name.
     agent_name: String,
     fence_tags: Vec<String>,
-    messages: Vec<Message>,
-    steps: usize,
-    consecutive_errors: usize,
-    refusals: usize,
-    usage: Usage,
+    /// The messages and counters, changed only through [`Self::record`].
+    progress: Progress,
+    /// What happened since the last decision, handed over with the next one.
+    happened: Vec<Event>,
     /// The feedback of the step in progress, when the reply itself was the error.
     last_error: Option<String>,
     /// Notes to prepend to the next feedback (a truncated reply that still ran,
@@ -202,33 +224,23 @@ pub struct Conversation {
     repeated: bool,
 }
 
+/// How a reply was read: a step to take, or an error of the reply itself (its
+/// feedback already added).
+enum Reading {
+    Next(Next),
+    Failed(String),
+}
+
 impl Conversation {
     /// A conversation that starts with `task`, for a runtime accepting
-    /// `fence_tags` (its first tag is the one suggested to the model).
+    /// `fence_tags` (its first tag is the one suggested to the model). The task
+    /// is reported with the first decision, [`start`](Self::start)'s.
     pub fn new(task: &str, fence_tags: &[&str], config: LoopConfig) -> Self {
-        Self {
-            config,
-            transfer_targets: Vec::new(),
-            agent_name: String::new(),
-            fence_tags: fence_tags.iter().map(|t| t.to_string()).collect(),
-            messages: vec![Message::user(task)],
-            steps: 0,
-            consecutive_errors: 0,
-            refusals: 0,
-            usage: Usage::default(),
-            last_error: None,
-            pending_notes: Vec::new(),
-            provided_names: script_notes::HELPERS
-                .iter()
-                .map(|h| h.to_string())
-                .collect(),
-            tool_signatures: Vec::new(),
-            current_script: None,
-            faked_tools: Vec::new(),
-            failed_script: None,
-            last_error_feedback: None,
-            repeated: false,
-        }
+        let mut conversation = Self::resumed(Progress::default(), fence_tags, config);
+        conversation.record(Event::Message {
+            message: Message::user(task),
+        });
+        conversation
     }
 
     /// Declares the tools, by name and by the signature the runtime shows, so a
@@ -244,16 +256,30 @@ impl Conversation {
         self
     }
 
-    /// A conversation picked up where a transcript left it: these messages (task
-    /// first) and counters, as [`ResumePoint`](super::ResumePoint) read them.
-    pub fn resumed(point: &super::ResumePoint, fence_tags: &[&str], config: LoopConfig) -> Self {
-        let mut conversation = Self::new("", fence_tags, config);
-        conversation.messages = point.messages.clone();
-        conversation.steps = point.steps;
-        conversation.usage = point.usage;
-        conversation.consecutive_errors = point.consecutive_errors;
-        conversation.refusals = point.refusals;
-        conversation
+    /// A conversation picked up where a recorded run left it: its messages (task
+    /// first) and counters, as replaying its events gave them (see
+    /// [`ResumePoint`](super::ResumePoint)). Go on with [`resume`](Self::resume).
+    pub fn resumed(progress: Progress, fence_tags: &[&str], config: LoopConfig) -> Self {
+        Self {
+            config,
+            transfer_targets: Vec::new(),
+            agent_name: String::new(),
+            fence_tags: fence_tags.iter().map(|t| t.to_string()).collect(),
+            progress,
+            happened: Vec::new(),
+            last_error: None,
+            pending_notes: Vec::new(),
+            provided_names: script_notes::HELPERS
+                .iter()
+                .map(|h| h.to_string())
+                .collect(),
+            tool_signatures: Vec::new(),
+            current_script: None,
+            faked_tools: Vec::new(),
+            failed_script: None,
+            last_error_feedback: None,
+            repeated: false,
+        }
     }
 
     /// Declares the agents a script may transfer to, and this agent's own name.
@@ -269,25 +295,58 @@ impl Conversation {
 
     /// The messages so far, task first.
     pub fn messages(&self) -> &[Message] {
-        &self.messages
+        &self.progress.messages
     }
 
     /// Model calls so far.
     pub fn steps(&self) -> usize {
-        self.steps
+        self.progress.steps
     }
 
     /// Tokens used so far.
     pub fn usage(&self) -> Usage {
-        self.usage
+        self.progress.usage
+    }
+
+    /// The messages and counters so far.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// The first decision of a fresh run: call the model (the task is reported).
+    pub fn start(&mut self) -> Decision {
+        self.decide(Next::CallModel)
+    }
+
+    /// The first decision of a resumed run: handle again the reply whose step
+    /// was cut short, if there is one, or go on with the next step. The reply,
+    /// its step and its usage are in the transcript already, so only the
+    /// messages it now adds are reported (an error it makes is not reported as
+    /// an error event, so a second resume counts one error fewer).
+    pub fn resume(&mut self, pending_reply: Option<&ModelResponse>) -> Decision {
+        let Some(reply) = pending_reply else {
+            let next = self.continue_or_stop();
+            return self.decide(next);
+        };
+        let mut decision = self.on_reply(reply);
+        decision.events = decision
+            .events
+            .into_iter()
+            .filter(|event| matches!(event, Event::Message { .. }))
+            .skip(1)
+            .collect();
+        decision
     }
 
     /// The model replied.
-    pub fn on_reply(&mut self, response: &ModelResponse) -> Next {
-        self.steps += 1;
+    pub fn on_reply(&mut self, response: &ModelResponse) -> Decision {
         self.current_script = None;
         self.faked_tools.clear();
-        self.usage += response.usage;
+        let step = self.progress.steps + 1;
+        self.record(Event::ModelReply {
+            step,
+            stop_reason: response.stop_reason.clone(),
+        });
         let text = response.text();
         // The history keeps a reply cut to the reply limit: a model that writes
         // megabytes would otherwise resend them with every later request. The code
@@ -300,26 +359,46 @@ impl Conversation {
         } else {
             response.content.clone()
         };
-        self.messages.push(Message {
-            role: crate::chat::Role::Assistant,
-            content: kept,
+        self.record(Event::Message {
+            message: Message {
+                role: Role::Assistant,
+                content: kept,
+            },
         });
-        match response.stop_reason {
-            StopReason::Refused => return Next::Finish(Outcome::Refused { text }),
+        let reading = self.read_reply(text, &response.stop_reason);
+        self.record(Event::Usage {
+            step,
+            call: response.usage,
+            total: self.progress.usage + response.usage,
+        });
+        let next = match reading {
+            Reading::Next(next) => next,
+            // A reply that could not run (no code, cut off) was answered with
+            // feedback at once: that is this step's error.
+            Reading::Failed(message) => self.count_error(message, String::new()),
+        };
+        self.decide(next)
+    }
+
+    /// What the reply of this step asks for: its script, the end of the run, or
+    /// (fed back at once) the error of a reply that cannot run.
+    fn read_reply(&mut self, text: String, stop_reason: &StopReason) -> Reading {
+        match stop_reason {
+            StopReason::Refused => return Reading::Next(Next::Finish(Outcome::Refused { text })),
             StopReason::ContextWindowExceeded => {
-                return Next::Finish(Outcome::ContextWindowExceeded);
+                return Reading::Next(Next::Finish(Outcome::ContextWindowExceeded));
             }
-            StopReason::Pause => return self.continue_or_stop(),
+            StopReason::Pause => return Reading::Next(self.continue_or_stop()),
             _ => {}
         }
-        let truncated = response.stop_reason == StopReason::OutputTruncated;
+        let truncated = *stop_reason == StopReason::OutputTruncated;
         // A reasoning model's thinking stays in the history; its code is not
         // taken from there.
         let text = script_notes::without_thinking(&text);
         let fence_tags = self.fence_tags.clone();
         let tags: Vec<&str> = fence_tags.iter().map(String::as_str).collect();
         let fence = tags.first().copied().unwrap_or("code");
-        match extract_code(&text, &tags) {
+        let message = match extract_code(&text, &tags) {
             Extraction::Code { code, closed } if closed || !truncated => {
                 if truncated {
                     self.pending_notes.push(
@@ -328,21 +407,23 @@ impl Conversation {
                 }
                 let code = self.prepare_script(code, fence);
                 self.current_script = Some(code.clone());
-                Next::RunScript { code }
+                return Reading::Next(Next::RunScript { code });
             }
-            Extraction::Code { .. } => self.reply_error(format!(
+            Extraction::Code { .. } => format!(
                 "Your reply was cut off at the output limit before the code block closed, so nothing ran. Write a shorter script in one ```{fence} block."
-            )),
-            Extraction::OtherLanguage { tag } => self.reply_error(format!(
+            ),
+            Extraction::OtherLanguage { tag } => format!(
                 "Your reply had a ```{tag} block, but this session runs {fence}. Reply with one ```{fence} code block."
-            )),
-            Extraction::NoCode if truncated => self.reply_error(format!(
+            ),
+            Extraction::NoCode if truncated => format!(
                 "Your reply was cut off at the output limit and held no code. Reply with one short ```{fence} code block."
-            )),
-            Extraction::NoCode => self.reply_error(format!(
+            ),
+            Extraction::NoCode => format!(
                 "Your reply had no code block, so nothing ran. Reply with your code in one ```{fence} block, ending with final_result(answer) when you have the answer or observation(value) to look at a value, like this:\n```{fence}\nfinal_result(answer)\n```"
-            )),
-        }
+            ),
+        };
+        self.feed_back_error(format!("Error:\n{message}"), &message);
+        Reading::Failed(message)
     }
 
     /// The script to run from the code of a reply, with notes for the next
@@ -391,7 +472,7 @@ impl Conversation {
     }
 
     /// The script finished with this completion (its value, or its error), having
-    /// printed `logs`. Returns what comes next and the output as the loop read it:
+    /// printed `logs`. Returns the decision and the output as the loop read it:
     /// a bare value is an [`ScriptOutput::Observation`] under
     /// [`BareValues::Observe`]. The feedback keeps the host's words outside the
     /// fences and quotes what the script produced inside them.
@@ -399,21 +480,21 @@ impl Conversation {
         &mut self,
         completion: &Result<Value, ScriptError>,
         logs: &LogBuffer,
-    ) -> (Next, ScriptOutput) {
+    ) -> (Decision, ScriptOutput) {
         let limit = self.config.feedback_limit;
         let script = self.current_script.clone().unwrap_or_default();
-        match completion {
+        let (next, output) = match completion {
             Ok(Value::Null) | Err(ScriptError::NoValue { .. }) => {
                 let printed = script_notes::printed_expression(&script);
                 let text = feedback::no_value(printed.as_deref(), logs, limit);
                 let message = "the script ended without a value".to_string();
-                let next = self.script_error(text, message.clone());
+                let next = self.script_error(text, message.clone(), logs);
                 (next, ScriptOutput::Error { message })
             }
             Ok(value) => match ScriptOutput::read(value.clone()) {
                 Ok(ScriptOutput::Error { message }) => {
                     let text = feedback::reported_error(&message, logs, limit);
-                    let next = self.script_error(text, message.clone());
+                    let next = self.script_error(text, message.clone(), logs);
                     (next, ScriptOutput::Error { message })
                 }
                 Ok(ScriptOutput::FinalResult { .. }) if !self.faked_tools.is_empty() => {
@@ -424,14 +505,14 @@ impl Conversation {
                     let text = format!(
                         "Error:\nYour final result was not accepted: your script defined its own `{names}` instead of calling the host's tool, so the result rests on made-up data. The tool is already defined: call it, and finish with what it returns."
                     );
-                    let next = self.script_error(text, message.clone());
+                    let next = self.script_error(text, message.clone(), logs);
                     (next, ScriptOutput::Error { message })
                 }
-                Ok(output) => (self.on_script(&output, logs), output),
+                Ok(output) => return (self.on_script(&output, logs), output),
                 Err(Untagged { value }) => match self.config.bare_values {
                     BareValues::Observe => {
                         let text = feedback::bare_value(&value, logs, limit);
-                        self.observed(text);
+                        self.observed(text, &value, logs);
                         (self.continue_or_stop(), ScriptOutput::Observation { value })
                     }
                     BareValues::Refuse => {
@@ -441,7 +522,7 @@ impl Conversation {
                             ScriptOutput::Error { message } => message.clone(),
                             _ => String::new(),
                         };
-                        (self.script_error(text, message), output)
+                        (self.script_error(text, message, logs), output)
                     }
                 },
             },
@@ -470,7 +551,7 @@ impl Conversation {
                         ));
                     }
                 }
-                let next = self.script_error(text, message.clone());
+                let next = self.script_error(text, message.clone(), logs);
                 (
                     next,
                     ScriptOutput::Error {
@@ -482,25 +563,28 @@ impl Conversation {
                 let output = ScriptOutput::Error {
                     message: other.to_string(),
                 };
-                (self.on_script(&output, logs), output)
+                return (self.on_script(&output, logs), output);
             }
-        }
+        };
+        (self.decide(next), output)
     }
 
     /// The script finished with `output`, having printed `logs`.
-    pub fn on_script(&mut self, output: &ScriptOutput, logs: &LogBuffer) -> Next {
+    pub fn on_script(&mut self, output: &ScriptOutput, logs: &LogBuffer) -> Decision {
         let limit = self.config.feedback_limit;
-        match output {
+        let next = match output {
             ScriptOutput::FinalResult { value, artifacts } => Next::CheckResult {
                 value: value.clone(),
                 artifacts: artifacts.clone(),
             },
+            ScriptOutput::TransferToAgent { agent_name }
+                if self.transfer_targets.iter().any(|t| t == agent_name) =>
+            {
+                Next::Finish(Outcome::Transfer {
+                    agent_name: agent_name.clone(),
+                })
+            }
             ScriptOutput::TransferToAgent { agent_name } => {
-                if self.transfer_targets.iter().any(|t| t == agent_name) {
-                    return Next::Finish(Outcome::Transfer {
-                        agent_name: agent_name.clone(),
-                    });
-                }
                 let valid = if self.transfer_targets.is_empty() {
                     "this agent cannot transfer".to_string()
                 } else {
@@ -524,46 +608,66 @@ impl Conversation {
                             format!("there is no agent '{agent_name}' to transfer to; {valid}"),
                         )
                     };
-                self.script_error(text, message)
+                let next = self.script_error(text, message, logs);
+                // A refused transfer that ends the run (it spent the error budget,
+                // or it was the last step) has never been reported as an error
+                // event, though it counts as one: the event stream is kept as it
+                // was. Dropping this `if` reports it like every other error.
+                if matches!(next, Next::Finish(_))
+                    && matches!(self.happened.last(), Some(Event::Error { .. }))
+                {
+                    self.happened.pop();
+                }
+                next
             }
             ScriptOutput::Observation { value } => {
-                self.observed(feedback::observation(value, logs, limit));
+                self.observed(feedback::observation(value, logs, limit), value, logs);
                 self.continue_or_stop()
             }
             ScriptOutput::Error { message } => {
                 let text = feedback::error(message, logs, limit);
-                self.script_error(text, message.clone())
+                self.script_error(text, message.clone(), logs)
             }
-        }
+        };
+        self.decide(next)
     }
 
     /// The submitted final result `value` was checked: accepted (ends the run) or
     /// refused (the reason goes back to the model, until the refusal budget runs
     /// out).
-    pub fn on_check(&mut self, value: Value, check: &Check) -> Next {
-        match check {
-            Check::Passed | Check::Unchecked { .. } => Next::Finish(Outcome::FinalResult { value }),
-            Check::Refused { by, reason, quoted } => {
-                self.refusals += 1;
-                let plain = refusal_text(reason, quoted.as_ref());
-                self.last_error = Some(plain.clone());
-                if self.refusals >= self.config.max_refusals {
-                    return Next::Finish(Outcome::RefusalBudget {
-                        refusals: self.refusals,
-                        last_reason: plain,
-                    });
-                }
-                let text = feedback::refusal(
-                    *by,
-                    reason,
-                    quoted.as_ref(),
-                    self.config.max_refusals - self.refusals,
-                    self.config.feedback_limit,
-                );
-                self.push_feedback(text);
-                self.continue_or_stop()
+    pub fn on_check(&mut self, value: Value, check: &Check) -> Decision {
+        let (by, reason, quoted) = match check {
+            Check::Passed | Check::Unchecked { .. } => {
+                return self.decide(Next::Finish(Outcome::FinalResult { value }));
             }
-        }
+            Check::Refused { by, reason, quoted } => (*by, reason, quoted.as_ref()),
+        };
+        let refusals = self.progress.refusals + 1;
+        let plain = refusal_text(reason, quoted);
+        self.last_error = Some(plain.clone());
+        let next = if refusals >= self.config.max_refusals {
+            Next::Finish(Outcome::RefusalBudget {
+                refusals,
+                last_reason: plain.clone(),
+            })
+        } else {
+            let text = feedback::refusal(
+                by,
+                reason,
+                quoted,
+                self.config.max_refusals - refusals,
+                self.config.feedback_limit,
+            );
+            self.push_feedback(text);
+            self.continue_or_stop()
+        };
+        self.record(Event::ResultRefused {
+            step: self.progress.steps,
+            by,
+            reason: plain,
+            refusals,
+        });
+        self.decide(next)
     }
 
     /// The temperature for the next model call: the agent's own, or
@@ -579,34 +683,81 @@ impl Conversation {
 
     /// Final results refused so far.
     pub fn refusals(&self) -> usize {
-        self.refusals
+        self.progress.refusals
     }
 
-    /// The error of the step in progress, when there was one (for events).
+    /// The error of the step in progress, when there was one.
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
     }
 
-    fn observed(&mut self, text: String) {
-        self.consecutive_errors = 0;
+    /// The event of a run that failed with `error` (the model or the host could
+    /// not go on), at the step after the last reply.
+    pub fn failed(&self, error: String) -> Event {
+        Event::Failed {
+            step: self.progress.steps + 1,
+            error,
+        }
+    }
+
+    /// The event of a run that ended with `outcome`.
+    pub fn finished(&self, outcome: Outcome) -> Event {
+        Event::Finished {
+            outcome,
+            steps: self.progress.steps,
+            usage: self.progress.usage,
+        }
+    }
+
+    /// Applies `event` and keeps it for the next decision.
+    fn record(&mut self, event: Event) {
+        self.progress.apply(&event);
+        self.happened.push(event);
+    }
+
+    /// Hands `next` over with the step it belongs to and what happened.
+    fn decide(&mut self, next: Next) -> Decision {
+        let step = match next {
+            Next::RunScript { .. } | Next::CheckResult { .. } => self.progress.steps,
+            Next::CallModel | Next::Finish(_) => self.progress.steps + 1,
+        };
+        Decision {
+            next,
+            step,
+            events: std::mem::take(&mut self.happened),
+        }
+    }
+
+    fn observed(&mut self, text: String, value: &Value, logs: &LogBuffer) {
         self.repeated = false;
         self.failed_script = None;
         self.last_error_feedback = None;
         self.push_feedback(text);
+        self.record(Event::Observation {
+            step: self.progress.steps,
+            value: value.clone(),
+            logs: logs.render(),
+        });
     }
 
     fn push_feedback(&mut self, text: String) {
         let mut notes = std::mem::take(&mut self.pending_notes);
         notes.push(text);
-        self.messages.push(Message::user(notes.join("\n\n")));
+        self.record(Event::Message {
+            message: Message::user(notes.join("\n\n")),
+        });
     }
 
-    fn reply_error(&mut self, message: String) -> Next {
-        let text = format!("Error:\n{message}");
-        self.script_error(text, message)
+    /// The script of the step in progress failed: `text` goes back to the model,
+    /// `message` into the error event.
+    fn script_error(&mut self, text: String, message: String, logs: &LogBuffer) -> Next {
+        self.feed_back_error(text, &message);
+        self.count_error(message, logs.render())
     }
 
-    fn script_error(&mut self, mut text: String, message: String) -> Next {
+    /// Feeds back an error of the step in progress, made sharper when the same
+    /// script, or the same feedback, failed last time.
+    fn feed_back_error(&mut self, mut text: String, message: &str) {
         let script = self.current_script.take();
         self.repeated = false;
         if let (Some(script), Some(failed)) = (&script, &self.failed_script)
@@ -622,11 +773,20 @@ impl Conversation {
         self.failed_script = script;
         self.last_error_feedback = Some(text.clone());
         self.push_feedback(text);
-        self.consecutive_errors += 1;
-        self.last_error = Some(message.clone());
-        if self.consecutive_errors >= self.config.max_consecutive_errors {
+        self.last_error = Some(message.to_string());
+    }
+
+    /// Reports the step's error (with what the script printed) and ends the run
+    /// when it spends the error budget.
+    fn count_error(&mut self, message: String, logs: String) -> Next {
+        self.record(Event::Error {
+            step: self.progress.steps,
+            message: message.clone(),
+            logs,
+        });
+        if self.progress.consecutive_errors >= self.config.max_consecutive_errors {
             return Next::Finish(Outcome::ErrorBudget {
-                consecutive_errors: self.consecutive_errors,
+                consecutive_errors: self.progress.consecutive_errors,
                 last_error: message,
             });
         }
@@ -634,8 +794,10 @@ impl Conversation {
     }
 
     fn continue_or_stop(&mut self) -> Next {
-        if self.steps >= self.config.max_steps {
-            Next::Finish(Outcome::StepLimit { steps: self.steps })
+        if self.progress.steps >= self.config.max_steps {
+            Next::Finish(Outcome::StepLimit {
+                steps: self.progress.steps,
+            })
         } else {
             Next::CallModel
         }
@@ -679,7 +841,7 @@ mod tests {
     fn a_reply_with_code_runs_it() {
         let mut c = conversation(LoopConfig::default());
         assert_eq!(
-            c.on_reply(&reply("```rhai\nfinal_result(4)\n```")),
+            c.on_reply(&reply("```rhai\nfinal_result(4)\n```")).next,
             Next::RunScript {
                 code: "final_result(4)".into()
             }
@@ -691,7 +853,9 @@ mod tests {
     fn a_final_result_ends_the_run() {
         let mut c = conversation(LoopConfig::default());
         c.on_reply(&reply("```rhai\nfinal_result(4)\n```"));
-        let next = c.on_script(&ScriptOutput::final_result(json!(4)), &LogBuffer::new(10));
+        let next = c
+            .on_script(&ScriptOutput::final_result(json!(4)), &LogBuffer::new(10))
+            .next;
         assert_eq!(
             next,
             Next::CheckResult {
@@ -699,7 +863,7 @@ mod tests {
                 artifacts: Vec::new()
             }
         );
-        let next = c.on_check(json!(4), &Check::Passed);
+        let next = c.on_check(json!(4), &Check::Passed).next;
         assert_eq!(next, Next::Finish(Outcome::FinalResult { value: json!(4) }));
     }
 
@@ -715,7 +879,7 @@ mod tests {
     fn a_refused_result_is_fed_back_with_the_reason_and_the_loop_goes_on() {
         let mut c = conversation(LoopConfig::default());
         c.on_reply(&reply("```rhai\nfinal_result(5)\n```"));
-        let next = c.on_check(json!(5), &refused("2 + 2 is not 5"));
+        let next = c.on_check(json!(5), &refused("2 + 2 is not 5")).next;
         assert_eq!(next, Next::CallModel);
         assert_eq!(c.refusals(), 1);
         let text = last_feedback(&c);
@@ -735,10 +899,13 @@ mod tests {
             ..LoopConfig::default()
         });
         c.on_reply(&reply("```rhai\nfinal_result(5)\n```"));
-        assert_eq!(c.on_check(json!(5), &refused("first")), Next::CallModel);
+        assert_eq!(
+            c.on_check(json!(5), &refused("first")).next,
+            Next::CallModel
+        );
         c.on_reply(&reply("```rhai\nfinal_result(6)\n```"));
         assert_eq!(
-            c.on_check(json!(6), &refused("second")),
+            c.on_check(json!(6), &refused("second")).next,
             Next::Finish(Outcome::RefusalBudget {
                 refusals: 2,
                 last_reason: "second".into()
@@ -753,19 +920,21 @@ mod tests {
             ..LoopConfig::default()
         });
         c.on_reply(&reply("```rhai\nfinal_result(5)\n```"));
-        assert_eq!(c.on_check(json!(5), &refused("no")), Next::CallModel);
+        assert_eq!(c.on_check(json!(5), &refused("no")).next, Next::CallModel);
     }
 
     #[test]
     fn a_result_accepted_unchecked_still_ends_the_run() {
         let mut c = conversation(LoopConfig::default());
         c.on_reply(&reply("```rhai\nfinal_result(5)\n```"));
-        let next = c.on_check(
-            json!(5),
-            &Check::Unchecked {
-                reason: "validator threw".into(),
-            },
-        );
+        let next = c
+            .on_check(
+                json!(5),
+                &Check::Unchecked {
+                    reason: "validator threw".into(),
+                },
+            )
+            .next;
         assert_eq!(next, Next::Finish(Outcome::FinalResult { value: json!(5) }));
     }
 
@@ -775,7 +944,9 @@ mod tests {
         c.on_reply(&reply("```rhai\nobservation(2 + 2)\n```"));
         let mut logs = LogBuffer::new(100);
         logs.push_line("adding");
-        let next = c.on_script(&ScriptOutput::Observation { value: json!(4) }, &logs);
+        let next = c
+            .on_script(&ScriptOutput::Observation { value: json!(4) }, &logs)
+            .next;
         assert_eq!(next, Next::CallModel);
         assert_eq!(
             feedback::without_nonces(&last_feedback(&c)),
@@ -787,12 +958,14 @@ mod tests {
     fn a_script_error_is_fed_back_and_the_loop_goes_on() {
         let mut c = conversation(LoopConfig::default());
         c.on_reply(&reply("```rhai\nthrow 1\n```"));
-        let next = c.on_script(
-            &ScriptOutput::Error {
-                message: "Runtime error: 1".into(),
-            },
-            &LogBuffer::new(10),
-        );
+        let next = c
+            .on_script(
+                &ScriptOutput::Error {
+                    message: "Runtime error: 1".into(),
+                },
+                &LogBuffer::new(10),
+            )
+            .next;
         assert_eq!(next, Next::CallModel);
         assert_eq!(
             feedback::without_nonces(&last_feedback(&c)),
@@ -806,7 +979,7 @@ mod tests {
     #[test]
     fn a_reply_without_code_gets_a_format_hint_and_costs_a_step() {
         let mut c = conversation(LoopConfig::default());
-        assert_eq!(c.on_reply(&reply("The answer is 4.")), Next::CallModel);
+        assert_eq!(c.on_reply(&reply("The answer is 4.")).next, Next::CallModel);
         assert_eq!(c.steps(), 1);
         assert!(last_feedback(&c).contains("no code block"));
         assert!(last_feedback(&c).contains("```rhai"));
@@ -830,14 +1003,17 @@ mod tests {
             c.on_script(
                 &ScriptOutput::Observation { value: json!(1) },
                 &LogBuffer::new(1)
-            ),
+            )
+            .next,
             Next::CallModel
         );
         c.on_reply(&reply("```rhai\nobservation(2)\n```"));
-        let next = c.on_script(
-            &ScriptOutput::Observation { value: json!(2) },
-            &LogBuffer::new(1),
-        );
+        let next = c
+            .on_script(
+                &ScriptOutput::Observation { value: json!(2) },
+                &LogBuffer::new(1),
+            )
+            .next;
         assert_eq!(next, Next::Finish(Outcome::StepLimit { steps: 2 }));
     }
 
@@ -851,18 +1027,22 @@ mod tests {
             message: "bad".into(),
         };
         c.on_reply(&reply("```rhai\nx\n```"));
-        assert_eq!(c.on_script(&error, &LogBuffer::new(1)), Next::CallModel);
+        assert_eq!(
+            c.on_script(&error, &LogBuffer::new(1)).next,
+            Next::CallModel
+        );
         c.on_reply(&reply("```rhai\nobservation(1)\n```"));
         assert_eq!(
             c.on_script(
                 &ScriptOutput::Observation { value: json!(1) },
                 &LogBuffer::new(1)
-            ),
+            )
+            .next,
             Next::CallModel
         );
         c.on_reply(&reply("no code"));
         c.on_reply(&reply("```rhai\nx\n```"));
-        let next = c.on_script(&error, &LogBuffer::new(1));
+        let next = c.on_script(&error, &LogBuffer::new(1)).next;
         assert_eq!(
             next,
             Next::Finish(Outcome::ErrorBudget {
@@ -877,12 +1057,14 @@ mod tests {
         let mut c = conversation(LoopConfig::default())
             .with_transfer_targets(vec!["billing".into()], "triage");
         c.on_reply(&reply("```rhai\ntransfer_to_agent(\"billing\")\n```"));
-        let next = c.on_script(
-            &ScriptOutput::TransferToAgent {
-                agent_name: "billing".into(),
-            },
-            &LogBuffer::new(1),
-        );
+        let next = c
+            .on_script(
+                &ScriptOutput::TransferToAgent {
+                    agent_name: "billing".into(),
+                },
+                &LogBuffer::new(1),
+            )
+            .next;
         assert_eq!(
             next,
             Next::Finish(Outcome::Transfer {
@@ -896,12 +1078,14 @@ mod tests {
         let mut c = conversation(LoopConfig::default())
             .with_transfer_targets(vec!["billing".into(), "support".into()], "triage");
         c.on_reply(&reply("```rhai\ntransfer_to_agent(\"sales\")\n```"));
-        let next = c.on_script(
-            &ScriptOutput::TransferToAgent {
-                agent_name: "sales".into(),
-            },
-            &LogBuffer::new(1),
-        );
+        let next = c
+            .on_script(
+                &ScriptOutput::TransferToAgent {
+                    agent_name: "sales".into(),
+                },
+                &LogBuffer::new(1),
+            )
+            .next;
         assert_eq!(next, Next::CallModel);
         assert!(
             feedback::without_nonces(&last_feedback(&c)).starts_with(
@@ -923,7 +1107,10 @@ mod tests {
         let output = ScriptOutput::TransferToAgent {
             agent_name: attack.into(),
         };
-        assert_eq!(c.on_script(&output, &LogBuffer::new(1)), Next::CallModel);
+        assert_eq!(
+            c.on_script(&output, &LogBuffer::new(1)).next,
+            Next::CallModel
+        );
         let text = last_feedback(&c);
         let lines: Vec<&str> = text.lines().collect();
         let open = lines
@@ -952,7 +1139,10 @@ mod tests {
         let output = ScriptOutput::TransferToAgent {
             agent_name: "triage".into(),
         };
-        assert_eq!(c.on_script(&output, &LogBuffer::new(1)), Next::CallModel);
+        assert_eq!(
+            c.on_script(&output, &LogBuffer::new(1)).next,
+            Next::CallModel
+        );
         assert!(last_feedback(&c).starts_with(
             "Error:\n'triage' is this agent: a transfer to itself is refused; valid names: billing\n"
         ));
@@ -961,10 +1151,12 @@ mod tests {
     #[test]
     fn a_truncated_reply_without_a_closed_block_is_told_to_the_model_and_not_run() {
         let mut c = conversation(LoopConfig::default());
-        let next = c.on_reply(&reply_with(
-            "```rhai\nlet x = ",
-            StopReason::OutputTruncated,
-        ));
+        let next = c
+            .on_reply(&reply_with(
+                "```rhai\nlet x = ",
+                StopReason::OutputTruncated,
+            ))
+            .next;
         assert_eq!(next, Next::CallModel);
         assert!(last_feedback(&c).contains("cut off at the output limit"));
     }
@@ -972,10 +1164,12 @@ mod tests {
     #[test]
     fn a_truncated_reply_with_a_complete_block_runs_and_the_cut_is_mentioned() {
         let mut c = conversation(LoopConfig::default());
-        let next = c.on_reply(&reply_with(
-            "```rhai\nobservation(1)\n```\nAnd then I will",
-            StopReason::OutputTruncated,
-        ));
+        let next = c
+            .on_reply(&reply_with(
+                "```rhai\nobservation(1)\n```\nAnd then I will",
+                StopReason::OutputTruncated,
+            ))
+            .next;
         assert_eq!(
             next,
             Next::RunScript {
@@ -992,7 +1186,9 @@ mod tests {
     #[test]
     fn a_refusal_ends_the_run_with_its_own_outcome() {
         let mut c = conversation(LoopConfig::default());
-        let next = c.on_reply(&reply_with("I can't help with that.", StopReason::Refused));
+        let next = c
+            .on_reply(&reply_with("I can't help with that.", StopReason::Refused))
+            .next;
         assert_eq!(
             next,
             Next::Finish(Outcome::Refused {
@@ -1022,7 +1218,9 @@ mod tests {
             ..LoopConfig::default()
         });
         let padding = "// filler\n".repeat(10_000);
-        let next = c.on_reply(&reply(&format!("```rhai\n{padding}final_result(1)\n```")));
+        let next = c
+            .on_reply(&reply(&format!("```rhai\n{padding}final_result(1)\n```")))
+            .next;
         assert!(
             matches!(next, Next::RunScript { code } if code.ends_with("final_result(1)") && code.len() > 100_000)
         );
@@ -1079,7 +1277,7 @@ mod tests {
     fn a_bare_value_is_shown_as_an_observation_with_the_way_to_finish_outside_the_fence() {
         let mut c = conversation(LoopConfig::default());
         c.on_reply(&reply("```rhai\nprice(\"cheese\")\n```"));
-        let (next, output) = c.on_completion(&Ok(json!(7.8)), &logs());
+        let (Decision { next, .. }, output) = c.on_completion(&Ok(json!(7.8)), &logs());
         assert_eq!(next, Next::CallModel);
         assert_eq!(output, ScriptOutput::Observation { value: json!(7.8) });
         let text = last_feedback(&c);
@@ -1112,7 +1310,7 @@ mod tests {
             ..LoopConfig::default()
         });
         c.on_reply(&reply("```rhai\n7.8\n```"));
-        let (next, output) = c.on_completion(&Ok(json!(7.8)), &logs());
+        let (Decision { next, .. }, output) = c.on_completion(&Ok(json!(7.8)), &logs());
         assert_eq!(next, Next::CallModel);
         assert!(matches!(output, ScriptOutput::Error { .. }));
         let outside = outside_fences(&last_feedback(&c));
@@ -1256,7 +1454,7 @@ mod tests {
         c.on_reply(&reply(
             "```rhai\ndef list_orders():\n    return [1]\nfinal_result(len(list_orders()))\n```",
         ));
-        let (next, output) =
+        let (Decision { next, .. }, output) =
             c.on_completion(&Ok(json!({"type": "final_result", "value": 1})), &logs());
         assert_eq!(next, Next::CallModel);
         assert!(matches!(output, ScriptOutput::Error { .. }));
@@ -1269,7 +1467,8 @@ mod tests {
         );
         // The next script that calls the tool finishes.
         c.on_reply(&reply("```rhai\nfinal_result(len(list_orders()))\n```"));
-        let (next, _) = c.on_completion(&Ok(json!({"type": "final_result", "value": 7})), &logs());
+        let (Decision { next, .. }, _) =
+            c.on_completion(&Ok(json!({"type": "final_result", "value": 7})), &logs());
         assert!(matches!(next, Next::CheckResult { .. }));
     }
 
@@ -1311,7 +1510,7 @@ mod tests {
         )]);
         let next = c.on_reply(&reply(
             "```python\ndef list_orders(customer):\n    return [1]\n\nobservation(list_orders(customer='mia'))\n```",
-        ));
+        )).next;
         assert_eq!(
             next,
             Next::RunScript {
@@ -1325,5 +1524,162 @@ mod tests {
             !text.contains("do not define it, call it as"),
             "one note, not two: {text}"
         );
+    }
+
+    /// The kind of each event, for checking what a decision reports and in which
+    /// order.
+    fn kinds(events: &[Event]) -> Vec<&'static str> {
+        events
+            .iter()
+            .map(|event| match event {
+                Event::Message { message } if message.role == Role::User => "user",
+                Event::Message { .. } => "assistant",
+                Event::ModelReply { .. } => "reply",
+                Event::Usage { .. } => "usage",
+                Event::Observation { .. } => "observation",
+                Event::Error { .. } => "error",
+                Event::ResultRefused { .. } => "refused",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    /// Fails if the driver would have to count messages again to learn that a
+    /// reply was this step's error, or would report it out of order.
+    #[test]
+    fn a_reply_without_code_is_decided_as_an_error_of_its_step_after_its_usage() {
+        let mut c = conversation(LoopConfig::default());
+        assert_eq!(kinds(&c.start().events), ["user"]);
+        let decision = c.on_reply(&reply("I think it is 4."));
+        assert_eq!(
+            kinds(&decision.events),
+            ["reply", "assistant", "user", "usage", "error"]
+        );
+        assert!(matches!(
+            &decision.events[4],
+            Event::Error { step: 1, message, logs } if message.contains("no code block") && logs.is_empty()
+        ));
+        assert_eq!((decision.next, decision.step), (Next::CallModel, 2));
+    }
+
+    /// Fails if a decision stops saying which step the driver's next action
+    /// belongs to (the reply's for its script or result, the next one's for a
+    /// model call).
+    #[test]
+    fn a_decision_names_the_step_its_next_action_belongs_to() {
+        let mut c = conversation(LoopConfig::default());
+        assert_eq!(c.start().step, 1);
+        let run = c.on_reply(&reply("```rhai\nfinal_result(4)\n```"));
+        assert_eq!(run.step, 1);
+        let check = c.on_completion(&Ok(json!({"type": "final_result", "value": 4})), &logs());
+        assert!(matches!(check.0.next, Next::CheckResult { .. }));
+        assert_eq!(check.0.step, 1);
+        assert!(check.0.events.is_empty());
+    }
+
+    /// Fails if a refused transfer stops being reported as the step's error, or
+    /// an accepted one starts being reported as one.
+    #[test]
+    fn a_refused_transfer_is_decided_as_an_error_and_an_accepted_one_is_not() {
+        let mut c = conversation(LoopConfig::default())
+            .with_transfer_targets(vec!["billing".into()], "triage");
+        c.on_reply(&reply("```rhai\ntransfer_to_agent(\"nobody\")\n```"));
+        let refused = c.on_script(
+            &ScriptOutput::TransferToAgent {
+                agent_name: "nobody".into(),
+            },
+            &logs(),
+        );
+        assert_eq!(kinds(&refused.events), ["user", "error"]);
+        assert!(matches!(
+            &refused.events[1],
+            Event::Error { message, .. } if message.starts_with("there is no agent 'nobody'")
+        ));
+        c.on_reply(&reply("```rhai\ntransfer_to_agent(\"billing\")\n```"));
+        let accepted = c.on_script(
+            &ScriptOutput::TransferToAgent {
+                agent_name: "billing".into(),
+            },
+            &logs(),
+        );
+        assert!(accepted.events.is_empty());
+        assert!(matches!(
+            accepted.next,
+            Next::Finish(Outcome::Transfer { .. })
+        ));
+    }
+
+    /// Fails if the event stream changes for a refused transfer that ends the
+    /// run: it counts as an error but has never been reported as one (see the
+    /// note in `on_script`; change this test with that note).
+    #[test]
+    fn a_refused_transfer_that_ends_the_run_is_counted_but_not_reported_as_an_error() {
+        let mut c = conversation(LoopConfig {
+            max_consecutive_errors: 1,
+            ..LoopConfig::default()
+        });
+        c.on_reply(&reply("```rhai\ntransfer_to_agent(\"nobody\")\n```"));
+        let decision = c.on_script(
+            &ScriptOutput::TransferToAgent {
+                agent_name: "nobody".into(),
+            },
+            &logs(),
+        );
+        assert_eq!(kinds(&decision.events), ["user"]);
+        assert!(matches!(
+            decision.next,
+            Next::Finish(Outcome::ErrorBudget {
+                consecutive_errors: 1,
+                ..
+            })
+        ));
+    }
+
+    /// Fails if the counters a resumed run restores could differ from the ones
+    /// the live run kept: both come from applying the same events.
+    #[test]
+    fn replaying_the_events_of_a_conversation_rebuilds_its_progress() {
+        let mut c = conversation(LoopConfig::default());
+        let mut events = c.start().events;
+        events.extend(c.on_reply(&reply("no code")).events);
+        events.extend(c.on_reply(&reply("```rhai\nobservation(1)\n```")).events);
+        let (observed, _) =
+            c.on_completion(&Ok(json!({"type": "observation", "value": 1})), &logs());
+        events.extend(observed.events);
+        events.extend(c.on_reply(&reply("```rhai\nfinal_result(5)\n```")).events);
+        events.extend(c.on_check(json!(5), &refused("not 5")).events);
+        events.extend(c.on_reply(&reply("```rhai\nlet x = ;\n```")).events);
+        let error = ScriptError::Syntax {
+            message: "unexpected ;".into(),
+        };
+        events.extend(c.on_completion(&Err(error), &logs()).0.events);
+        let replayed = Progress::replayed(&events);
+        assert_eq!(&replayed, c.progress());
+        assert_eq!(
+            (
+                replayed.steps,
+                replayed.consecutive_errors,
+                replayed.refusals
+            ),
+            (4, 1, 1)
+        );
+    }
+
+    /// Fails if a resumed run reports again the reply the transcript already
+    /// holds, or forgets to report the feedback that reply now gets.
+    #[test]
+    fn a_resumed_conversation_reports_only_what_its_pending_reply_adds() {
+        let progress = Progress {
+            messages: vec![Message::user("task")],
+            ..Progress::default()
+        };
+        let mut c = Conversation::resumed(progress.clone(), &["rhai"], LoopConfig::default());
+        let decision = c.resume(Some(&reply("no code")));
+        assert_eq!(kinds(&decision.events), ["user"]);
+        assert_eq!(c.steps(), 1);
+        let mut c = Conversation::resumed(progress, &["rhai"], LoopConfig::default());
+        let decision = c.resume(None);
+        assert_eq!((decision.next, decision.step), (Next::CallModel, 1));
+        assert!(decision.events.is_empty());
     }
 }

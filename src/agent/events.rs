@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::decide::Outcome;
+use super::outcome::Outcome;
 use crate::chat::{Message, StopReason, Usage};
 use crate::output::final_output::FinalOutput;
 use crate::output::spec::RefusedBy;

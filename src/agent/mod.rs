@@ -1,19 +1,22 @@
-//! The CodeAct loop: decisions in [`decide`], the async driver in [`driver`].
+//! The CodeAct loop: decisions in [`decide`], the async driver that does what they
+//! say (and only the I/O) in `driver`.
 
 pub mod decide;
 pub(crate) mod driver;
 pub(crate) mod events;
 pub(crate) mod extract;
 pub(crate) mod feedback;
+pub(crate) mod outcome;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
 pub(crate) mod team;
 pub(crate) mod team_config;
 
-pub use decide::{BareValues, Conversation, LoopConfig, Next, Outcome};
+pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
 pub use driver::{Agent, AgentBuilder, AgentError, RunResult, TypedRun};
 pub use events::{Event, Listener, ToolCallOutcome, Transcript, parse_transcript, read_transcript};
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;
+pub use outcome::Outcome;
 pub use resume::{ResumeError, ResumePoint};
 pub use team::{Handover, Team, TeamBuilder, TeamOutcome, TeamRun};

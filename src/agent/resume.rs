@@ -4,14 +4,15 @@
 //!
 //! A transcript holds every message, every script ([`Event::ScriptStarted`]) and
 //! every tool call with its answer ([`Event::ToolCall`], written once the answer is
-//! in). [`ResumePoint::from_events`] reads them back into the conversation so far,
-//! the loop's counters, and the scripts to re-run. The driver then re-runs each
-//! finished script in a fresh session with its recorded tool results (a script
-//! may not call a tool the transcript does not hold for it), which rebuilds the
-//! session's variables, and goes on from the next step. A step cut short (the
-//! process was killed while its script ran) runs again: its recorded tool calls
-//! are served from the transcript, and the calls after them (the one in progress
-//! when the process died included) are made for real.
+//! in). [`ResumePoint::from_events`] replays them into the conversation so far and
+//! the loop's counters (by the loop's own rules), and collects the scripts to
+//! re-run. The driver then re-runs each finished script in a fresh session with
+//! its recorded tool results (a script may not call a tool the transcript does not
+//! hold for it), which rebuilds the session's variables, and goes on from the next
+//! step. A step cut short (the process was killed while its script ran) runs
+//! again: its recorded tool calls are served from the transcript, and the calls
+//! after them (the one in progress when the process died included) are made for
+//! real.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
 use serde_json::Value;
 
+use super::decide::Progress;
 use super::events::{Event, Listener, ToolCallOutcome};
 use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
 
@@ -91,33 +93,24 @@ pub struct ResumePoint {
 
 impl ResumePoint {
     /// Reads the events of a transcript (see [`read_transcript`](super::read_transcript)).
+    /// The conversation and its counters are the events replayed by the loop's
+    /// own rules ([`Progress::replayed`]); what is read here is only where the run
+    /// stands: its scripts and their tool calls, and the reply of a step cut short.
     pub fn from_events(events: &[Event]) -> Result<Self, ResumeError> {
-        let mut point = ResumePoint {
-            model: None,
-            runtime: None,
-            messages: Vec::new(),
-            steps: 0,
-            usage: Usage::default(),
-            consecutive_errors: 0,
-            refusals: 0,
-            finished_scripts: Vec::new(),
-            pending_reply: None,
-            pending_calls: Vec::new(),
-        };
+        let (mut model, mut runtime) = (None, None);
         let mut scripts: Vec<RecordedScript> = Vec::new();
         let mut last_stop = StopReason::EndTurn;
         for event in events {
             match event {
-                Event::RunStarted { model, runtime, .. } => {
-                    point.model.get_or_insert_with(|| model.clone());
-                    point.runtime.get_or_insert_with(|| runtime.clone());
+                Event::RunStarted {
+                    model: label,
+                    runtime: name,
+                    ..
+                } => {
+                    model.get_or_insert_with(|| label.clone());
+                    runtime.get_or_insert_with(|| name.clone());
                 }
-                Event::Message { message } => point.messages.push(message.clone()),
-                Event::ModelReply { stop_reason, .. } => {
-                    point.steps += 1;
-                    last_stop = stop_reason.clone();
-                }
-                Event::Usage { total, .. } => point.usage = *total,
+                Event::ModelReply { stop_reason, .. } => last_stop = stop_reason.clone(),
                 Event::ScriptStarted { step, code } => scripts.push(RecordedScript {
                     step: *step,
                     code: code.clone(),
@@ -137,9 +130,6 @@ impl ResumePoint {
                         });
                     }
                 }
-                Event::Observation { .. } => point.consecutive_errors = 0,
-                Event::Error { .. } => point.consecutive_errors += 1,
-                Event::ResultRefused { refusals, .. } => point.refusals = *refusals,
                 Event::Finished { outcome, .. } => {
                     let outcome = serde_json::to_value(outcome)
                         .ok()
@@ -148,39 +138,74 @@ impl ResumePoint {
                     return Err(ResumeError::Finished { outcome });
                 }
                 Event::Handover { .. } => return Err(ResumeError::Team),
-                Event::ModelRequest { .. }
+                Event::Message { .. }
+                | Event::Usage { .. }
+                | Event::Observation { .. }
+                | Event::Error { .. }
+                | Event::ResultRefused { .. }
+                | Event::ModelRequest { .. }
                 | Event::TextDelta { .. }
                 | Event::FinalOutput { .. }
                 | Event::Failed { .. }
                 | Event::Resumed { .. } => {}
             }
         }
-        if point.messages.first().is_none_or(|m| m.role != Role::User) {
+        let mut progress = Progress::replayed(events);
+        if progress
+            .messages
+            .first()
+            .is_none_or(|m| m.role != Role::User)
+        {
             return Err(ResumeError::NoRun);
         }
         // A conversation whose last message is the model's reply stopped inside
-        // that reply's step: the reply is handled again.
-        if point
-            .messages
-            .last()
-            .is_some_and(|m| m.role == Role::Assistant)
-            && let Some(reply) = point.messages.pop()
-        {
-            if scripts.last().is_some_and(|s| s.step == point.steps)
+        // that reply's step: the reply is handled again, and its script's
+        // recorded calls are served again.
+        let step = progress.steps;
+        let mut pending_calls = Vec::new();
+        let pending_reply = progress.take_back_reply().map(|reply| {
+            if scripts.last().is_some_and(|s| s.step == step)
                 && let Some(script) = scripts.pop()
             {
-                point.pending_calls = script.calls;
+                pending_calls = script.calls;
             }
-            point.steps = point.steps.saturating_sub(1);
-            point.pending_reply = Some(ModelResponse {
+            ModelResponse {
                 content: vec![ContentBlock::text(reply.joined_text())],
                 stop_reason: last_stop,
                 usage: Usage::default(),
-                model: point.model.clone().unwrap_or_default(),
-            });
+                model: model.clone().unwrap_or_default(),
+            }
+        });
+        let Progress {
+            messages,
+            steps,
+            usage,
+            consecutive_errors,
+            refusals,
+        } = progress;
+        Ok(ResumePoint {
+            model,
+            runtime,
+            messages,
+            steps,
+            usage,
+            consecutive_errors,
+            refusals,
+            finished_scripts: scripts,
+            pending_reply,
+            pending_calls,
+        })
+    }
+
+    /// The conversation and counters to go on from.
+    pub(crate) fn progress(&self) -> Progress {
+        Progress {
+            messages: self.messages.clone(),
+            steps: self.steps,
+            usage: self.usage,
+            consecutive_errors: self.consecutive_errors,
+            refusals: self.refusals,
         }
-        point.finished_scripts = scripts;
-        Ok(point)
     }
 
     /// The task: the first message's text.
@@ -380,6 +405,43 @@ mod tests {
         assert_eq!(point.recorded_tool_calls(), 2);
     }
 
+    /// Fails if resuming counts errors, refusals or steps by rules of its own
+    /// that drift from the loop's: the point must hold what the live
+    /// conversation held.
+    #[test]
+    fn a_transcripts_counters_are_the_ones_the_live_loop_kept() {
+        use crate::agent::decide::{Conversation, LoopConfig};
+        use crate::output::spec::{Check, RefusedBy};
+        let reply = |text: &str| ModelResponse {
+            content: vec![ContentBlock::text(text)],
+            stop_reason: StopReason::EndTurn,
+            usage: Usage {
+                input_tokens: 3,
+                output_tokens: 1,
+            },
+            model: "m".into(),
+        };
+        let mut c = Conversation::new("task", &["rhai"], LoopConfig::default());
+        let mut events = vec![started()];
+        events.extend(c.start().events);
+        events.extend(c.on_reply(&reply("```rhai\nfinal_result(5)\n```")).events);
+        let refused = Check::Refused {
+            by: RefusedBy::Validator,
+            reason: "not 5".into(),
+            quoted: None,
+        };
+        events.extend(c.on_check(json!(5), &refused).events);
+        events.extend(c.on_reply(&reply("no code")).events);
+        events.extend(c.on_reply(&reply("still none")).events);
+        let point = ResumePoint::from_events(&events).expect("resumable");
+        assert_eq!(point.progress(), *c.progress());
+        assert_eq!(
+            (point.steps, point.consecutive_errors, point.refusals),
+            (3, 2, 1)
+        );
+        assert!(point.pending_reply.is_none());
+    }
+
     #[test]
     fn a_finished_run_or_an_empty_transcript_is_not_resumed() {
         assert_eq!(ResumePoint::from_events(&[]), Err(ResumeError::NoRun));
@@ -389,7 +451,7 @@ mod tests {
                 message: Message::user("task"),
             },
             Event::Finished {
-                outcome: crate::agent::decide::Outcome::StepLimit { steps: 1 },
+                outcome: crate::agent::outcome::Outcome::StepLimit { steps: 1 },
                 steps: 1,
                 usage: Usage::default(),
             },

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::decide::Outcome;
 use super::driver::{Agent, AgentError, RequestOutput};
 use super::events::{Event, Listener};
+use super::outcome::Outcome;
 use crate::chat::{Message, Role, Usage};
 use crate::output::spec::OutputSpec;
 use crate::prompts::TransferTarget;

@@ -8,9 +8,10 @@ use clap::{Args, Subcommand};
 
 use super::printer::terminal_safe;
 use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, host_runtime, usage_error};
-use crate::agent::decide::{LoopConfig, Outcome};
+use crate::agent::decide::LoopConfig;
 use crate::agent::driver::Agent;
 use crate::agent::events::Transcript;
+use crate::agent::outcome::Outcome;
 use crate::eval::record::{file_safe, load_records, next_run};
 use crate::eval::{EvalTask, RunRecord, TaskRecord, is_right, load_tasks, render_report};
 use crate::exec::registry::runtime_by_name;

@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::Mutex;
 
-use crate::agent::decide::Outcome;
 use crate::agent::events::{Event, ToolCallOutcome};
+use crate::agent::outcome::Outcome;
 use crate::chat::Role;
 use crate::output::final_output::Validation;
 

@@ -14,11 +14,12 @@ use crate::model::{ModelSpecError, model_from_spec};
 use std::time::Duration;
 
 use super::validate::{load_contract, read_schema};
-use crate::agent::decide::{LoopConfig, Outcome};
+use crate::agent::decide::LoopConfig;
 use crate::agent::driver::AgentBuilder;
 use crate::agent::driver::{Agent, AgentError};
 use crate::agent::events::Listener;
 use crate::agent::events::{Event, Transcript};
+use crate::agent::outcome::Outcome;
 use crate::agent::read_transcript;
 use crate::agent::resume::ResumePoint;
 use crate::agent::team::TeamOutcome;

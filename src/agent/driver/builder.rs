@@ -1,0 +1,174 @@
+//! Building an [`Agent`]: every setting, its default, and the checks done once.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use codeact_runtime::Runtime;
+
+use super::{Agent, AgentError};
+use crate::agent::decide::LoopConfig;
+use crate::agent::events::{Event, Listener};
+use crate::model::ModelClient;
+use crate::output::spec::OutputSpec;
+use crate::prompts::TransferTarget;
+use crate::tools::toolbox::ToolBox;
+
+/// Builds an [`Agent`]; every setting has a default.
+pub struct AgentBuilder {
+    name: String,
+    description: String,
+    targets: Vec<TransferTarget>,
+    model: Arc<dyn ModelClient>,
+    runtime: Arc<dyn Runtime>,
+    tools: Vec<crate::tools::toolbox::Tool>,
+    config: LoopConfig,
+    instructions: String,
+    output: OutputSpec,
+    working_dir: Option<PathBuf>,
+    max_tokens: u32,
+    temperature: Option<f32>,
+    stream: bool,
+    listeners: Vec<Listener>,
+}
+
+impl AgentBuilder {
+    /// The agent's name, in events and transcripts. Default: `main`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// What this agent does, for other agents' prompts. Default: empty.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// An agent a script may hand over to; the run ends on the transfer (a
+    /// [`Team`](crate::agent::Team) then starts that agent). Default: none.
+    pub fn transfer_target(mut self, target: TransferTarget) -> Self {
+        self.targets.push(target);
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: crate::tools::toolbox::Tool) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Adds tools.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = crate::tools::toolbox::Tool>) -> Self {
+        self.tools.extend(tools);
+        self
+    }
+
+    /// Extra instructions for this agent, added to the system prompt. Default: none.
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.instructions = instructions.into();
+        self
+    }
+
+    /// What this agent's final results must look like: the agent level of the
+    /// cascade agent → stage → request (see [`OutputSpec`]). Its schema and
+    /// validator are compiled by [`build`](Self::build). Default: empty.
+    pub fn output(mut self, spec: OutputSpec) -> Self {
+        self.output = spec;
+        self
+    }
+
+    /// The directory artifact paths of a final result are relative to; a path
+    /// escaping it gets the result refused. Default: the process's working
+    /// directory when the run starts.
+    pub fn working_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.working_dir = Some(dir.into());
+        self
+    }
+
+    /// The loop's rules. Default: [`LoopConfig::default`].
+    pub fn config(mut self, config: LoopConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Output token limit per reply. Default: 2,048.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Sampling temperature. Default: none sent, so the server's default applies
+    /// (set 0 for the most repeatable answers of a local model).
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// Stream replies, reporting text as it arrives. Default: true.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Calls `listener` with every event of every run.
+    pub fn on_event(mut self, listener: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.listeners
+            .push(Arc::new(move |_agent: &str, event: &Event| listener(event)));
+        self
+    }
+
+    /// Adds a shared listener (e.g. [`Transcript::listener`](crate::agent::Transcript::listener)).
+    pub fn listener(mut self, listener: Listener) -> Self {
+        self.listeners.push(listener);
+        self
+    }
+
+    /// Checks the tools, loads the output spec (compiling its schema and
+    /// validator) and renders the system prompt once.
+    pub fn build(self) -> Result<Agent, AgentError> {
+        let tools = ToolBox::new(self.tools).map_err(|e| AgentError::Setup(e.to_string()))?;
+        let contract = self.output.load()?;
+        let mut agent = Agent {
+            name: self.name,
+            description: self.description,
+            instructions: self.instructions,
+            targets: self.targets,
+            model: self.model,
+            runtime: self.runtime,
+            tools: Arc::new(tools),
+            config: self.config,
+            output: self.output,
+            contract,
+            working_dir: self.working_dir,
+            system_prompt: String::new(),
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            stream: self.stream,
+            listeners: self.listeners,
+        };
+        agent.system_prompt = agent.render_prompt(&agent.targets, &agent.output)?;
+        Ok(agent)
+    }
+}
+
+impl Agent {
+    /// Starts building an agent around `model` and `runtime`.
+    pub fn builder(model: Arc<dyn ModelClient>, runtime: Arc<dyn Runtime>) -> AgentBuilder {
+        AgentBuilder {
+            name: "main".into(),
+            description: String::new(),
+            targets: Vec::new(),
+            model,
+            runtime,
+            tools: Vec::new(),
+            config: LoopConfig::default(),
+            instructions: String::new(),
+            output: OutputSpec::default(),
+            working_dir: None,
+            max_tokens: 2_048,
+            temperature: None,
+            stream: true,
+            listeners: Vec::new(),
+        }
+    }
+}

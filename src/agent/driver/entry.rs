@@ -1,0 +1,209 @@
+//! The ways to start a run (a task, a task with a request-level output spec, a
+//! typed answer, a transcript to resume), and what every run does around the
+//! loop: load the contract, pick the system prompt, build the conversation,
+//! report the start and the end.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Agent, AgentError, RequestOutput, RunResult, TypedRun};
+use crate::agent::decide::Conversation;
+use crate::agent::events::Event;
+use crate::agent::outcome::Outcome;
+use crate::agent::resume::ResumePoint;
+use crate::output::answer::FinalAnswer;
+use crate::output::spec::{OutputSpec, structured};
+use crate::prompts::TransferTarget;
+
+/// How a run begins: with a task, or where a transcript left off.
+#[derive(Clone, Copy)]
+enum Start<'a> {
+    Fresh(&'a str),
+    Resume(&'a ResumePoint),
+}
+
+impl Agent {
+    /// Runs `task` to an outcome in a fresh session.
+    pub async fn run(&self, task: &str) -> Result<RunResult, AgentError> {
+        self.run_with(task, &self.targets, &RequestOutput::default())
+            .await
+    }
+
+    /// Runs `task` with `request` as the request level of the output spec: it
+    /// overrides the agent's (and stage's) spec field by field, and is loaded
+    /// (schema and validator compiled) before the first model call.
+    pub async fn run_with_output(
+        &self,
+        task: &str,
+        request: &OutputSpec,
+    ) -> Result<RunResult, AgentError> {
+        let request = RequestOutput {
+            spec: request.clone(),
+            extra: None,
+        };
+        self.run_with(task, &self.targets, &request).await
+    }
+
+    /// Runs `task` for an answer of type `T`: the request asks for format `json`
+    /// with `T`'s generated JSON Schema, and a result that does not deserialize
+    /// into `T` is refused like one that fails the schema.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use codeact::model::ReplayModel;
+    /// use codeact::{Agent, FinalAnswer, Limits, RhaiRuntime, UntrustedText};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema, FinalAnswer)]
+    /// struct Sum { total: i64, note: UntrustedText }
+    ///
+    /// let model = ReplayModel::new([
+    ///     "```rhai\nfinal_result(#{total: \"4\"})\n```",
+    ///     "```rhai\nfinal_result(#{total: 4, note: \"2 + 2\"})\n```",
+    /// ]);
+    /// let agent = Agent::builder(Arc::new(model), Arc::new(RhaiRuntime::new(Limits::default()))).build()?;
+    /// let run = agent.run_typed::<Sum>("Add 2 and 2.").await?;
+    /// let sum = run.answer.expect("the second result fits");
+    /// assert_eq!((sum.total, sum.note.raw()), (4, "2 + 2"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_typed<T: FinalAnswer + 'static>(
+        &self,
+        task: &str,
+    ) -> Result<TypedRun<T>, AgentError> {
+        let request = RequestOutput {
+            spec: OutputSpec {
+                format: Some("json".into()),
+                schema: Some(T::answer_schema()),
+                ..OutputSpec::default()
+            },
+            extra: Some(Arc::new(|value: &Value| {
+                serde_json::from_value::<T>(value.clone())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })),
+        };
+        let run = self.run_with(task, &self.targets, &request).await?;
+        let answer = match &run.outcome {
+            Outcome::FinalResult { value } => structured(value, true)
+                .ok()
+                .and_then(|value| serde_json::from_value(value).ok()),
+            _ => None,
+        };
+        Ok(TypedRun { answer, run })
+    }
+
+    /// Runs a conversation that opens with `first_message`, offering `targets` as
+    /// the agents to hand over to (a team narrows them per handover), with
+    /// `request` as the request level of the output spec. The system prompt is
+    /// re-rendered only when targets or spec differ from the agent's own.
+    pub(crate) async fn run_with(
+        &self,
+        first_message: &str,
+        targets: &[TransferTarget],
+        request: &RequestOutput,
+    ) -> Result<RunResult, AgentError> {
+        self.run_from(Start::Fresh(first_message), targets, request)
+            .await
+    }
+
+    /// Continues the interrupted run `point` was read from (see
+    /// [`ResumePoint`]): the finished scripts run again in a fresh session with
+    /// their recorded tool results, without calling the tools, and the loop goes
+    /// on from the step that was cut short, or the next one. Events continue the
+    /// transcript: a [`Event::Resumed`] first, no second `RunStarted`. `request`
+    /// is the request level of the output spec, as for
+    /// [`run_with_output`](Self::run_with_output).
+    pub async fn resume(
+        &self,
+        point: &ResumePoint,
+        request: &OutputSpec,
+    ) -> Result<RunResult, AgentError> {
+        let request = RequestOutput {
+            spec: request.clone(),
+            extra: None,
+        };
+        self.run_from(Start::Resume(point), &self.targets, &request)
+            .await
+    }
+
+    async fn run_from(
+        &self,
+        start: Start<'_>,
+        targets: &[TransferTarget],
+        request: &RequestOutput,
+    ) -> Result<RunResult, AgentError> {
+        let contract = if request.is_empty() {
+            self.contract.clone()
+        } else {
+            let contract = self.output.overlaid_with(&request.spec).load()?;
+            match &request.extra {
+                Some(extra) => contract.with_extra_check(extra.clone()),
+                None => contract,
+            }
+        };
+        let system_prompt = if targets == self.targets.as_slice() && request.spec.is_empty() {
+            self.system_prompt.clone()
+        } else {
+            self.render_prompt(targets, contract.spec())?
+        };
+        let working_dir = match &self.working_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir().map_err(|e| {
+                AgentError::Setup(format!("cannot read the working directory: {e}"))
+            })?,
+        };
+        let tags = self.runtime.info().fence_tags;
+        let (conversation, resume) = match start {
+            Start::Fresh(first_message) => (
+                Conversation::new(first_message, tags, self.config.clone()),
+                None,
+            ),
+            Start::Resume(point) => (
+                Conversation::resumed(point.progress(), tags, self.config.clone()),
+                Some(point),
+            ),
+        };
+        let mut conversation = conversation
+            .with_transfer_targets(
+                targets.iter().map(|t| t.name.clone()).collect(),
+                self.name.clone(),
+            )
+            .with_tools(
+                codeact_runtime::ToolDispatch::specs(&*self.tools)
+                    .iter()
+                    .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
+            );
+        if resume.is_none() {
+            self.emit(|| Event::RunStarted {
+                model: self.model.label(),
+                runtime: self.runtime.info().name.to_string(),
+                system_prompt: system_prompt.clone(),
+            });
+        }
+        let result = self
+            .drive(
+                &mut conversation,
+                &system_prompt,
+                &contract,
+                &working_dir,
+                resume,
+            )
+            .await;
+        if let Err(error) = &result {
+            self.emit(|| conversation.failed(error.to_string()));
+        }
+        let (outcome, final_output) = result?;
+        self.emit(|| conversation.finished(outcome.clone()));
+        Ok(RunResult {
+            outcome,
+            steps: conversation.steps(),
+            usage: conversation.usage(),
+            messages: conversation.messages().to_vec(),
+            final_output,
+        })
+    }
+}

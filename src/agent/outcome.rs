@@ -1,0 +1,67 @@
+//! How a run ends: the one type the loop, the events, teams and the CLI share.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::output::script_output::ScriptOutput;
+
+/// How a run ended. Matched exhaustively: a new way to end is a compile error
+/// wherever outcomes are handled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// A script returned `final_result(value)`.
+    FinalResult {
+        /// The answer.
+        value: Value,
+    },
+    /// A script handed over to a declared transfer target.
+    Transfer {
+        /// The target.
+        agent_name: String,
+    },
+    /// The step limit ran out first.
+    StepLimit {
+        /// Model calls made.
+        steps: usize,
+    },
+    /// Too many errors in a row.
+    ErrorBudget {
+        /// Errors in a row when the run stopped.
+        consecutive_errors: usize,
+        /// The last one.
+        last_error: String,
+    },
+    /// Final results were refused by the output spec's checks as often as
+    /// [`LoopConfig::max_refusals`](super::LoopConfig::max_refusals) allows.
+    RefusalBudget {
+        /// Refusals in the run.
+        refusals: usize,
+        /// The reason given for the last one.
+        last_reason: String,
+    },
+    /// The model declined to answer.
+    Refused {
+        /// What it said.
+        text: String,
+    },
+    /// The conversation outgrew the model's context window.
+    ContextWindowExceeded,
+}
+
+impl Outcome {
+    /// The `ScriptOutput` that ended the run, for the two outcomes a script chose.
+    pub fn script_output(&self) -> Option<ScriptOutput> {
+        match self {
+            Outcome::FinalResult { value } => Some(ScriptOutput::final_result(value.clone())),
+            Outcome::Transfer { agent_name } => Some(ScriptOutput::TransferToAgent {
+                agent_name: agent_name.clone(),
+            }),
+            Outcome::StepLimit { .. }
+            | Outcome::ErrorBudget { .. }
+            | Outcome::RefusalBudget { .. }
+            | Outcome::Refused { .. }
+            | Outcome::ContextWindowExceeded => None,
+        }
+    }
+}
