@@ -849,6 +849,29 @@ mod tests {
         assert_eq!(c.messages().len(), 2);
     }
 
+    /// If this fails, a reasoning model's thinking is lost from the transcript, or
+    /// its code is looked for in the thinking.
+    #[test]
+    fn a_replys_thinking_stays_in_the_history_and_the_code_comes_from_its_text() {
+        let mut c = conversation(LoopConfig::default());
+        let mut thinking = reply("```rhai\nfinal_result(4)\n```");
+        thinking.content.insert(
+            0,
+            ContentBlock::Thinking {
+                thinking: "```rhai\nfinal_result(5)\n```".into(),
+            },
+        );
+        assert_eq!(
+            c.on_reply(&thinking).next,
+            Next::RunScript {
+                code: "final_result(4)".into()
+            }
+        );
+        let kept = &c.messages()[1];
+        assert_eq!(kept.role, Role::Assistant);
+        assert!(matches!(&kept.content[0], ContentBlock::Thinking { .. }));
+    }
+
     #[test]
     fn a_final_result_ends_the_run() {
         let mut c = conversation(LoopConfig::default());
