@@ -17,6 +17,7 @@ use crate::output::spec::RefusedBy;
 /// [`Event::Message`], so the events alone rebuild the transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Event {
     /// A run began (the agent's name is given with every event).
     RunStarted {

@@ -9,6 +9,7 @@ use crate::output::script_output::ScriptOutput;
 /// wherever outcomes are handled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Outcome {
     /// A script returned `final_result(value)`.
     FinalResult {

@@ -17,6 +17,7 @@ use crate::untrusted::{UntrustedText, fence};
 /// How a team run ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "team_outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TeamOutcome {
     /// The last agent's run ended (with a final result, or with its own budget
     /// or refusal outcome).

@@ -118,6 +118,7 @@ impl RequestOutput {
 /// A run could not finish: the model or the host failed. Script errors never end
 /// up here; they are fed back to the model.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     /// The model call failed after its retries.
     #[error(transparent)]
