@@ -3,15 +3,9 @@
 //! contained; what was observed goes into RELIABILITY.md. Attacks live in one file
 //! per area under `tests/containment/`, each exporting `ATTACKS`.
 
-/// As the `codeact` binary: Rhai runs are held to their memory limit by what they
-/// allocate, not only by what their variables hold.
-#[global_allocator]
-static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
-
 use std::time::Instant;
 
-mod support;
-use support::reliability::{self, Section};
+use crate::support::reliability::{self, Section};
 
 #[path = "containment/attack.rs"]
 mod attack;
@@ -31,8 +25,8 @@ mod rhai_limits;
 const SECTION: Section = Section {
     name: "containment",
     title: "Containment: the audit's attacks",
-    intro: "Each attack of the containment audit (issue 14), run by `tests/containment.rs` on every runtime it applies to with default limits unless the case says otherwise. A cell says how the attack was contained; `host` holds attacks on the host itself (tool processes, artifacts, streamed replies, terminals, fences).",
-    binary: "containment",
+    intro: "Each attack of the containment audit (issue 14), run by `tests/suite/containment.rs` on every runtime it applies to with default limits unless the case says otherwise. A cell says how the attack was contained; `host` holds attacks on the host itself (tool processes, artifacts, streamed replies, terminals, fences).",
+    binary: "suite containment::",
     columns: &[
         "rhai",
         "js",

@@ -19,9 +19,8 @@ use codeact::model::{
 };
 use codeact::{Agent, Event, Limits, LoopConfig, Outcome, RhaiRuntime, Transcript};
 
-mod support;
+use crate::support::reliability::{self, Section};
 use serde_json::{Value, json};
-use support::reliability::{self, Section};
 
 /// One scripted reply.
 #[derive(Clone)]
@@ -730,7 +729,7 @@ const FAULT_SECTION: Section = Section {
     name: "model-servers",
     title: "Faulty model servers",
     intro: "A fault-injecting HTTP server on 127.0.0.1 (axum) speaking the OpenAI or Anthropic wire format, driven by a real agent run with a transcript. Clients are set to 200 ms request and 300 ms idle timeouts and 3 fast retries. Every case must end in a bounded retry or a clear error within 5 s, without a panic, and the transcript must hold the run up to its last event (`finished` or `failed`). The refused connection, 429/503, persistent 500, bad key, stalled and cut stream cases are tests of their own in the same file.",
-    binary: "model_servers",
+    binary: "suite model_servers::",
     columns: &["outcome"],
 };
 

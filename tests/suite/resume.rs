@@ -11,14 +11,13 @@ use codeact::agent::read_transcript;
 use codeact::{Event, ToolCallOutcome};
 use serde_json::json;
 
-mod support;
-use support::reliability::{self, Section};
+use crate::support::reliability::{self, Section};
 
 const SECTION: Section = Section {
     name: "resume",
     title: "Resuming interrupted runs",
     intro: "`codeact run --resume TRANSCRIPT` on a real process (Rhai, a replay model, a command tool that appends to a counter file): the finished scripts run again with their recorded tool results, the loop goes on from where it stopped, and the transcript grows.",
-    binary: "resume",
+    binary: "suite resume::",
     columns: &["outcome"],
 };
 

@@ -1,6 +1,6 @@
 //! Prompt cards rendered from each runtime crate's `prompts/`, compared with snapshots under
 //! `fixtures/snapshots/`. After an intended change, regenerate them with
-//! `UPDATE_SNAPSHOTS=1 cargo test --test prompts` and review the diff.
+//! `UPDATE_SNAPSHOTS=1 cargo test --test suite prompts::` and review the diff.
 
 use std::path::Path;
 use std::sync::Arc;

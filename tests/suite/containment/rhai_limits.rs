@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use codeact::{Limits, NoTools, ScriptOutput, ScriptSession, runtime_by_name};
 use codeact_alloc_meter::Metering;
 
-use crate::attack::Attack;
+use super::attack::Attack;
 
 /// The attacks of this area.
 pub const ATTACKS: &[Attack] = &[

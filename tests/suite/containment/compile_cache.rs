@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use codeact_wasm::{Guest, cache};
 
-use crate::attack::Attack;
+use super::attack::Attack;
 
 pub const ATTACKS: &[Attack] = &[Attack {
     name: "another_guests_compiled_module_under_quickjs_cache_name_is_not_run",
