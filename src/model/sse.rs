@@ -234,7 +234,7 @@ mod tests {
         let mut deltas = Vec::new();
         let reply = fold_sse_bytes(
             AnthropicStream::new("fallback"),
-            &[stream.as_bytes()],
+            [stream.as_bytes()],
             &mut |e| {
                 if let StreamEvent::TextDelta { text } = e {
                     deltas.push(text);
