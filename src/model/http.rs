@@ -432,16 +432,7 @@ pub(crate) fn error_message(body: &str) -> String {
     } else {
         message
     };
-    shorten(&message, 500)
-}
-
-/// `text` cut to `max` characters with an ellipsis.
-pub(crate) fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let cut: String = text.chars().take(max).collect();
-    format!("{cut}…")
+    codeact_runtime::text::shorten(&message, 500)
 }
 
 #[cfg(test)]

@@ -93,7 +93,7 @@ pub(crate) fn parse_data<T: serde::de::DeserializeOwned>(
     serde_json::from_str(data).map_err(|e| {
         StreamFault::Malformed(format!(
             "bad stream {what} ({e}): {}",
-            super::http::shorten(data, 200)
+            codeact_runtime::text::shorten(data, 200)
         ))
     })
 }

@@ -273,7 +273,10 @@ impl WasmSession {
                 Err(self.host_error(if logs.is_empty() {
                     why
                 } else {
-                    format!("{why}; it printed: {}", cut(logs, 2000))
+                    format!(
+                        "{why}; it printed: {}",
+                        codeact_runtime::text::prefix_within(logs, 2000)
+                    )
                 }))
             }
         }
@@ -479,14 +482,6 @@ fn guest_call(
         }
         Ok(())
     })
-}
-
-fn cut(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// Polls the guest's call until something needs the host.
