@@ -50,6 +50,25 @@ pub struct LoopConfig {
     /// until the run ends. Used only when higher than the agent's own
     /// temperature. Default: 0.7.
     pub retry_temperature: f32,
+    /// Tool calls in one run, all its scripts together: the call past it is
+    /// refused (a catchable tool error) and the run ends with
+    /// [`Outcome::ToolCallBudget`] once that script is done. Default: none.
+    pub max_tool_calls: Option<usize>,
+    /// Tool calls one script may make: the call past it is refused with a tool
+    /// error listing the calls the script made (tool, arguments shortened,
+    /// outcome), so the model can go on from them; the run goes on. Default:
+    /// none.
+    pub max_tool_calls_per_script: Option<usize>,
+    /// Input (prompt) tokens over the run, as the provider counts them: the run
+    /// ends with [`Outcome::TokenBudget`] after the reply that passes it.
+    /// Default: none.
+    pub max_input_tokens: Option<u64>,
+    /// Output tokens over the run; likewise. Default: none.
+    pub max_output_tokens: Option<u64>,
+    /// Wall-clock time for the whole run: a model call or script still going at
+    /// the deadline is abandoned (a script's own time limit still ends it) and
+    /// the run ends with [`Outcome::DeadlineExceeded`]. Default: none.
+    pub max_run_time: Option<std::time::Duration>,
 }
 
 /// What the loop does with a script's bare last value (one that is not
@@ -78,6 +97,11 @@ impl Default for LoopConfig {
             max_output_content_bytes: DEFAULT_CONTENT_CAP,
             bare_values: BareValues::Observe,
             retry_temperature: 0.7,
+            max_tool_calls: None,
+            max_tool_calls_per_script: None,
+            max_input_tokens: None,
+            max_output_tokens: None,
+            max_run_time: None,
         }
     }
 }
@@ -371,6 +395,9 @@ impl Conversation {
             call: response.usage,
             total: self.progress.usage + response.usage,
         });
+        if let Some(spent) = self.token_budget_spent() {
+            return self.decide(Next::Finish(spent));
+        }
         let next = match reading {
             Reading::Next(next) => next,
             // A reply that could not run (no code, cut off) was answered with
@@ -378,6 +405,24 @@ impl Conversation {
             Reading::Failed(message) => self.count_error(message, String::new()),
         };
         self.decide(next)
+    }
+
+    /// The token budget's outcome, once the run's usage has passed either limit.
+    fn token_budget_spent(&self) -> Option<Outcome> {
+        let usage = self.progress.usage;
+        let over = |limit: Option<u64>, used: u64| limit.is_some_and(|limit| used > limit);
+        (over(self.config.max_input_tokens, usage.input_tokens)
+            || over(self.config.max_output_tokens, usage.output_tokens))
+        .then_some(Outcome::TokenBudget {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+        })
+    }
+
+    /// The host ends the run with `outcome` (a budget the driver keeps: tool
+    /// calls, the run's deadline).
+    pub fn stop(&mut self, outcome: Outcome) -> Decision {
+        self.decide(Next::Finish(outcome))
     }
 
     /// What the reply of this step asks for: its script, the end of the run, or
@@ -870,6 +915,30 @@ mod tests {
         let kept = &c.messages()[1];
         assert_eq!(kept.role, Role::Assistant);
         assert!(matches!(&kept.content[0], ContentBlock::Thinking { .. }));
+    }
+
+    /// If this fails, a run spends tokens without bound.
+    #[test]
+    fn the_reply_that_passes_the_token_budget_ends_the_run_unacted_on() {
+        let mut c = conversation(LoopConfig {
+            max_output_tokens: Some(3),
+            ..LoopConfig::default()
+        });
+        assert!(matches!(
+            c.on_reply(&reply("```rhai\nobservation(1)\n```")).next,
+            Next::RunScript { .. }
+        ));
+        c.on_script(
+            &ScriptOutput::Observation { value: json!(1) },
+            &LogBuffer::new(10),
+        );
+        assert_eq!(
+            c.on_reply(&reply("```rhai\nfinal_result(4)\n```")).next,
+            Next::Finish(Outcome::TokenBudget {
+                input_tokens: 20,
+                output_tokens: 4
+            })
+        );
     }
 
     #[test]

@@ -48,6 +48,30 @@ pub enum Outcome {
     },
     /// The conversation outgrew the model's context window.
     ContextWindowExceeded,
+    /// The run's scripts made all the tool calls
+    /// [`LoopConfig::max_tool_calls`](super::LoopConfig::max_tool_calls) allows;
+    /// the script that tried one more was refused it and the run ended after it.
+    ToolCallBudget {
+        /// Tool calls made in the run (the refused one not counted).
+        calls: usize,
+    },
+    /// The run used the tokens
+    /// [`LoopConfig::max_input_tokens`](super::LoopConfig::max_input_tokens) or
+    /// [`max_output_tokens`](super::LoopConfig::max_output_tokens) allows; the
+    /// reply that passed the budget is not acted on.
+    TokenBudget {
+        /// Input (prompt) tokens the run used.
+        input_tokens: u64,
+        /// Output tokens the run used.
+        output_tokens: u64,
+    },
+    /// The run took the time
+    /// [`LoopConfig::max_run_time`](super::LoopConfig::max_run_time) allows; a
+    /// model call or script still going then was abandoned.
+    DeadlineExceeded {
+        /// The time allowed, in milliseconds.
+        limit_ms: u64,
+    },
 }
 
 impl Outcome {
@@ -62,7 +86,10 @@ impl Outcome {
             | Outcome::ErrorBudget { .. }
             | Outcome::RefusalBudget { .. }
             | Outcome::Refused { .. }
-            | Outcome::ContextWindowExceeded => None,
+            | Outcome::ContextWindowExceeded
+            | Outcome::ToolCallBudget { .. }
+            | Outcome::TokenBudget { .. }
+            | Outcome::DeadlineExceeded { .. } => None,
         }
     }
 }

@@ -240,6 +240,22 @@ pub(crate) struct HostTools {
     /// hold is an error rather than a real call.
     replay_only: AtomicBool,
     replayed: AtomicUsize,
+    /// The run's and one script's tool-call budgets (`LoopConfig`).
+    budgets: CallBudgets,
+    /// Calls made in the run, recorded ones served on resume included.
+    calls: AtomicUsize,
+    /// The calls of the running script, described for a refusal.
+    script_calls: Mutex<Vec<String>>,
+    /// Set when a call was refused for the run's budget: the run ends after
+    /// the script that made it.
+    run_budget_spent: AtomicBool,
+}
+
+/// How many tool calls a run and one of its scripts may make (`None`: no limit).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CallBudgets {
+    pub per_run: Option<usize>,
+    pub per_script: Option<usize>,
 }
 
 impl HostTools {
@@ -256,12 +272,75 @@ impl HostTools {
             recorded: Mutex::new(VecDeque::new()),
             replay_only: AtomicBool::new(false),
             replayed: AtomicUsize::new(0),
+            budgets: CallBudgets::default(),
+            calls: AtomicUsize::new(0),
+            script_calls: Mutex::new(Vec::new()),
+            run_budget_spent: AtomicBool::new(false),
         }
     }
 
-    /// The step whose script makes the next calls.
+    /// The same tools under these tool-call budgets.
+    pub(crate) fn with_budgets(mut self, budgets: CallBudgets) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// The step whose script makes the next calls (a new script: its calls
+    /// count from zero).
     pub(crate) fn set_step(&self, step: usize) {
         self.step.store(step, Ordering::Relaxed);
+        self.script_calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// The run's tool calls, once a call was refused for the run's budget.
+    pub(crate) fn run_budget_spent(&self) -> Option<usize> {
+        self.run_budget_spent
+            .load(Ordering::Relaxed)
+            .then(|| self.calls.load(Ordering::Relaxed))
+    }
+
+    /// A refusal when `name` would pass a budget; otherwise `None`.
+    fn over_budget(&self, name: &str) -> Option<ToolError> {
+        if let Some(max) = self.budgets.per_run
+            && self.calls.load(Ordering::Relaxed) >= max
+        {
+            self.run_budget_spent.store(true, Ordering::Relaxed);
+            return Some(ToolError::new(format!(
+                "'{name}' was not called: the run's budget of {max} tool calls is spent, and the run ends after this script"
+            )));
+        }
+        let max = self.budgets.per_script?;
+        let script_calls = self.script_calls.lock().unwrap_or_else(|p| p.into_inner());
+        (script_calls.len() >= max).then(|| {
+            ToolError::new(format!(
+                "'{name}' was not called: one script may make {max} tool calls, and this one made them:\n{}\nUse their results, and make further calls in the next script.",
+                script_calls.join("\n")
+            ))
+        })
+    }
+
+    /// Counts a call made (or served from the transcript) and remembers it for a
+    /// later refusal's list.
+    fn count(&self, name: &str, args: &Value, result: &Result<Value, ToolError>) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.budgets.per_script.is_none() {
+            // Described only for a refusal to list: costs nothing without one.
+            return;
+        }
+        let outcome = match result {
+            Ok(value) => codeact_runtime::text::shorten(&value.to_string(), 80),
+            Err(e) => format!("error: {}", codeact_runtime::text::shorten(&e.message, 80)),
+        };
+        self.script_calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!(
+                "- {name}({}) -> {outcome}",
+                codeact_runtime::text::shorten(&args.to_string(), 80)
+            ));
     }
 
     /// Serves `calls` first; with `replay_only`, nothing else.
@@ -310,13 +389,18 @@ impl ToolDispatch for HostTools {
     }
 
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        if let Some(refusal) = self.over_budget(name) {
+            return Err(refusal);
+        }
         if let Some(result) = self.recorded_answer(name, &args) {
+            self.count(name, &args, &result);
             return result;
         }
-        if self.listeners.is_empty() {
-            return self.inner.call(name, args);
-        }
         let result = self.inner.call(name, args.clone());
+        self.count(name, &args, &result);
+        if self.listeners.is_empty() {
+            return result;
+        }
         let event = Event::ToolCall {
             step: self.step.load(Ordering::Relaxed),
             name: name.to_string(),

@@ -96,6 +96,13 @@ impl Printer {
                     Outcome::ContextWindowExceeded => {
                         "stopped: the conversation outgrew the model's context".to_string()
                     }
+                    Outcome::ToolCallBudget { calls } => {
+                        format!("stopped: the tool-call budget ran out after {calls} call(s)")
+                    }
+                    Outcome::TokenBudget { .. } => "stopped: the token budget ran out".to_string(),
+                    Outcome::DeadlineExceeded { limit_ms } => {
+                        format!("stopped: the run's {limit_ms} ms ran out")
+                    }
                 };
                 writeln!(
                     err,

@@ -66,6 +66,25 @@ pub(crate) struct RunArgs {
     /// Errors in a row before the run stops.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1000))]
     max_errors: u64,
+    /// Tool calls the whole run may make; the run stops (exit 3) after the script
+    /// that tried one more. [default: no limit]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tool_calls: Option<u64>,
+    /// Tool calls one script may make; the next is refused with a tool error
+    /// listing the script's calls, and the run goes on. [default: no limit]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tool_calls_per_script: Option<u64>,
+    /// Input tokens the run may use; it stops (exit 3) after the reply that
+    /// passes them. [default: no limit]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_input_tokens: Option<u64>,
+    /// Output tokens the run may use; likewise. [default: no limit]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_output_tokens: Option<u64>,
+    /// Wall-clock seconds for the whole run; it stops (exit 3) at the deadline,
+    /// abandoning a model call or script still going. [default: no limit]
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
+    max_run_seconds: Option<u64>,
     /// Write every message and event to this JSONL file (replacing it) as they happen.
     #[arg(long, value_name = "FILE", conflicts_with = "resume")]
     transcript: Option<PathBuf>,
@@ -240,6 +259,11 @@ fn run_agent(
             max_steps: args.max_steps as usize,
             max_consecutive_errors: args.max_errors as usize,
             max_refusals: args.max_refusals as usize,
+            max_tool_calls: args.max_tool_calls.map(|n| n as usize),
+            max_tool_calls_per_script: args.max_tool_calls_per_script.map(|n| n as usize),
+            max_input_tokens: args.max_input_tokens,
+            max_output_tokens: args.max_output_tokens,
+            max_run_time: args.max_run_seconds.map(Duration::from_secs),
             ..LoopConfig::default()
         });
     for target in &args.transfer_targets {
@@ -328,9 +352,12 @@ fn finish(outcome: &Outcome) -> ExitCode {
     }
     ExitCode::from(match outcome {
         Outcome::FinalResult { .. } | Outcome::Transfer { .. } => EXIT_OK,
-        Outcome::StepLimit { .. } | Outcome::ErrorBudget { .. } | Outcome::RefusalBudget { .. } => {
-            EXIT_BUDGET
-        }
+        Outcome::StepLimit { .. }
+        | Outcome::ErrorBudget { .. }
+        | Outcome::RefusalBudget { .. }
+        | Outcome::ToolCallBudget { .. }
+        | Outcome::TokenBudget { .. }
+        | Outcome::DeadlineExceeded { .. } => EXIT_BUDGET,
         Outcome::Refused { .. } | Outcome::ContextWindowExceeded => EXIT_HOST_FAILURE,
     })
 }

@@ -233,6 +233,42 @@ fn replay_file(name: &str, replies: &[&str]) -> PathBuf {
     script_file(name, body.as_bytes())
 }
 
+/// If this fails, `codeact run` cannot bound a run's tool calls, or reports the
+/// spent budget as success.
+#[test]
+fn a_run_past_its_tool_call_budget_exits_three_and_says_so() {
+    let replies = replay_file(
+        "replies-tool-budget.json",
+        &[
+            "```rhai\nlet x = add(#{a: 1, b: 2});\nobservation(x)\n```",
+            "```rhai\nlet y = add(#{a: 3, b: 4});\nobservation(y)\n```",
+            "```rhai\nfinal_result(x)\n```",
+        ],
+    );
+    let model = format!("replay:{}", replies.display());
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &model,
+            "--tools",
+            "fixtures/tools/demo.json",
+            "--max-tool-calls",
+            "1",
+            "Add.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+    assert!(
+        stderr(&out)
+            .contains("stopped: the tool-call budget ran out after 1 call(s) after 2 step(s)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn run_with_a_replay_model_prints_the_final_line_and_writes_a_replayable_transcript() {
     let replies = replay_file(

@@ -2,8 +2,10 @@
 //! run a script, check a result), hand it what came back, and report the events
 //! it returns, until it decides to finish.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tracing::Instrument;
@@ -12,7 +14,7 @@ use super::{Agent, AgentError};
 use crate::agent::decide::{Conversation, Decision, Next};
 use crate::agent::events::Event;
 use crate::agent::outcome::Outcome;
-use crate::agent::resume::{HostTools, ResumePoint};
+use crate::agent::resume::{CallBudgets, HostTools, ResumePoint};
 use crate::chat::{ModelRequest, StreamEvent};
 use crate::exec::session::ScriptSession;
 use crate::output::final_output::{FinalOutput, Validation, artifact_path};
@@ -30,11 +32,21 @@ impl Agent {
         working_dir: &Path,
         resume: Option<&ResumePoint>,
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
-        let tools = Arc::new(HostTools::new(
-            self.tools.clone(),
-            self.name.clone(),
-            self.listeners.clone(),
-        ));
+        let tools = Arc::new(
+            HostTools::new(
+                self.tools.clone(),
+                self.name.clone(),
+                self.listeners.clone(),
+            )
+            .with_budgets(CallBudgets {
+                per_run: self.config.max_tool_calls,
+                per_script: self.config.max_tool_calls_per_script,
+            }),
+        );
+        let deadline = self
+            .config
+            .max_run_time
+            .map(|time| (Instant::now() + time, time));
         let mut session = ScriptSession::start(&*self.runtime, tools.clone())?;
         let mut decision = match resume {
             None => conversation.start(),
@@ -47,12 +59,28 @@ impl Agent {
         loop {
             self.report(&decision.events);
             let step = decision.step;
+            // The host's budgets end the run before it goes on (a result already
+            // made is still checked).
+            if !matches!(decision.next, Next::Finish(_) | Next::CheckResult { .. })
+                && let Some(spent) = past(deadline).or_else(|| {
+                    tools
+                        .run_budget_spent()
+                        .map(|calls| Outcome::ToolCallBudget { calls })
+                })
+            {
+                decision = conversation.stop(spent);
+                continue;
+            }
             decision = match decision.next {
                 Next::Finish(outcome) => return Ok((outcome, final_output)),
                 Next::CallModel => {
-                    self.call_model(conversation, system_prompt, step)
-                        .instrument(tracing::info_span!("model", step))
-                        .await?
+                    let call = self
+                        .call_model(conversation, system_prompt, step)
+                        .instrument(tracing::info_span!("model", step));
+                    match until(deadline, call).await {
+                        Some(decision) => decision?,
+                        None => conversation.stop(out_of_time(deadline)),
+                    }
                 }
                 Next::RunScript { code } => {
                     self.emit(|| Event::ScriptStarted {
@@ -62,8 +90,14 @@ impl Agent {
                     tools.set_step(step);
                     let run = session
                         .run(code)
-                        .instrument(tracing::info_span!("script", step))
-                        .await?;
+                        .instrument(tracing::info_span!("script", step));
+                    // An abandoned script ends at its own time limit; the session
+                    // is not used again.
+                    let Some(run) = until(deadline, run).await else {
+                        decision = conversation.stop(out_of_time(deadline));
+                        continue;
+                    };
+                    let run = run?;
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {
@@ -186,6 +220,33 @@ async fn check_result(
     (check, artifacts)
 }
 
+/// The run's deadline (when it has one) and the time it was given.
+type Deadline = Option<(Instant, Duration)>;
+
+/// The outcome of a run whose deadline has passed; `None` before it, or without one.
+fn past(deadline: Deadline) -> Option<Outcome> {
+    deadline
+        .filter(|(at, _)| Instant::now() >= *at)
+        .map(|_| out_of_time(deadline))
+}
+
+/// The outcome of a run that ran out of its time.
+fn out_of_time(deadline: Deadline) -> Outcome {
+    Outcome::DeadlineExceeded {
+        limit_ms: deadline.map_or(0, |(_, time)| {
+            u64::try_from(time.as_millis()).unwrap_or(u64::MAX)
+        }),
+    }
+}
+
+/// `work`'s output, or `None` when the deadline comes first (the work is dropped).
+async fn until<T>(deadline: Deadline, work: impl Future<Output = T>) -> Option<T> {
+    match deadline {
+        None => Some(work.await),
+        Some((at, _)) => tokio::time::timeout_at(at.into(), work).await.ok(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -263,5 +324,124 @@ mod tests {
         ));
         let events = events.lock().expect("not poisoned");
         assert!(matches!(events.last(), Some(Event::Failed { step: 2, .. })));
+    }
+
+    fn with_tools(
+        replies: &[&str],
+        config: LoopConfig,
+        tools: Vec<crate::tools::toolbox::Tool>,
+    ) -> (Agent, Arc<Mutex<Vec<Event>>>) {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let agent = Agent::builder(
+            Arc::new(ReplayModel::new(replies.iter().copied())),
+            Arc::new(RhaiRuntime::new(Limits::default())),
+        )
+        .tools(tools)
+        .config(config)
+        .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
+        .build()
+        .expect("agent builds");
+        (agent, events)
+    }
+
+    fn add() -> crate::tools::toolbox::Tool {
+        crate::tools::toolbox::Tool::from_fn("add", "Adds a and b.", |args| {
+            Ok(serde_json::json!(
+                args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
+            ))
+        })
+    }
+
+    /// If this fails, a script can make any number of tool calls, or a refused
+    /// one leaves the model without what the script already got.
+    #[tokio::test]
+    async fn a_call_past_the_scripts_budget_is_refused_with_the_calls_it_made_and_the_run_goes_on()
+    {
+        let (agent, events) = with_tools(
+            &[
+                "```rhai\nlet x = add(#{a: 1, b: 1});\nlet y = add(#{a: 2, b: 2});\nlet z = add(#{a: 3, b: 3});\nfinal_result(z)\n```",
+                "```rhai\nfinal_result(add(#{a: 3, b: 3}))\n```",
+            ],
+            LoopConfig {
+                max_tool_calls_per_script: Some(2),
+                ..LoopConfig::default()
+            },
+            vec![add()],
+        );
+        let run = agent.run("Add.").await.expect("run finishes");
+        assert_eq!(
+            run.outcome,
+            Outcome::FinalResult {
+                value: serde_json::json!(6)
+            }
+        );
+        let events = events.lock().expect("not poisoned");
+        let refusal = events
+            .iter()
+            .find_map(|e| match e {
+                Event::Error {
+                    step: 1, message, ..
+                } => Some(message.clone()),
+                _ => None,
+            })
+            .expect("the first script's error");
+        assert!(
+            refusal.contains("one script may make 2 tool calls"),
+            "{refusal}"
+        );
+        assert!(
+            refusal.contains(r#"- add({"a":1,"b":1}) -> 2"#),
+            "{refusal}"
+        );
+        assert!(
+            refusal.contains(r#"- add({"a":2,"b":2}) -> 4"#),
+            "{refusal}"
+        );
+    }
+
+    /// If this fails, a run's scripts can make any number of tool calls.
+    #[tokio::test]
+    async fn the_run_ends_after_the_script_that_passed_the_runs_tool_budget() {
+        let (agent, _) = with_tools(
+            &[
+                "```rhai\nlet x = add(#{a: 1, b: 1});\nobservation(x)\n```",
+                "```rhai\nlet y = 0;\ntry { y = add(#{a: 2, b: 2}); } catch { y = -1; }\nobservation(y)\n```",
+                "```rhai\nfinal_result(1)\n```",
+            ],
+            LoopConfig {
+                max_tool_calls: Some(1),
+                ..LoopConfig::default()
+            },
+            vec![add()],
+        );
+        let run = agent.run("Add.").await.expect("run finishes");
+        assert_eq!(run.outcome, Outcome::ToolCallBudget { calls: 1 });
+        assert_eq!(run.steps, 2);
+    }
+
+    /// If this fails, a run with a slow tool or model outlives its deadline.
+    #[tokio::test]
+    async fn a_run_past_its_deadline_ends_without_waiting_for_a_slow_tool() {
+        let slow = crate::tools::toolbox::Tool::new("slow", "Sleeps.", |_args| async {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            Ok::<_, codeact_runtime::ToolError>(serde_json::json!(1))
+        });
+        let (agent, _) = with_tools(
+            &["```rhai\nfinal_result(slow())\n```"],
+            LoopConfig {
+                max_run_time: Some(Duration::from_millis(300)),
+                ..LoopConfig::default()
+            },
+            vec![slow],
+        );
+        let started = Instant::now();
+        let run = agent.run("Wait.").await.expect("run finishes");
+        assert_eq!(run.outcome, Outcome::DeadlineExceeded { limit_ms: 300 });
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
