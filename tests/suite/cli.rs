@@ -345,6 +345,31 @@ fn a_run_whose_replay_runs_out_exits_one_naming_how_many_replies_there_were() {
     );
 }
 
+/// If this fails, a run that keeps failing is reported as a success or a host
+/// failure instead of a spent budget.
+#[test]
+fn a_run_out_of_its_error_budget_exits_three() {
+    let replies = replay_file("replies-errors.json", &["```rhai\nthrow \"no\";\n```"; 3]);
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--max-errors",
+            "2",
+            "Go.",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("stopped: 2 errors in a row"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn a_run_that_hits_its_step_limit_exits_three() {
     let replies = replay_file("replies-loop.json", &["```rhai\nobservation(1)\n```"; 3]);
