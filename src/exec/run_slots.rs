@@ -72,18 +72,27 @@ fn slots() -> &'static Slots {
 }
 
 fn default_limit() -> Option<NonZeroUsize> {
-    match std::env::var("CODEACT_MAX_RUNNING_SCRIPTS") {
-        Ok(value) => match value.trim().parse::<usize>() {
-            Ok(limit) => NonZeroUsize::new(limit),
-            Err(_) => {
-                tracing::warn!(
-                    value,
-                    "CODEACT_MAX_RUNNING_SCRIPTS is not a number; using the default"
-                );
-                cores_twice()
-            }
-        },
-        Err(_) => cores_twice(),
+    limit_from(
+        std::env::var("CODEACT_MAX_RUNNING_SCRIPTS").ok().as_deref(),
+        cores_twice(),
+    )
+}
+
+/// The cap `CODEACT_MAX_RUNNING_SCRIPTS` sets (`0`: none), or `default` when it
+/// is unset or not a number.
+fn limit_from(value: Option<&str>, default: Option<NonZeroUsize>) -> Option<NonZeroUsize> {
+    let Some(value) = value else {
+        return default;
+    };
+    match value.trim().parse::<usize>() {
+        Ok(limit) => NonZeroUsize::new(limit),
+        Err(_) => {
+            tracing::warn!(
+                value,
+                "CODEACT_MAX_RUNNING_SCRIPTS is not a number; using the default"
+            );
+            default
+        }
     }
 }
 
@@ -202,4 +211,22 @@ pub(crate) fn released_during<T>(call: impl FnOnce() -> T) -> T {
     HOLDING.set(false);
     let _take_back = TakeBack;
     call()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// If this fails, `CODEACT_MAX_RUNNING_SCRIPTS` or the default cap does not
+    /// mean what the docs say.
+    #[test]
+    fn the_cap_comes_from_the_environment_or_twice_the_cores() {
+        let four = NonZeroUsize::new(4);
+        assert_eq!(limit_from(None, four), four);
+        assert_eq!(limit_from(Some(" 3 "), four), NonZeroUsize::new(3));
+        assert_eq!(limit_from(Some("0"), four), None);
+        assert_eq!(limit_from(Some("many"), four), four);
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        assert_eq!(cores_twice(), NonZeroUsize::new(2 * cores));
+    }
 }
