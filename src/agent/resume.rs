@@ -548,6 +548,24 @@ mod tests {
         );
     }
 
+    /// If this fails, a team's transcript is resumed as if one agent had run it
+    /// all, mixing the agents' conversations.
+    #[test]
+    fn a_team_transcript_with_a_handover_is_not_resumed() {
+        let team = ResumePoint::from_events(&[
+            started(),
+            Event::Message {
+                message: Message::user("task"),
+            },
+            Event::Handover {
+                from: "triage".into(),
+                to: "refunds".into(),
+                carried: Vec::new(),
+            },
+        ]);
+        assert_eq!(team, Err(ResumeError::Team));
+    }
+
     #[test]
     fn while_rebuilding_a_call_the_transcript_does_not_hold_is_refused_not_made() {
         let made = Arc::new(AtomicUsize::new(0));
