@@ -209,14 +209,28 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: warnings and errors).
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings and errors, and on a
+/// terminal the progress of slow one-time work such as a guest's first compile,
+/// which would otherwise look hung).
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(default_log_filter(std::io::stderr().is_terminal()))
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// The log filter without `RUST_LOG`: warnings, plus progress when a person
+/// watches (stderr is a terminal); in a pipe, stderr stays the script's output.
+fn default_log_filter(terminal: bool) -> &'static str {
+    if terminal {
+        "warn,codeact::progress=info"
+    } else {
+        "warn"
+    }
 }
 
 /// The multi-threaded tokio runtime a command runs on; scripts then run in place
@@ -234,4 +248,17 @@ pub(crate) fn host_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 pub(crate) fn usage_error(problem: &str) -> ExitCode {
     eprintln!("codeact: {problem}");
     ExitCode::from(EXIT_USAGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// If this fails, a guest's first compile looks hung at a terminal, or its
+    /// progress lines land in the stderr a pipe reads as the script's output.
+    #[test]
+    fn progress_is_logged_only_when_stderr_is_a_terminal() {
+        assert_eq!(default_log_filter(true), "warn,codeact::progress=info");
+        assert_eq!(default_log_filter(false), "warn");
+    }
 }

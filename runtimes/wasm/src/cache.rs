@@ -156,7 +156,18 @@ pub(crate) fn load_or_compile(
     let (module, source) = match cached {
         Some(module) => (module, Source::Disk),
         None => {
+            let started = std::time::Instant::now();
+            tracing::info!(
+                target: "codeact::progress",
+                "compiling the guest {} once (seconds; about 10 s for CPython); later starts load it from the compile cache",
+                &sha256[..sha256.len().min(12)]
+            );
             let module = Module::new(engine, wasm).map_err(|e| format!("{e:#}"))?;
+            tracing::info!(
+                target: "codeact::progress",
+                "compiled the guest in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
             if let Some(cache) = &disk
                 && let Err(e) = cache.write(&key, &module)
             {
