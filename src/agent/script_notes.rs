@@ -6,11 +6,11 @@
 pub use codeact_runtime::HELPER_NAMES as HELPERS;
 
 /// The 1-based line an engine's error message points at, when it names one in a
-/// form the engines here use: `line 5` (Rhai, CPython) or `:5:12` (QuickJS, Boa).
-/// `None` when the message names no line, or the script has no such line.
-/// An undefined name is looked up in the script instead (its first line that
-/// uses it), and Boa's positions (`unknown at :L:C`), which point at an enclosing
-/// block rather than the failing expression, are not trusted.
+/// form the engines here use: `line 5` (Rhai, CPython; the last, innermost, one)
+/// or `:5:12` (QuickJS, Boa; the innermost stack frame's). `None` when the
+/// message names no line, or the script has no such line. An undefined name is
+/// looked up in the script instead (its first line that uses it), and a position
+/// in a nameless source (`unknown at :L:C`: not the script's) is not trusted.
 pub fn failing_line(message: &str, script: &str) -> Option<(usize, String)> {
     let lines: Vec<&str> = script.lines().collect();
     let number = match undefined_name(message) {
@@ -68,7 +68,19 @@ fn line_number(message: &str) -> Option<usize> {
             return Some(number);
         }
     }
-    // `<file>:LINE:COLUMN`, the last such pair in the message.
+    // A JavaScript stack lists the innermost frame first: `    at f (script:2:14)`.
+    if let Some(number) = message
+        .lines()
+        .filter(|line| line.trim_start().starts_with("at "))
+        .find_map(last_line_column)
+    {
+        return Some(number);
+    }
+    last_line_column(message)
+}
+
+/// The line of the last `<file>:LINE:COLUMN` pair in `message`.
+fn last_line_column(message: &str) -> Option<usize> {
     let bytes = message.as_bytes();
     let mut found = None;
     let mut i = 0;
@@ -265,6 +277,15 @@ mod tests {
             ),
             Some((2, "let b = 2;".into()))
         );
+        assert_eq!(
+            failing_line(
+                "TypeError: y of undefined\n    at f (script:3:14)\n    at <main> (script:1:2)",
+                script
+            ),
+            Some((3, "let c = a[14];".into())),
+            "the innermost frame, listed first"
+        );
+        assert_eq!(failing_line("TypeError: x (unknown at :2:5)", script), None);
         assert_eq!(
             failing_line("ReferenceError: js is not defined", script),
             None

@@ -195,7 +195,10 @@ mod tests {
         fn specs(&self) -> &[ToolSpec] {
             &[]
         }
-        fn call(&self, _name: &str, args: Value) -> Result<Value, ToolError> {
+        fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+            if name == "fail" {
+                return Err(ToolError::new("no such file"));
+            }
             Ok(json!(
                 args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
             ))
@@ -229,6 +232,26 @@ mod tests {
 
     /// The documented gap: the run returns at its deadline, but only because the
     /// host stops waiting; the session restarts.
+    /// What the model reads: the script's line, never the prelude's code.
+    #[test]
+    fn an_error_points_at_the_script_and_never_at_the_prelude() {
+        for (script, line) in [
+            ("let a = 1;\nlet b = tools.fail({});\nb", ":2:"),
+            (
+                "let a;\nlet y = 2;\nfor (let i = 0; i < 2; i++) {\n  y += a.b;\n}\ny",
+                ":4:",
+            ),
+        ] {
+            let outcome = in_process(5_000).run(script).expect("host ok");
+            let Err(ScriptError::Thrown { message }) = outcome.completion else {
+                panic!("{:?}", outcome.completion);
+            };
+            assert!(!message.contains("prelude"), "{message}");
+            assert!(!message.contains("hostCall"), "{message}");
+            assert!(message.contains(&format!("(script{line}")), "{message}");
+        }
+    }
+
     #[test]
     fn the_in_process_mode_returns_at_the_deadline_of_a_runaway_regex() {
         let mut session = in_process(300);

@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::io::{BufRead, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::rc::Rc;
 
@@ -162,7 +163,7 @@ fn new_context(limits: &Limits) -> JsResult<Context> {
         NativeFunction::from_fn_ptr(log),
     )?;
     let prelude = PRELUDE.replace("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER);
-    context.eval(Source::from_bytes(&prelude))?;
+    context.eval(Source::from_bytes(&prelude).with_path(Path::new(PRELUDE_PATH)))?;
     Ok(context)
 }
 
@@ -180,7 +181,7 @@ fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, F
             .map_err(|e| classify(&e, context))?;
     }
     let value = context
-        .eval(Source::from_bytes(&script))
+        .eval(Source::from_bytes(&script).with_path(Path::new(SCRIPT_PATH)))
         .map_err(|e| classify(&e, context))?;
     if value.is_undefined() {
         return Err(Failure::new(
@@ -239,7 +240,33 @@ fn classify(error: &JsError, context: &mut Context) -> Failure {
         }
         _ => FailureKind::Thrown,
     };
-    Failure::new(kind, error.to_string())
+    Failure::new(kind, without_prelude_frames(&error.to_string()))
+}
+
+/// The name Boa gives the script's source in positions: `(script:4:10)`.
+const SCRIPT_PATH: &str = "script";
+/// The name of the prelude's source, whose frames the model must not see.
+const PRELUDE_PATH: &str = "prelude";
+
+/// An error's text with what points into the prelude removed: its frames (`at
+/// hostCall (prelude:192:19)`), so a tool's failure reads as the line of the
+/// script that called it, not the host's code. The first line's position goes
+/// too: Boa puts the outermost call there (`f()`, not the failing line inside
+/// `f`), which the frames below it give innermost first.
+fn without_prelude_frames(message: &str) -> String {
+    let in_prelude = format!("({PRELUDE_PATH}:");
+    let mut lines = message.lines();
+    let first = lines.next().unwrap_or_default();
+    let first = [PRELUDE_PATH, SCRIPT_PATH]
+        .iter()
+        .find_map(|path| {
+            let at = first.rfind(&format!(" ({path}:"))?;
+            first.ends_with(')').then(|| &first[..at])
+        })
+        .unwrap_or(first);
+    let mut kept = vec![first];
+    kept.extend(lines.filter(|line| !line.contains(&in_prelude)));
+    kept.join("\n")
 }
 
 /// The per-run console buffer: kept output is streamed to the host as it is

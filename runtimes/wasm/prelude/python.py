@@ -176,6 +176,11 @@ def __codeact_main(
     class Unrepresentable(Exception):
         pass
 
+    if CPYTHON:
+        # Named as the script knows them, not as `__codeact_main.<locals>.ToolError`.
+        ToolError.__qualname__ = "ToolError"
+        Unrepresentable.__qualname__ = "Unrepresentable"
+
     def check(value, path, depth, ancestors):
         if depth > MAX_DEPTH:
             raise Unrepresentable(
@@ -431,10 +436,10 @@ def __codeact_main(
         traceback_of = BaseException.__traceback__.__get__
 
         def frames_of(e):
-            # The frames of a traceback from the script's first on, read while
-            # the guard lets the prelude see frames. The traceback comes through
-            # BaseException's own descriptor and only C attributes are read, so
-            # no script code runs meanwhile.
+            # The frames of a traceback from the script's first on (without the
+            # prelude's), read while the guard lets the prelude see frames. The
+            # traceback comes through BaseException's own descriptor and only C
+            # attributes are read, so no script code runs meanwhile.
             frames = []
             tb = traceback_of(e)
             trusted[0] = True
@@ -443,7 +448,9 @@ def __codeact_main(
                 while tb is not None and type(tb).__name__ == "traceback":
                     code = tb.tb_frame.f_code
                     seen = seen or code.co_filename == "<script>"
-                    if seen:
+                    # The prelude's own frames (compiled as `<string>`) are the
+                    # host's code, not the script's: left out.
+                    if seen and code.co_filename != "<string>":
                         frames.append((code.co_filename, tb.tb_lineno, code.co_name))
                     tb = tb.tb_next
             finally:
