@@ -82,7 +82,8 @@
 //!   ([`command_tool`], [`CommandSpec`], [`DEFAULT_COMMAND_TIMEOUT`],
 //!   [`load_tool_manifest`]); the network ([`fetch_tool`], [`FetchPolicy`],
 //!   [`HostPattern`], [`IpNetwork`], [`SecretHeader`], [`FETCH_TOOL`] and its
-//!   defaults).
+//!   defaults); MCP servers' tools (feature `mcp`: `McpServer`, `McpError` and
+//!   their defaults).
 //! - **Final answers:** [`OutputSpec`], [`OutputContract`], [`Check`],
 //!   [`ExtraCheck`], [`OnValidatorError`], [`RefusedBy`], [`OutputSpecError`],
 //!   [`content_text`]; [`FinalOutput`], [`Validation`], [`artifact_path`],
@@ -150,5 +151,10 @@ pub use tools::fetch::{
     FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool,
 };
 pub use tools::manifest::load_tool_manifest;
+#[cfg(feature = "mcp")]
+pub use tools::mcp::{
+    DEFAULT_MCP_CALL_TIMEOUT, DEFAULT_MCP_CONNECT_TIMEOUT, MAX_MCP_RESULT_BYTES, McpError,
+    McpServer,
+};
 pub use tools::toolbox::{Tool, ToolBox, ToolBoxError, ToolFuture};
 pub use untrusted::{FENCE_RULE, UntrustedText, fence};

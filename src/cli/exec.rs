@@ -51,9 +51,13 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return usage_error(&e.to_string()),
     };
+    let host = match host_runtime() {
+        Ok(host) => host,
+        Err(code) => return code,
+    };
     let toolbox = match args
         .tools
-        .tools()
+        .tools(&host)
         .and_then(|tools| ToolBox::new(tools).map_err(|e| format!("--tool: {e}")))
     {
         Ok(toolbox) => toolbox,
@@ -62,10 +66,6 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
     let script = match read_script(&args.file) {
         Ok(script) => script,
         Err(e) => return usage_error(&e),
-    };
-    let host = match host_runtime() {
-        Ok(host) => host,
-        Err(code) => return code,
     };
     let result = host.block_on(async {
         let mut session = ScriptSession::start(&*runtime, Arc::new(toolbox))?;

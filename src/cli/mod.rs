@@ -19,6 +19,7 @@ use codeact_runtime::Limits;
 use crate::tools::command::{CommandSpec, command_tool};
 use crate::tools::fetch::{FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool};
 use crate::tools::manifest::load_tool_manifest;
+use crate::tools::mcp::McpServer;
 use crate::tools::toolbox::Tool;
 
 /// Exit status for a run that produced a `ScriptOutput` (an error output included).
@@ -129,10 +130,17 @@ pub(crate) struct ToolArgs {
     /// Repeatable.
     #[arg(long = "fetch-header", value_name = "HOST: NAME: VALUE")]
     fetch_headers: Vec<String>,
+    /// An MCP server whose tools scripts may call, as NAME=COMMAND ARGS… (started
+    /// by the host, over stdio) or NAME=https://… (streamable HTTP). Its tool `t`
+    /// is the tool `NAME_t`. Repeatable.
+    #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
+    mcp_servers: Vec<String>,
 }
 
 impl ToolArgs {
-    pub(crate) fn tools(&self) -> Result<Vec<Tool>, String> {
+    /// The tools the flags describe; MCP servers are started and asked for their
+    /// tools on `host`, where their connections then live.
+    pub(crate) fn tools(&self, host: &tokio::runtime::Runtime) -> Result<Vec<Tool>, String> {
         let mut tools: Vec<Tool> = match &self.manifest {
             Some(path) => load_tool_manifest(path, Duration::from_millis(self.tool_timeout_ms))
                 .map_err(|e| format!("--tools: {e}"))?,
@@ -153,6 +161,10 @@ impl ToolArgs {
         }
         if let Some(fetch) = self.fetch_policy()? {
             tools.push(fetch_tool(fetch));
+        }
+        for spec in &self.mcp_servers {
+            let server = McpServer::parse(spec).map_err(|e| format!("--mcp: {e}"))?;
+            tools.extend(host.block_on(server.tools()).map_err(|e| e.to_string())?);
         }
         Ok(tools)
     }

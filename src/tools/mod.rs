@@ -5,5 +5,7 @@
 pub(crate) mod command;
 pub(crate) mod fetch;
 pub(crate) mod manifest;
+#[cfg(feature = "mcp")]
+pub(crate) mod mcp;
 pub(crate) mod pid_namespace;
 pub(crate) mod toolbox;
