@@ -19,6 +19,8 @@ mod bench;
 mod cli;
 #[path = "suite/containment.rs"]
 mod containment;
+#[path = "suite/mcp.rs"]
+mod mcp;
 #[path = "suite/model_servers.rs"]
 mod model_servers;
 #[path = "suite/output_specs.rs"]

@@ -284,6 +284,10 @@ impl McpServer {
                         .map_err(|e| self.error(format!("did not start as an MCP server: {e}")))
                 }
                 Transport::Http { url, headers } => {
+                    // rmcp's HTTP client needs a process-wide TLS provider; ring is
+                    // the one the rest of codeact uses. One already installed (by
+                    // the embedding app) is kept.
+                    let _ = rustls::crypto::ring::default_provider().install_default();
                     let mut custom = std::collections::HashMap::new();
                     for (name, value) in headers {
                         let name = http::HeaderName::from_bytes(name.as_bytes())
@@ -373,11 +377,10 @@ impl Connection {
             Ok(Err(error)) => format!("failed: {error}"),
             Err(_) => format!("did not answer within {:?}", server.call_timeout),
         };
-        // Dropping the client ends the connection (and kills a stdio server's
-        // process); the next call starts afresh.
-        if let Some(client) = self.client.lock().await.take() {
-            let _ = client.cancel().await;
-        }
+        // Dropping the client ends the connection in the background (a stdio
+        // server gets the MCP shutdown: stdin closed, then SIGTERM, then a kill);
+        // the call does not wait for it, and the next call starts afresh.
+        drop(self.client.lock().await.take());
         Err(ToolError::new(format!(
             "MCP server '{}' {failure}; the host reconnects on the next call",
             server.name
