@@ -43,7 +43,7 @@ use crate::exec::registry::runtime_by_name;
 use crate::model::{ModelSpecError, model_from_spec};
 use crate::output::spec::{OnValidatorError, OutputSpec};
 use crate::prompts::TransferTarget;
-use crate::tools::manifest::load_tool_manifest;
+use crate::tools::manifest::{load_tool_manifest, refuse_mcp_servers};
 use codeact_runtime::Limits;
 
 #[derive(Debug, Deserialize)]
@@ -206,8 +206,12 @@ pub fn load_team(
         let runtime = runtime_by_name(&entry.runtime, limits.clone())
             .map_err(|e| invalid(format!("{label}: {e}")))?;
         let tools = match &entry.tools {
-            Some(manifest) => load_tool_manifest(&resolve(manifest), tool_timeout)
-                .map_err(|e| invalid(format!("{label}: {e}")))?,
+            Some(manifest) => {
+                let path = resolve(manifest);
+                refuse_mcp_servers(&path, "a team file")
+                    .and_then(|()| load_tool_manifest(&path, tool_timeout))
+                    .map_err(|e| invalid(format!("{label}: {e}")))?
+            }
             None => Vec::new(),
         };
         let mut config = LoopConfig::default();

@@ -17,7 +17,7 @@ use crate::eval::{EvalTask, RunRecord, TaskRecord, is_right, load_tasks, render_
 use crate::exec::registry::runtime_by_name;
 use crate::model::{ModelSpecError, model_from_spec};
 use crate::output::final_output::rfc3339_utc;
-use crate::tools::manifest::load_tool_manifest;
+use crate::tools::manifest::{load_tool_manifest, refuse_mcp_servers};
 use crate::tools::toolbox::Tool;
 
 #[derive(Debug, Args)]
@@ -125,7 +125,9 @@ fn eval_run(args: &EvalRunArgs) -> ExitCode {
             return usage_error("--only names no task of the task file");
         }
     }
-    let tools = match load_tool_manifest(&args.tools, Duration::from_secs(30)) {
+    let tools = match refuse_mcp_servers(&args.tools, "`codeact eval`")
+        .and_then(|()| load_tool_manifest(&args.tools, Duration::from_secs(30)))
+    {
         Ok(tools) => tools,
         Err(e) => return usage_error(&format!("--tools: {e}")),
     };

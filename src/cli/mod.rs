@@ -18,7 +18,7 @@ use codeact_runtime::Limits;
 
 use crate::tools::command::{CommandSpec, command_tool};
 use crate::tools::fetch::{FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool};
-use crate::tools::manifest::load_tool_manifest;
+use crate::tools::manifest::{load_mcp_servers, load_tool_manifest};
 use crate::tools::mcp::McpServer;
 use crate::tools::toolbox::Tool;
 
@@ -110,7 +110,9 @@ pub(crate) struct ToolArgs {
     #[arg(long = "tool", value_name = "NAME=COMMAND")]
     tools: Vec<String>,
     /// A JSON manifest of command tools: an array of {"name", "description",
-    /// "parameters" (JSON Schema), "command": [program, args…]}.
+    /// "parameters" (JSON Schema), "command": [program, args…]}; or an object with
+    /// that array as "tools" and MCP servers by name as "mcp" ({"command": […]} or
+    /// {"url", "headers"}).
     #[arg(long = "tools", value_name = "FILE")]
     manifest: Option<PathBuf>,
     /// Kill a tool command after this many milliseconds.
@@ -162,8 +164,14 @@ impl ToolArgs {
         if let Some(fetch) = self.fetch_policy()? {
             tools.push(fetch_tool(fetch));
         }
+        let mut servers = match &self.manifest {
+            Some(path) => load_mcp_servers(path).map_err(|e| format!("--tools: {e}"))?,
+            None => Vec::new(),
+        };
         for spec in &self.mcp_servers {
-            let server = McpServer::parse(spec).map_err(|e| format!("--mcp: {e}"))?;
+            servers.push(McpServer::parse(spec).map_err(|e| format!("--mcp: {e}"))?);
+        }
+        for server in servers {
             tools.extend(host.block_on(server.tools()).map_err(|e| e.to_string())?);
         }
         Ok(tools)

@@ -170,7 +170,7 @@ impl SecretHeader {
 
 /// Replaces `$VAR` and `${VAR}` with the variable's value; a variable that is not
 /// set is an error, so a request never goes out with an empty token.
-fn expand_environment(text: &str) -> Result<String, String> {
+pub(crate) fn expand_environment(text: &str) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = text;
     while let Some(at) = rest.find('$') {

@@ -6,6 +6,17 @@
 //!   "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
 //!   "command": ["python3", "add.py"]}]
 //! ```
+//!
+//! Or, to name MCP servers as well, an object (either key may be left out):
+//!
+//! ```json
+//! {"tools": [...],
+//!  "mcp": {"files": {"command": ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]},
+//!          "docs": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer $DOCS_TOKEN"}}}}
+//! ```
+//!
+//! `$VAR` or `${VAR}` in a header's value is read from the environment, so the
+//! secret stays out of the file.
 
 use std::path::Path;
 use std::time::Duration;
@@ -30,13 +41,121 @@ fn any_object() -> Value {
     serde_json::json!({"type": "object"})
 }
 
+/// A manifest's two parts: command tools and MCP servers.
+struct Parts {
+    tools: Option<Vec<Value>>,
+    mcp: Option<serde_json::Map<String, Value>>,
+}
+
+fn parts_of(path: &Path) -> Result<Parts, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
+    let shape = || {
+        format!(
+            "'{}' must be a JSON array of tools, or an object with \"tools\" (that array) and \"mcp\" (servers by name)",
+            path.display()
+        )
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Array(tools)) => Ok(Parts {
+            tools: Some(tools),
+            mcp: None,
+        }),
+        Ok(Value::Object(mut object)) => {
+            if let Some(key) = object.keys().find(|key| *key != "tools" && *key != "mcp") {
+                return Err(format!("{}; it has \"{key}\"", shape()));
+            }
+            let tools = match object.remove("tools") {
+                None => None,
+                Some(Value::Array(tools)) => Some(tools),
+                Some(_) => return Err(shape()),
+            };
+            let mcp = match object.remove("mcp") {
+                None => None,
+                Some(Value::Object(servers)) => Some(servers),
+                Some(_) => return Err(format!("{}: \"mcp\" must be an object", shape())),
+            };
+            Ok(Parts { tools, mcp })
+        }
+        Ok(_) => Err(shape()),
+        Err(e) => Err(format!("{}: {e}", shape())),
+    }
+}
+
+/// Refuses a manifest with an `mcp` section where `place` cannot start its
+/// servers, rather than leaving them out without a word.
+pub(crate) fn refuse_mcp_servers(path: &Path, place: &str) -> Result<(), String> {
+    match parts_of(path)?.mcp {
+        Some(servers) if !servers.is_empty() => Err(format!(
+            "'{}' names MCP servers, which {place} cannot start yet: give them to `codeact run` or `exec`",
+            path.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// One server of a manifest's `mcp` object.
+#[cfg(feature = "mcp")]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpEntry {
+    command: Option<Vec<String>>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+}
+
+/// The MCP servers a manifest names (none for the array form), in name order.
+#[cfg(feature = "mcp")]
+pub fn load_mcp_servers(path: &Path) -> Result<Vec<crate::tools::mcp::McpServer>, String> {
+    use crate::tools::mcp::McpServer;
+    let servers = parts_of(path)?.mcp.unwrap_or_default();
+    servers
+        .into_iter()
+        .map(|(name, raw)| {
+            let label = format!("'{}' MCP server '{name}'", path.display());
+            let entry: McpEntry =
+                serde_json::from_value(raw).map_err(|e| format!("{label}: {e}"))?;
+            let server = match (entry.command, entry.url) {
+                (Some(command), None) => {
+                    let (program, args) = command
+                        .split_first()
+                        .ok_or_else(|| format!("{label}: \"command\" is empty"))?;
+                    if !entry.headers.is_empty() {
+                        return Err(format!("{label}: \"headers\" are for a \"url\""));
+                    }
+                    McpServer::stdio(name, program.clone(), args.to_vec())
+                }
+                (None, Some(url)) => {
+                    let mut server = McpServer::http(name, url);
+                    for (header, value) in entry.headers {
+                        let value = crate::tools::fetch::expand_environment(&value)
+                            .map_err(|e| format!("{label}: header '{header}': {e}"))?;
+                        server = server.header(header, value);
+                    }
+                    server
+                }
+                _ => {
+                    return Err(format!(
+                        "{label}: give either \"command\" (a stdio server) or \"url\" (HTTP)"
+                    ));
+                }
+            };
+            Ok(server)
+        })
+        .collect()
+}
+
 /// Loads the tools of a manifest, each killed after `timeout`. A malformed manifest
 /// is an error naming the file and the entry.
 pub fn load_tool_manifest(path: &Path, timeout: Duration) -> Result<Vec<Tool>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
-    let entries: Vec<Value> = serde_json::from_str(&text)
-        .map_err(|e| format!("'{}' must be a JSON array of tools: {e}", path.display()))?;
+    let entries = match parts_of(path)? {
+        Parts {
+            tools: Some(entries),
+            ..
+        } => entries,
+        Parts { tools: None, .. } => Vec::new(),
+    };
     entries
         .into_iter()
         .enumerate()
@@ -101,5 +220,44 @@ mod tests {
         );
         let err = manifest(r#"{"name": "x"}"#).expect_err("not an array");
         assert!(err.contains("must be a JSON array"), "{err}");
+        let err = manifest(r#"{"tools": {}}"#).expect_err("tools not an array");
+        assert!(err.contains("must be a JSON array"), "{err}");
+    }
+
+    #[cfg(feature = "mcp")]
+    #[test]
+    fn the_object_form_holds_tools_and_mcp_servers() {
+        let text = r#"{"tools": [{"name": "add", "description": "", "command": ["true"]}],
+            "mcp": {"files": {"command": ["npx", "-y", "server"]},
+                    "docs": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer $DOCS_TOKEN"}}}}"#;
+        let tools = manifest(text).expect("valid manifest");
+        assert_eq!(tools.len(), 1);
+        let dir = std::env::temp_dir().join(format!("codeact-manifest-mcp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("servers.json");
+        let servers = |text: &str| {
+            std::fs::write(&path, text).expect("manifest written");
+            load_mcp_servers(&path)
+        };
+        let plain = r#"{"mcp": {"files": {"command": ["npx", "-y", "server"]},
+            "docs": {"url": "https://example.com/mcp"}}}"#;
+        let names: Vec<String> = servers(plain)
+            .expect("valid")
+            .iter()
+            .map(|server| server.name().to_string())
+            .collect();
+        assert_eq!(names, ["docs", "files"]);
+        for bad in [
+            r#"{"mcp": {"x": {}}}"#,
+            r#"{"mcp": {"x": {"command": []}}}"#,
+            r#"{"mcp": {"x": {"command": ["a"], "url": "http://b"}}}"#,
+            r#"{"mcp": {"x": {"command": ["a"], "headers": {"A": "b"}}}}"#,
+            r#"{"mcp": {"x": {"url": "http://b", "token": "t"}}}"#,
+            r#"{"mcp": []}"#,
+            r#"{"servers": {}}"#,
+            r#"{"mcp": {"x": {"url": "http://b", "headers": {"A": "$CODEACT_TEST_UNSET_VARIABLE"}}}}"#,
+        ] {
+            assert!(servers(bad).is_err(), "{bad}");
+        }
     }
 }

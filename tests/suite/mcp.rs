@@ -343,3 +343,58 @@ async fn the_reference_server_answers_over_streamable_http() {
     });
     assert!(described.is_some(), "the image is described: {image}");
 }
+
+fn exec(args: &[&str], script: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .arg("exec")
+        .args(args)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("codeact starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("script written");
+    child.wait_with_output().expect("codeact ends")
+}
+
+#[test]
+fn a_manifest_names_mcp_servers_beside_command_tools() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let manifest = dir.path().join("tools.json");
+    let text = json!({
+        "tools": [{"name": "two", "description": "Two.", "command": ["python3", "-c", "print(2)"]}],
+        "mcp": {"scripted": {"command": ["python3", SCRIPTED]}},
+    });
+    std::fs::write(&manifest, text.to_string()).expect("manifest written");
+    let manifest = manifest.to_string_lossy().into_owned();
+    let out = exec(
+        &["--tools", &manifest],
+        "final_result(scripted_add(#{a: two(), b: 40}).sum)",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"type":"final_result","value":42}"#,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_server_that_cannot_start_stops_the_command_with_a_usage_error() {
+    for spec in ["bad-name=python3 x", "ghost=/nonexistent/mcp-server"] {
+        let out = exec(&["--mcp", spec], "1");
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("MCP server") || stderr.contains("--mcp"),
+            "{stderr}"
+        );
+    }
+}
