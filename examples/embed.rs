@@ -4,8 +4,9 @@
 //! With `OPENAI_BASE_URL` (and `OPENAI_API_KEY` where needed) set, it asks that
 //! server's model instead: `CODEACT_MODEL` names it (default `gpt-4o-mini`).
 //!
-//! A complete program to copy: it needs `codeact`, `serde_json` and `tokio` (with
-//! the `rt-multi-thread` and `macros` features) in `Cargo.toml`. The first lines of
+//! A complete program to copy: it needs `codeact`, `serde` (with `derive`),
+//! `schemars`, `serde_json` and `tokio` (with the `rt-multi-thread` and `macros`
+//! features) in `Cargo.toml`. The first lines of
 //! `main` matter once the app uses `JsRuntime` (Boa in worker processes): each
 //! worker is this program started again, and must stop there.
 
@@ -13,7 +14,6 @@ use std::sync::Arc;
 
 use codeact::model::{ModelClient, OpenAiClient, OpenAiConfig, ReplayModel};
 use codeact::{Agent, Event, Limits, Outcome, RhaiRuntime, Tool, ToolError};
-use serde_json::{Value, json};
 
 // Holds each Rhai run to its memory limit by what it allocates, wherever the engine
 // keeps it; without it, only what variables hold is counted.
@@ -28,6 +28,19 @@ fn main() -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
+/// What `price` takes.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct PriceQuery {
+    /// The item's name: apple, bread or milk.
+    item: String,
+}
+
+/// What `price` returns.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Price {
+    euros: f64,
+}
+
 #[tokio::main]
 async fn ask() -> Result<(), Box<dyn std::error::Error>> {
     let model: Arc<dyn ModelClient> = match std::env::var("OPENAI_BASE_URL") {
@@ -36,22 +49,31 @@ async fn ask() -> Result<(), Box<dyn std::error::Error>> {
             Arc::new(OpenAiClient::new(OpenAiConfig::from_env(name))?)
         }
         Err(_) => Arc::new(ReplayModel::new([
-            "Let me look at the prices first.\n```rhai\nlet prices = call_tool(\"prices\", #{});\nobservation(prices)\n```",
-            "```rhai\nlet total = 0.0;\nfor item in prices.keys() { total += prices[item]; }\nfinal_result(#{items: prices.len(), total: total})\n```",
+            "Let me look at both prices first.\n```rhai\nlet apple = price(#{item: \"apple\"});\nlet bread = price(#{item: \"bread\"});\nobservation([apple, bread])\n```",
+            "```rhai\nfinal_result(#{total: apple.euros + bread.euros})\n```",
         ])),
     };
 
-    // A tool is an async closure from JSON arguments to a JSON result.
-    let prices = Tool::new(
-        "prices",
-        "Returns the price of each item, in euros.",
-        |_args: Value| async {
-            Ok::<_, ToolError>(json!({"apple": 0.5, "bread": 2.25, "milk": 1.25}))
+    // A typed tool: its arguments and result are Rust types, whose JSON Schemas the
+    // model sees as its signature (`price(#{item: string}) -> {euros: number}`);
+    // a call with the wrong arguments is a tool error naming the field.
+    let price = Tool::typed(
+        "price",
+        "The price of one unit of a shop item, in euros.",
+        |query: PriceQuery| async move {
+            match query.item.as_str() {
+                "apple" => Ok(Price { euros: 0.5 }),
+                "bread" => Ok(Price { euros: 2.25 }),
+                "milk" => Ok(Price { euros: 1.25 }),
+                other => Err(ToolError::new(format!(
+                    "no item '{other}'; items: apple, bread, milk"
+                ))),
+            }
         },
     );
 
     let agent = Agent::builder(model, Arc::new(RhaiRuntime::new(Limits::default())))
-        .tool(prices)
+        .tool(price)
         .on_event(|event| match event {
             Event::ScriptStarted { step, code } => eprintln!("[step {step}] running:\n{code}"),
             Event::Observation { value, .. } => eprintln!("observation: {value}"),
@@ -60,7 +82,9 @@ async fn ask() -> Result<(), Box<dyn std::error::Error>> {
         })
         .build()?;
 
-    let run = agent.run("What do all the items cost together?").await?;
+    let run = agent
+        .run("What do an apple and a bread cost together?")
+        .await?;
     match run.outcome {
         Outcome::FinalResult { value } => println!("{value}"),
         other => println!("the run ended without an answer: {other:?}"),

@@ -20,7 +20,6 @@
 //! error naming the field, not a round trip.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +37,7 @@ use tokio::process::Command;
 use tokio::sync::Mutex;
 
 use crate::tools::pid_namespace;
-use crate::tools::toolbox::Tool;
+use crate::tools::toolbox::{Tool, first_schema_error};
 
 /// How long a call may take before the host gives up on the server. Default: 30 s,
 /// as command tools.
@@ -396,20 +395,12 @@ fn remote_tool(connection: &Arc<Connection>, name: String, tool: rmcp::model::To
         .output_schema
         .as_ref()
         .map(|schema| Value::Object((**schema).clone()));
-    let mut description = tool
+    let description = tool
         .description
         .as_deref()
         .unwrap_or_default()
         .trim()
         .to_string();
-    if let Some(schema) = &output_schema {
-        let _ = write!(
-            description,
-            "{}Returns: {}",
-            if description.is_empty() { "" } else { "\n" },
-            compact_schema(schema)
-        );
-    }
     // A schema that does not compile is the server's problem, not the call's: the
     // server checks the arguments itself then.
     let inputs = jsonschema::validator_for(&parameters).ok().map(Arc::new);
@@ -418,33 +409,23 @@ fn remote_tool(connection: &Arc<Connection>, name: String, tool: rmcp::model::To
         .and_then(|schema| jsonschema::validator_for(schema).ok())
         .map(Arc::new);
     let connection = Arc::clone(connection);
-    Tool::new(name, description, move |args: Value| {
+    let tool = Tool::new(name, description, move |args: Value| {
         let connection = Arc::clone(&connection);
         let remote = remote.clone();
         let inputs = inputs.clone();
         let outputs = outputs.clone();
         async move {
             if let Some(inputs) = &inputs {
-                check(inputs, &args, "arguments")?;
+                first_schema_error(inputs, &args)?;
             }
             let result = connection.call(&remote, args).await?;
             script_value(&connection.server.name, result, outputs.as_deref())
         }
     })
-    .with_parameters(parameters)
-}
-
-/// The first schema error, as `where: what`.
-fn check(validator: &jsonschema::Validator, value: &Value, what: &str) -> Result<(), ToolError> {
-    match validator.iter_errors(value).next() {
-        None => Ok(()),
-        Some(error) => {
-            let at = error.instance_path().to_string();
-            let at = if at.is_empty() { "/".to_string() } else { at };
-            Err(ToolError::new(format!(
-                "the {what} do not match the tool's schema at {at}: {error}"
-            )))
-        }
+    .with_parameters(parameters);
+    match output_schema {
+        Some(schema) => tool.with_returns(schema),
+        None => tool,
     }
 }
 
@@ -474,12 +455,12 @@ fn script_value(
     let value = match result.structured_content {
         Some(structured) => {
             if let Some(outputs) = outputs {
-                check(outputs, &structured, "result").map_err(|e| {
-                    ToolError::new(format!(
-                        "MCP server '{server}' answered wrongly: {}",
-                        e.message
-                    ))
-                })?;
+                if let Some(error) = outputs.iter_errors(&structured).next() {
+                    return Err(ToolError::new(format!(
+                        "MCP server '{server}' answered wrongly: its result does not match the tool's output schema at {}: {error}",
+                        error.instance_path()
+                    )));
+                }
             }
             structured
         }
@@ -550,26 +531,6 @@ fn block_value(block: &Value) -> Value {
             "name": block.get("name").cloned().unwrap_or(Value::Null),
         }),
         other => json!({"type": other, "note": "a content type the host does not know"}),
-    }
-}
-
-/// An output schema in one line the model can read: `{city: string, temp_c:
-/// number}` for an object's properties, else the schema's type.
-fn compact_schema(schema: &Value) -> String {
-    let ty = schema.get("type").and_then(Value::as_str).unwrap_or("any");
-    match (ty, schema.get("properties").and_then(Value::as_object)) {
-        ("object", Some(properties)) => {
-            let fields: Vec<String> = properties
-                .iter()
-                .map(|(name, property)| format!("{name}: {}", compact_schema(property)))
-                .collect();
-            format!("{{{}}}", fields.join(", "))
-        }
-        ("array", _) => match schema.get("items") {
-            Some(items) => format!("{}[]", compact_schema(items)),
-            None => "array".to_string(),
-        },
-        (ty, _) => ty.to_string(),
     }
 }
 
@@ -697,12 +658,5 @@ mod tests {
             script_value("s", right, Some(&validator)),
             Ok(json!({"n": 7}))
         );
-    }
-
-    #[test]
-    fn an_output_schema_reads_as_one_line() {
-        let schema = json!({"type": "object", "properties": {
-            "city": {"type": "string"}, "temps": {"type": "array", "items": {"type": "number"}}}});
-        assert_eq!(compact_schema(&schema), "{city: string, temps: number[]}");
     }
 }

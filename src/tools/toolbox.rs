@@ -9,6 +9,9 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use codeact_runtime::{ToolDispatch, ToolError, ToolSpec, is_identifier};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::runtime::Handle;
 
@@ -74,6 +77,70 @@ impl Tool {
         self
     }
 
+    /// The same tool with this JSON Schema for its result, shown as its
+    /// signature's return type (`-> {sum: integer}`).
+    pub fn with_returns(mut self, returns: Value) -> Self {
+        self.spec.returns = Some(returns);
+        self
+    }
+
+    /// A tool whose arguments and result are Rust types: their JSON Schemas are
+    /// generated (schemars) and shown to the model as the signature, the arguments
+    /// are checked against theirs before the handler runs (a bad call is a tool
+    /// error naming the field, e.g. `/b`) and parsed into `A`.
+    ///
+    /// ```
+    /// use codeact::{Tool, ToolBox, ToolDispatch};
+    /// use serde_json::json;
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Add { a: i64, b: i64 }
+    /// #[derive(serde::Serialize, schemars::JsonSchema)]
+    /// struct Sum { sum: i64 }
+    ///
+    /// let add = Tool::typed("add", "Adds a and b.", |args: Add| async move {
+    ///     Ok(Sum { sum: args.a + args.b })
+    /// });
+    /// let toolbox = ToolBox::new([add]).unwrap();
+    /// assert_eq!(toolbox.call("add", json!({"a": 2, "b": 40})), Ok(json!({"sum": 42})));
+    /// let err = toolbox.call("add", json!({"a": 2, "b": "forty"})).unwrap_err();
+    /// assert!(err.message.contains("/b"), "{}", err.message);
+    /// ```
+    pub fn typed<A, R, F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        handler: F,
+    ) -> Self
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        R: Serialize + JsonSchema + 'static,
+        F: Fn(A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+    {
+        let parameters = generated_schema::<A>();
+        let returns = generated_schema::<R>();
+        let validator = jsonschema::validator_for(&parameters).ok();
+        let handler = Arc::new(handler);
+        Self::new(name, description, move |args: Value| {
+            let checked = match &validator {
+                Some(validator) => first_schema_error(validator, &args),
+                None => Ok(()),
+            };
+            let parsed = checked.and_then(|()| {
+                serde_json::from_value::<A>(args)
+                    .map_err(|e| ToolError::new(format!("the arguments do not fit: {e}")))
+            });
+            let call = parsed.map(|args| handler(args));
+            async move {
+                let result = call?.await?;
+                serde_json::to_value(result)
+                    .map_err(|e| ToolError::new(format!("the tool's result has no JSON form: {e}")))
+            }
+        })
+        .with_parameters(parameters)
+        .with_returns(returns)
+    }
+
     /// What the model is told about the tool.
     pub fn spec(&self) -> &ToolSpec {
         &self.spec
@@ -82,6 +149,33 @@ impl Tool {
     /// Calls the handler.
     pub fn call(&self, args: Value) -> ToolFuture {
         (self.handler)(args)
+    }
+}
+
+/// `T`'s JSON Schema, without the `$schema` and `title` keys a model need not read.
+fn generated_schema<T: JsonSchema>() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Bool(true));
+    if let Value::Object(object) = &mut schema {
+        object.remove("$schema");
+        object.remove("title");
+    }
+    schema
+}
+
+/// The first place `value` breaks `validator`'s schema, as a tool error naming it.
+pub(crate) fn first_schema_error(
+    validator: &jsonschema::Validator,
+    value: &Value,
+) -> Result<(), ToolError> {
+    match validator.iter_errors(value).next() {
+        None => Ok(()),
+        Some(error) => {
+            let at = error.instance_path().to_string();
+            let at = if at.is_empty() { "/".to_string() } else { at };
+            Err(ToolError::new(format!(
+                "the arguments do not match the tool's schema at {at}: {error}"
+            )))
+        }
     }
 }
 

@@ -64,10 +64,14 @@ async fn a_servers_tools_are_listed_with_their_schemas_under_its_name() {
         .find(|tool| tool.spec().name == "scripted_add")
         .expect("scripted_add is listed");
     assert_eq!(add.spec().parameters["required"], json!(["a", "b"]));
-    assert!(
-        add.spec().description.contains("Returns: {sum: integer}"),
-        "the output schema is the return type: {}",
-        add.spec().description
+    assert_eq!(
+        add.spec().js_signature(),
+        "tools.scripted_add({a: integer, b: integer}) -> {sum: integer}",
+        "the output schema is the return type"
+    );
+    assert_eq!(
+        add.spec().python_signature(),
+        "scripted_add(a=integer, b=integer) -> {sum: integer}"
     );
 }
 

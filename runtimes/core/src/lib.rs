@@ -34,4 +34,6 @@ pub const JS_ENCODER: &str = include_str!("js_encoder.js");
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
 pub use runtime::{HostError, RunOutcome, Runtime, RuntimeInfo, ScriptError, Session};
-pub use tools::{HELPER_NAMES, NoTools, ToolDispatch, ToolError, ToolSpec, is_identifier};
+pub use tools::{
+    HELPER_NAMES, NoTools, ToolDispatch, ToolError, ToolSpec, compact_type, is_identifier,
+};

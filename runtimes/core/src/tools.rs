@@ -14,6 +14,10 @@ pub struct ToolSpec {
     /// JSON Schema of the arguments object. Default: `{"type":"object"}`.
     #[serde(default = "any_object")]
     pub parameters: Value,
+    /// JSON Schema of what it returns, shown as the signature's return type
+    /// (`-> {sum: integer}`). Default: none (the description says it, if anything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub returns: Option<Value>,
 }
 
 fn any_object() -> Value {
@@ -27,6 +31,7 @@ impl ToolSpec {
             name: name.into(),
             description: description.into(),
             parameters: any_object(),
+            returns: None,
         }
     }
 
@@ -34,6 +39,21 @@ impl ToolSpec {
     pub fn with_parameters(mut self, parameters: Value) -> Self {
         self.parameters = parameters;
         self
+    }
+
+    /// The same spec with this JSON Schema for its result.
+    pub fn with_returns(mut self, returns: Value) -> Self {
+        self.returns = Some(returns);
+        self
+    }
+
+    /// ` -> TYPE` for a spec that says what it returns, else nothing: what every
+    /// language's signature ends with.
+    pub fn return_suffix(&self) -> String {
+        self.returns
+            .as_ref()
+            .map(|schema| format!(" -> {}", compact_type(schema)))
+            .unwrap_or_default()
     }
 
     /// The argument names and their JSON types, from `parameters.properties`: the
@@ -79,7 +99,12 @@ impl ToolSpec {
             .into_iter()
             .map(|(name, ty)| format!("{name}: {ty}"))
             .collect();
-        format!("tools.{}({{{}}})", self.name, fields.join(", "))
+        format!(
+            "tools.{}({{{}}}){}",
+            self.name,
+            fields.join(", "),
+            self.return_suffix()
+        )
     }
 
     /// How a Python script calls this tool: `add(a=integer, b=integer)` (keyword
@@ -90,7 +115,33 @@ impl ToolSpec {
             .into_iter()
             .map(|(name, ty)| format!("{name}={ty}"))
             .collect();
-        format!("{}({})", self.name, fields.join(", "))
+        format!(
+            "{}({}){}",
+            self.name,
+            fields.join(", "),
+            self.return_suffix()
+        )
+    }
+}
+
+/// A JSON Schema in one line a model reads as a type: `{city: string, temps:
+/// number[]}` for an object's properties, `T[]` for an array, else the schema's
+/// `type` (`any` without one).
+pub fn compact_type(schema: &Value) -> String {
+    let ty = schema.get("type").and_then(Value::as_str).unwrap_or("any");
+    match (ty, schema.get("properties").and_then(Value::as_object)) {
+        ("object", Some(properties)) => {
+            let fields: Vec<String> = properties
+                .iter()
+                .map(|(name, property)| format!("{name}: {}", compact_type(property)))
+                .collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        ("array", _) => match schema.get("items") {
+            Some(items) => format!("{}[]", compact_type(items)),
+            None => "array".to_string(),
+        },
+        (ty, _) => ty.to_string(),
     }
 }
 

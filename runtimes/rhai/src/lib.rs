@@ -89,7 +89,12 @@ impl Runtime for RhaiRuntime {
             .into_iter()
             .map(|(name, ty)| format!("{name}: {}", rhai_type(&ty)))
             .collect();
-        format!("{}(#{{{}}})", tool.name, fields.join(", "))
+        format!(
+            "{}(#{{{}}}){}",
+            tool.name,
+            fields.join(", "),
+            tool.return_suffix()
+        )
     }
 
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
@@ -129,6 +134,12 @@ mod tests {
         assert_eq!(
             runtime.tool_signature(&ToolSpec::new("now", "")),
             "now(#{})"
+        );
+        let typed = tool.with_returns(json!({"type": "object", "properties": {
+            "sum": {"type": "number"}, "parts": {"type": "array", "items": {"type": "integer"}}}}));
+        assert_eq!(
+            runtime.tool_signature(&typed),
+            "add(#{a: int, b: float}) -> {parts: integer[], sum: number}"
         );
     }
 
