@@ -82,7 +82,8 @@
 //!   ([`command_tool`], [`CommandSpec`], [`DEFAULT_COMMAND_TIMEOUT`],
 //!   [`load_tool_manifest`]); the network ([`fetch_tool`], [`FetchPolicy`],
 //!   [`HostPattern`], [`IpNetwork`], [`SecretHeader`], [`FETCH_TOOL`] and its
-//!   defaults); MCP servers' tools (feature `mcp`: `McpServer`, `McpError` and
+//!   defaults); search over a large catalog ([`ToolDiscovery`], [`SEARCH_TOOLS`],
+//!   [`DESCRIBE_TOOL`]); MCP servers' tools (feature `mcp`: `McpServer`, `McpError` and
 //!   their defaults).
 //! - **Final answers:** [`OutputSpec`], [`OutputContract`], [`Check`],
 //!   [`ExtraCheck`], [`OnValidatorError`], [`RefusedBy`], [`OutputSpecError`],
@@ -146,6 +147,7 @@ pub use output::spec::{
 };
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
 pub use tools::command::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
+pub use tools::discovery::{DESCRIBE_TOOL, SEARCH_TOOLS, ToolDiscovery};
 pub use tools::fetch::{
     DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_RESPONSE_BYTES, FETCH_TOOL,
     FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool,

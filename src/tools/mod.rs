@@ -3,6 +3,7 @@
 //! describe them.
 
 pub(crate) mod command;
+pub(crate) mod discovery;
 pub(crate) mod fetch;
 pub(crate) mod manifest;
 #[cfg(feature = "mcp")]

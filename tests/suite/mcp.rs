@@ -402,3 +402,41 @@ fn a_server_that_cannot_start_stops_the_command_with_a_usage_error() {
         );
     }
 }
+
+/// Five hundred MCP tools: the prompt lists the two discovery tools and a summary,
+/// not the catalog; a script finds a tool by search and calls it by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_catalog_is_found_by_search_from_a_script() {
+    use codeact::model::ReplayModel;
+    use codeact::{Agent, Limits, Outcome, RhaiRuntime};
+
+    let server = McpServer::stdio("many", "python3", [SCRIPTED, "--many", "500"]);
+    let tools = server.tools().await.expect("listed");
+    let model = Arc::new(ReplayModel::new([
+        "```rhai\nlet found = search_tools(#{query: \"adds a and b\", limit: 3});\nobservation(found)\n```",
+        "```rhai\nlet sum = call_tool(found[0].name, #{a: 2, b: 40});\nfinal_result(sum.sum)\n```",
+    ]));
+    let agent = Agent::builder(model, Arc::new(RhaiRuntime::new(Limits::default())))
+        .tools(tools)
+        .build()
+        .expect("agent builds");
+    let prompt = agent.system_prompt();
+    assert!(
+        prompt.contains("search_tools(#{query: string, limit: int})"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("many_… (508)"),
+        "the catalog's summary: {prompt}"
+    );
+    assert!(
+        !prompt.contains("many_t499"),
+        "the catalog itself is not listed"
+    );
+    assert!(prompt.len() < 12_000, "{} bytes", prompt.len());
+    let run = agent
+        .run("What is 2 + 40? Use the tools.")
+        .await
+        .expect("runs");
+    assert_eq!(run.outcome, Outcome::FinalResult { value: json!(42) });
+}

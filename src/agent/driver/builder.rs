@@ -11,6 +11,7 @@ use crate::agent::events::{Event, Listener};
 use crate::model::ModelClient;
 use crate::output::spec::OutputSpec;
 use crate::prompts::TransferTarget;
+use crate::tools::discovery::{ToolDiscovery, discovery_tools};
 use crate::tools::toolbox::ToolBox;
 
 /// Builds an [`Agent`]; every setting has a default.
@@ -21,6 +22,7 @@ pub struct AgentBuilder {
     model: Arc<dyn ModelClient>,
     runtime: Arc<dyn Runtime>,
     tools: Vec<crate::tools::toolbox::Tool>,
+    tool_discovery: ToolDiscovery,
     config: LoopConfig,
     instructions: String,
     output: OutputSpec,
@@ -54,6 +56,15 @@ impl AgentBuilder {
     /// Adds a tool.
     pub fn tool(mut self, tool: crate::tools::toolbox::Tool) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// When the tools are searched from scripts (`search_tools`, `describe_tool`)
+    /// rather than all listed in the prompt. Default: [`ToolDiscovery::default`]
+    /// (past 40 tools or 12,000 bytes of signatures); [`ToolDiscovery::off`]
+    /// always lists them.
+    pub fn tool_discovery(mut self, discovery: ToolDiscovery) -> Self {
+        self.tool_discovery = discovery;
         self
     }
 
@@ -126,7 +137,17 @@ impl AgentBuilder {
     /// Checks the tools, loads the output spec (compiling its schema and
     /// validator) and renders the system prompt once.
     pub fn build(self) -> Result<Agent, AgentError> {
-        let tools = ToolBox::new(self.tools).map_err(|e| AgentError::Setup(e.to_string()))?;
+        let mut tools = self.tools;
+        let specs: Vec<_> = tools.iter().map(|tool| tool.spec().clone()).collect();
+        let listed_tools = if self.tool_discovery.applies(&specs, &*self.runtime) {
+            let [search, describe] = discovery_tools(&specs, &*self.runtime);
+            let listed = vec![search.spec().clone(), describe.spec().clone()];
+            tools.extend([search, describe]);
+            Some(listed)
+        } else {
+            None
+        };
+        let tools = ToolBox::new(tools).map_err(|e| AgentError::Setup(e.to_string()))?;
         let contract = self.output.load()?;
         let mut agent = Agent {
             name: self.name,
@@ -136,6 +157,7 @@ impl AgentBuilder {
             model: self.model,
             runtime: self.runtime,
             tools: Arc::new(tools),
+            listed_tools,
             config: self.config,
             output: self.output,
             contract,
@@ -161,6 +183,7 @@ impl Agent {
             model,
             runtime,
             tools: Vec::new(),
+            tool_discovery: ToolDiscovery::default(),
             config: LoopConfig::default(),
             instructions: String::new(),
             output: OutputSpec::default(),

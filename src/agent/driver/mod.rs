@@ -55,6 +55,9 @@ pub struct Agent {
     model: Arc<dyn ModelClient>,
     runtime: Arc<dyn Runtime>,
     tools: Arc<ToolBox>,
+    /// What the prompt lists when the catalog is searched instead (the discovery
+    /// tools); `None`: every tool is listed.
+    listed_tools: Option<Vec<codeact_runtime::ToolSpec>>,
     config: LoopConfig,
     output: OutputSpec,
     contract: OutputContract,
@@ -205,9 +208,13 @@ impl Agent {
         targets: &[TransferTarget],
         spec: &OutputSpec,
     ) -> Result<String, AgentError> {
+        let listed = match &self.listed_tools {
+            Some(listed) => listed.as_slice(),
+            None => codeact_runtime::ToolDispatch::specs(&*self.tools),
+        };
         Ok(render_system_prompt(
             &*self.runtime,
-            codeact_runtime::ToolDispatch::specs(&*self.tools),
+            listed,
             targets,
             &self.instructions,
             &spec.render()?,
