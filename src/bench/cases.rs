@@ -170,6 +170,7 @@ pub fn run_cases(
                 CaseId::NewSession => new_session(backend),
                 CaseId::WarmStep => warm_step(backend),
                 CaseId::ToolCalls => tool_calls(backend),
+                CaseId::McpToolCalls => mcp_tool_calls(backend, host),
                 CaseId::Sum => sum(backend),
                 CaseId::StopInfiniteLoop => stop_infinite_loop(backend),
                 CaseId::Json10Kb => json_round_trip(backend),
@@ -222,6 +223,38 @@ fn tool_calls(backend: &Backend) -> Result<Summary, String> {
         backend.lang.tool_calls(),
         &ScriptOutput::final_result(json!(500_500)),
     )
+}
+
+/// The scripted MCP server of the tests, written out for `python3` to run.
+#[cfg(feature = "mcp")]
+const MCP_SERVER: &str = include_str!("../../tests/mcp/scripted_server.py");
+
+#[cfg(feature = "mcp")]
+fn mcp_tool_calls(backend: &Backend, host: &tokio::runtime::Runtime) -> Result<Summary, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
+    let path = dir.path().join("scripted_server.py");
+    std::fs::write(&path, MCP_SERVER).map_err(|e| format!("cannot write the server: {e}"))?;
+    let server = crate::tools::mcp::McpServer::stdio(
+        "bench",
+        "python3",
+        [path.to_string_lossy().into_owned()],
+    );
+    // The connection lives on `host`, whose workers serve it while a script's
+    // calls block this thread.
+    let tools = host.block_on(server.tools()).map_err(|e| e.to_string())?;
+    let toolbox = ToolBox::new(tools).map_err(|e| e.to_string())?;
+    let mut session =
+        ScriptSession::start(&*backend.runtime, Arc::new(toolbox)).map_err(|e| e.to_string())?;
+    backend.time_step(
+        &mut session,
+        backend.lang.mcp_tool_calls(),
+        &ScriptOutput::final_result(json!(5_050)),
+    )
+}
+
+#[cfg(not(feature = "mcp"))]
+fn mcp_tool_calls(_: &Backend, _: &tokio::runtime::Runtime) -> Result<Summary, String> {
+    Err("built without the `mcp` feature".to_string())
 }
 
 fn sum(backend: &Backend) -> Result<Summary, String> {

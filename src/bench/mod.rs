@@ -1,5 +1,6 @@
 //! The benchmark harness behind `codeact bench`: the same cases on every backend
-//! (a new session, a warm trivial step, 1,000 tool calls, a 1..1,000,000 loop,
+//! (a new session, a warm trivial step, 1,000 tool calls, 100 calls of an MCP
+//! server's tool over stdio, a 1..1,000,000 loop,
 //! stopping an infinite loop, a 10 KB JSON round trip, a 10-step agent run), then
 //! scale (memory per idle session, throughput with concurrent sessions, step cost
 //! by script size and by session history).

@@ -19,6 +19,11 @@ pub enum CaseId {
     /// One script calling a host tool 1,000 times.
     #[serde(rename = "tool_calls_1000")]
     ToolCalls,
+    /// One script calling a tool of an MCP server over stdio 100 times (the
+    /// scripted test server, on `python3`): against `tool_calls_1000`, what a call
+    /// through MCP costs over an in-process Rust tool.
+    #[serde(rename = "mcp_tool_calls_100")]
+    McpToolCalls,
     /// Summing 1..=1,000,000 in a plain loop.
     #[serde(rename = "sum_1m")]
     Sum,
@@ -36,10 +41,11 @@ pub enum CaseId {
 
 impl CaseId {
     /// Every case, in report order.
-    pub const ALL: [CaseId; 7] = [
+    pub const ALL: [CaseId; 8] = [
         CaseId::NewSession,
         CaseId::WarmStep,
         CaseId::ToolCalls,
+        CaseId::McpToolCalls,
         CaseId::Sum,
         CaseId::StopInfiniteLoop,
         CaseId::Json10Kb,
@@ -52,6 +58,7 @@ impl CaseId {
             CaseId::NewSession => "new_session",
             CaseId::WarmStep => "warm_step",
             CaseId::ToolCalls => "tool_calls_1000",
+            CaseId::McpToolCalls => "mcp_tool_calls_100",
             CaseId::Sum => "sum_1m",
             CaseId::StopInfiniteLoop => "stop_infinite_loop_200ms",
             CaseId::Json10Kb => "json_10kb",
@@ -65,6 +72,7 @@ impl CaseId {
             CaseId::NewSession => "new session + first step",
             CaseId::WarmStep => "warm trivial step",
             CaseId::ToolCalls => "1,000 tool calls",
+            CaseId::McpToolCalls => "100 MCP tool calls (stdio)",
             CaseId::Sum => "sum 1..1,000,000",
             CaseId::StopInfiniteLoop => "stop infinite loop (200 ms limit)",
             CaseId::Json10Kb => "JSON 10 KB in and out",

@@ -42,6 +42,22 @@ impl Lang {
         }
     }
 
+    /// Calls the MCP server's `add` (as the tool `bench_add`, answering `{sum}`)
+    /// 100 times; the result is 5,050.
+    pub fn mcp_tool_calls(self) -> &'static str {
+        match self {
+            Lang::Rhai => {
+                "let s = 0; for i in 0..100 { s += bench_add(#{a: i, b: 1}).sum; } final_result(s)"
+            }
+            Lang::Js => {
+                "let s = 0; for (let i = 0; i < 100; i++) s += tools.bench_add({a: i, b: 1}).sum; final_result(s)"
+            }
+            Lang::Python => {
+                "s = 0\nfor i in range(100):\n    s += bench_add(a=i, b=1)[\"sum\"]\nfinal_result(s)"
+            }
+        }
+    }
+
     /// Sums 1..=1,000,000 in a plain loop; the result is 500,000,500,000.
     pub fn sum(self) -> &'static str {
         match self {

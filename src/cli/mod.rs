@@ -60,8 +60,8 @@ enum Command {
     /// unusable, 2 when the validator or schema cannot be loaded.
     Validate(validate::ValidateArgs),
     /// Measure every backend on the same cases (new session, warm step, 1,000 tool
-    /// calls, a 1..1,000,000 loop, stopping an infinite loop, 10 KB of JSON, a
-    /// 10-step agent run), then at scale; print a table, or JSON with --json.
+    /// calls, 100 MCP tool calls over stdio (needs `python3`), a 1..1,000,000 loop,
+    /// stopping an infinite loop, 10 KB of JSON, a 10-step agent run), then at scale; print a table, or JSON with --json.
     /// Progress goes to stderr. Exit 1 when a backend or a case could not run.
     Bench(bench::BenchArgs),
     /// Measure how often a model solves a task file's tasks on each runtime

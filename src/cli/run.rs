@@ -249,7 +249,7 @@ fn run_agent(
         Ok(runtime) => runtime,
         Err(e) => return usage_error(&e.to_string()),
     };
-    let tools = match args.tools.tools(&host) {
+    let tools = match args.tools.tools(host) {
         Ok(tools) => tools,
         Err(e) => return usage_error(&e),
     };

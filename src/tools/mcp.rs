@@ -454,13 +454,12 @@ fn script_value(
     }
     let value = match result.structured_content {
         Some(structured) => {
-            if let Some(outputs) = outputs {
-                if let Some(error) = outputs.iter_errors(&structured).next() {
-                    return Err(ToolError::new(format!(
-                        "MCP server '{server}' answered wrongly: its result does not match the tool's output schema at {}: {error}",
-                        error.instance_path()
-                    )));
-                }
+            if let Some(error) = outputs.and_then(|outputs| outputs.iter_errors(&structured).next())
+            {
+                return Err(ToolError::new(format!(
+                    "MCP server '{server}' answered wrongly: its result does not match the tool's output schema at {}: {error}",
+                    error.instance_path()
+                )));
             }
             structured
         }
