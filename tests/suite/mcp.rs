@@ -440,3 +440,185 @@ async fn a_large_catalog_is_found_by_search_from_a_script() {
         .expect("runs");
     assert_eq!(run.outcome, Outcome::FinalResult { value: json!(42) });
 }
+
+/// `codeact mcp` as a server, driven by codeact's own MCP client (rmcp's).
+fn codeact_mcp(flags: &[&str]) -> McpServer {
+    let mut args = vec!["mcp".to_string()];
+    args.extend(flags.iter().map(|flag| flag.to_string()));
+    McpServer::stdio("codeact", env!("CARGO_BIN_EXE_codeact"), args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codeact_mcp_runs_scripts_in_each_runtime_and_keeps_a_sessions_variables() {
+    let tools = toolbox(&codeact_mcp(&[])).await;
+    let listed = call(&tools, "codeact_list_runtimes", json!({}))
+        .await
+        .expect("listed");
+    let names: Vec<&str> = listed["runtimes"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|runtime| runtime["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["rhai", "js", "wasm:js", "wasm:python"],
+        "no opt-in runtime by default"
+    );
+    for (runtime, define, answer) in [
+        ("rhai", "let x = 41;", "final_result(x + 1)"),
+        ("js", "var x = 41;", "final_result(x + 1)"),
+        ("wasm:js", "var x = 41;", "final_result(x + 1)"),
+        ("wasm:python", "x = 41", "final_result(x + 1)"),
+    ] {
+        let opened = call(&tools, "codeact_new_session", json!({"runtime": runtime}))
+            .await
+            .expect("a session");
+        let session = opened["session"].as_str().expect("an id").to_string();
+        call(
+            &tools,
+            "codeact_run_script",
+            json!({"session": session, "code": define}),
+        )
+        .await
+        .expect("ran");
+        let ran = call(
+            &tools,
+            "codeact_run_script",
+            json!({"session": session, "code": answer}),
+        )
+        .await
+        .expect("ran");
+        assert_eq!(
+            ran["output"],
+            json!({"type": "final_result", "value": 42}),
+            "{runtime}"
+        );
+        call(&tools, "codeact_close_session", json!({"session": session}))
+            .await
+            .expect("closed");
+    }
+    let once = call(
+        &tools,
+        "codeact_run_script",
+        json!({"code": "print(\"hi\"); final_result(1)"}),
+    )
+    .await
+    .expect("ran");
+    assert_eq!(once["output"]["value"], 1);
+    assert_eq!(once["printed"], "hi\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codeact_mcp_holds_its_limits_runtimes_and_session_cap_against_a_client() {
+    let tools = toolbox(&codeact_mcp(&[
+        "--timeout-ms",
+        "300",
+        "--max-sessions",
+        "1",
+        "--idle-timeout",
+        "1",
+    ]))
+    .await;
+    // The operator's time limit, whatever the client sends along.
+    let started = Instant::now();
+    let ran = call(
+        &tools,
+        "codeact_run_script",
+        json!({"code": "loop { }", "limits": {"wall_time_ms": 600000}, "timeout_ms": 600000}),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(ran["output"]["type"], "error", "{ran}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // No runtime outside the served list (the schema's enum stops this client;
+    // the server's own check is below, from a raw client).
+    let err = call(
+        &tools,
+        "codeact_run_script",
+        json!({"runtime": "js-in-process", "code": "1"}),
+    )
+    .await
+    .expect_err("refused");
+    assert!(err.message.contains("is not one of"), "{}", err.message);
+    // One session at most, and an idle one expires.
+    call(&tools, "codeact_new_session", json!({}))
+        .await
+        .expect("the first");
+    let err = call(&tools, "codeact_new_session", json!({}))
+        .await
+        .expect_err("past the cap");
+    assert!(err.message.contains("close one"), "{}", err.message);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let second = call(&tools, "codeact_new_session", json!({}))
+        .await
+        .expect("the first expired");
+    let err = call(
+        &tools,
+        "codeact_run_script",
+        json!({"session": "s1", "code": "1"}),
+    )
+    .await
+    .expect_err("expired");
+    assert!(
+        err.message.contains("no open session 's1'"),
+        "{}",
+        err.message
+    );
+    assert_eq!(second["session"], "s2");
+    let big = "1;".repeat(200_000);
+    let err = call(&tools, "codeact_run_script", json!({"code": big}))
+        .await
+        .expect_err("too long");
+    assert!(err.message.contains("bytes"), "{}", err.message);
+}
+
+/// A client that ignores the schema: the server itself refuses a runtime outside
+/// its list (a guest file's path, the memory-uncapped in-process JavaScript).
+#[test]
+fn codeact_mcp_refuses_a_runtime_outside_its_list_from_a_raw_client() {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("codeact mcp starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut send = |message: Value| {
+        writeln!(stdin, "{message}").expect("written");
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    let _initialized = lines.next().expect("a reply").expect("a line");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for (id, runtime) in [
+        (1, "wasm:/tmp/evil.wasm"),
+        (2, "js-in-process"),
+        (3, "wasm:micropython"),
+    ] {
+        send(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "run_script", "arguments": {"runtime": runtime, "code": "1"}}}),
+        );
+        let reply: Value = loop {
+            let line = lines.next().expect("a reply").expect("a line");
+            let message: Value = serde_json::from_str(&line).expect("JSON");
+            if message["id"] == id {
+                break message;
+            }
+        };
+        assert_eq!(reply["result"]["isError"], true, "{runtime}: {reply}");
+        let text = reply["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("not served here"), "{runtime}: {text}");
+    }
+    drop(stdin);
+    let _ = child.wait();
+}

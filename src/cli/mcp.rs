@@ -1,0 +1,364 @@
+//! `codeact mcp`: codeact's sandboxes served to MCP clients over stdio, through
+//! `rmcp`'s server side. A client gets four tools: `run_script {runtime, code,
+//! session?}`, `new_session {runtime}`, `close_session {session}` and
+//! `list_runtimes`. Everything else is the operator's, fixed on the command line:
+//! the limits of every run (a client cannot pass any), the runtimes a client may
+//! pick (built-in ones only, never a guest file's path), the tools scripts may call,
+//! how many sessions may be open and how long an idle one lives.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use codeact_runtime::{Limits, Runtime};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Map, Value, json};
+use tokio::sync::Mutex;
+
+use super::{EXIT_HOST_FAILURE, LimitArgs, ToolArgs, host_runtime, usage_error};
+use crate::exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, runtime_by_name};
+use crate::exec::session::ScriptSession;
+use crate::tools::toolbox::ToolBox;
+
+/// The longest script a client may send. Default: 256 KiB.
+const MAX_SCRIPT_BYTES: usize = 256 << 10;
+
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// The runtimes a client may pick, comma-separated [default: every built-in
+    /// runtime but the opt-in ones (js-in-process, wasm:micropython)].
+    #[arg(long = "runtimes", value_name = "NAMES", value_delimiter = ',')]
+    runtimes: Vec<String>,
+    /// The most sessions open at once; a client asking for more is told to close
+    /// one.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    max_sessions: u64,
+    /// Close a session nobody used for this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout: u64,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    tools: ToolArgs,
+}
+
+/// Serves until the client closes stdin.
+pub(crate) fn serve(args: &McpArgs) -> ExitCode {
+    let runtimes: Vec<String> = if args.runtimes.is_empty() {
+        RUNTIME_NAMES
+            .iter()
+            .filter(|name| {
+                // In-process JavaScript has no memory cap: not for clients by default.
+                **name != "js-in-process"
+                    && !OPT_IN_RUNTIMES.iter().any(|(opt_in, _)| opt_in == *name)
+            })
+            .map(|name| (*name).to_string())
+            .collect()
+    } else {
+        args.runtimes.clone()
+    };
+    let limits = args.limits.limits();
+    let mut built: HashMap<String, Arc<dyn Runtime>> = HashMap::new();
+    for name in &runtimes {
+        if !RUNTIME_NAMES.contains(&name.as_str()) {
+            return usage_error(&format!(
+                "--runtimes: '{name}' is not a built-in runtime ({})",
+                RUNTIME_NAMES.join(", ")
+            ));
+        }
+        match runtime_by_name(name, limits.clone()) {
+            Ok(runtime) => built.insert(name.clone(), runtime),
+            Err(e) => return usage_error(&format!("--runtimes: {e}")),
+        };
+    }
+    let host = match host_runtime() {
+        Ok(host) => host,
+        Err(code) => return code,
+    };
+    let tools = match args
+        .tools
+        .tools(&host)
+        .and_then(|tools| ToolBox::new(tools).map_err(|e| format!("--tool: {e}")))
+    {
+        Ok(tools) => Arc::new(tools),
+        Err(e) => return usage_error(&e),
+    };
+    let server = Sandboxes {
+        runtimes: Arc::new(built),
+        order: runtimes,
+        limits,
+        tools,
+        sessions: Arc::new(Mutex::new(HashMap::new())),
+        next_id: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
+        idle_timeout: Duration::from_secs(args.idle_timeout),
+    };
+    let served = host.block_on(async {
+        let running = server.serve(rmcp::transport::stdio()).await?;
+        running.waiting().await?;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("codeact mcp: {e}");
+            ExitCode::from(EXIT_HOST_FAILURE)
+        }
+    }
+}
+
+/// One open session: its runtime's name, the session, when it was last used.
+struct Open {
+    runtime: String,
+    session: ScriptSession,
+    used: Instant,
+}
+
+#[derive(Clone)]
+struct Sandboxes {
+    runtimes: Arc<HashMap<String, Arc<dyn Runtime>>>,
+    /// The runtimes' names in the operator's order.
+    order: Vec<String>,
+    limits: Limits,
+    tools: Arc<ToolBox>,
+    sessions: Arc<Mutex<HashMap<String, Arc<Mutex<Open>>>>>,
+    next_id: Arc<std::sync::atomic::AtomicU64>,
+    max_sessions: usize,
+    idle_timeout: Duration,
+}
+
+/// A refusal the client reads: a tool result with `isError`.
+fn refused(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+fn answer(value: Value) -> CallToolResult {
+    let mut result = CallToolResult::structured(value);
+    result.is_error = Some(false);
+    result
+}
+
+impl Sandboxes {
+    fn runtime(&self, name: Option<&str>) -> Result<(String, Arc<dyn Runtime>), String> {
+        let name = name.unwrap_or("rhai");
+        self.runtimes
+            .get(name)
+            .map(|runtime| (name.to_string(), Arc::clone(runtime)))
+            .ok_or_else(|| {
+                format!(
+                    "runtime '{name}' is not served here; available: {}",
+                    self.order.join(", ")
+                )
+            })
+    }
+
+    /// Closes sessions idle past the timeout; a session in use is never closed.
+    async fn expire(&self) {
+        let mut sessions = self.sessions.lock().await;
+        let mut expired = Vec::new();
+        for (id, open) in sessions.iter() {
+            if let Ok(open) = open.try_lock()
+                && open.used.elapsed() > self.idle_timeout
+            {
+                expired.push(id.clone());
+            }
+        }
+        for id in expired {
+            sessions.remove(&id);
+        }
+    }
+
+    async fn new_session(&self, args: &Map<String, Value>) -> CallToolResult {
+        self.expire().await;
+        let (name, runtime) = match self.runtime(args.get("runtime").and_then(Value::as_str)) {
+            Ok(found) => found,
+            Err(message) => return refused(message),
+        };
+        let mut sessions = self.sessions.lock().await;
+        if sessions.len() >= self.max_sessions {
+            return refused(format!(
+                "{} sessions are open, the most this server allows: close one with close_session",
+                sessions.len()
+            ));
+        }
+        let session = match ScriptSession::start(&*runtime, self.tools.clone()) {
+            Ok(session) => session,
+            Err(e) => return refused(format!("the session could not start: {e}")),
+        };
+        let id = format!(
+            "s{}",
+            self.next_id
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        sessions.insert(
+            id.clone(),
+            Arc::new(Mutex::new(Open {
+                runtime: name.clone(),
+                session,
+                used: Instant::now(),
+            })),
+        );
+        answer(json!({"session": id, "runtime": name}))
+    }
+
+    async fn close_session(&self, args: &Map<String, Value>) -> CallToolResult {
+        let Some(id) = args.get("session").and_then(Value::as_str) else {
+            return refused("close_session needs a session (the id new_session returned)");
+        };
+        match self.sessions.lock().await.remove(id) {
+            Some(_) => answer(json!({"closed": id})),
+            None => refused(format!("no open session '{id}' (it may have expired)")),
+        }
+    }
+
+    async fn run_script(&self, args: &Map<String, Value>) -> CallToolResult {
+        self.expire().await;
+        let Some(code) = args.get("code").and_then(Value::as_str) else {
+            return refused("run_script needs code (a string)");
+        };
+        if code.len() > MAX_SCRIPT_BYTES {
+            return refused(format!(
+                "the script is {} bytes, more than the {MAX_SCRIPT_BYTES} this server takes",
+                code.len()
+            ));
+        }
+        let runtime_name = args.get("runtime").and_then(Value::as_str);
+        let run = match args.get("session").and_then(Value::as_str) {
+            Some(id) => {
+                let open = self.sessions.lock().await.get(id).cloned();
+                let Some(open) = open else {
+                    return refused(format!(
+                        "no open session '{id}' (it may have expired): start one with new_session"
+                    ));
+                };
+                let mut open = open.lock().await;
+                if let Some(name) = runtime_name.filter(|name| *name != open.runtime) {
+                    return refused(format!("session '{id}' runs {}, not {name}", open.runtime));
+                }
+                open.used = Instant::now();
+                let run = open.session.run(code).await;
+                open.used = Instant::now();
+                run
+            }
+            None => {
+                let (_, runtime) = match self.runtime(runtime_name) {
+                    Ok(found) => found,
+                    Err(message) => return refused(message),
+                };
+                match ScriptSession::start(&*runtime, self.tools.clone()) {
+                    Ok(mut session) => session.run(code).await,
+                    Err(e) => return refused(format!("the session could not start: {e}")),
+                }
+            }
+        };
+        match run {
+            Ok(run) => answer(json!({
+                "output": run.output,
+                "printed": run.logs.render(),
+            })),
+            Err(e) => refused(format!("the host could not run the script: {e}")),
+        }
+    }
+
+    fn list_runtimes(&self) -> CallToolResult {
+        let runtimes: Vec<Value> = self
+            .order
+            .iter()
+            .filter_map(|name| {
+                let info = self.runtimes.get(name)?.info();
+                Some(json!({"name": name, "language": info.language}))
+            })
+            .collect();
+        let limits = &self.limits;
+        answer(json!({
+            "runtimes": runtimes,
+            "limits": {
+                "wall_time_ms": limits.wall_time.as_millis(),
+                "max_operations": limits.max_operations,
+                "max_memory_bytes": limits.max_memory_bytes,
+            },
+        }))
+    }
+
+    fn catalog(&self) -> Vec<Tool> {
+        let object = |value: Value| match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        let runtime = json!({"type": "string", "enum": self.order, "description": "default: rhai"});
+        vec![
+            Tool::new(
+                "run_script",
+                "Runs a script in a sandbox and returns its output ({type: final_result|observation|error|…}) and what it printed. With a session (from new_session) its variables and functions persist from call to call; without one, a fresh session runs it once.",
+                object(json!({
+                    "type": "object",
+                    "properties": {
+                        "code": {"type": "string"},
+                        "runtime": runtime,
+                        "session": {"type": "string"},
+                    },
+                    "required": ["code"],
+                })),
+            ),
+            Tool::new(
+                "new_session",
+                "Starts a session whose variables and functions persist across run_script calls; returns its id. Idle sessions expire.",
+                object(json!({"type": "object", "properties": {"runtime": runtime}})),
+            ),
+            Tool::new(
+                "close_session",
+                "Closes a session started with new_session.",
+                object(json!({
+                    "type": "object",
+                    "properties": {"session": {"type": "string"}},
+                    "required": ["session"],
+                })),
+            ),
+            Tool::new(
+                "list_runtimes",
+                "The runtimes this server runs scripts in, and the limits every run has.",
+                object(json!({"type": "object", "properties": {}})),
+            ),
+        ]
+    }
+}
+
+impl ServerHandler for Sandboxes {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("codeact", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.catalog()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let result = match request.name.as_ref() {
+            "run_script" => self.run_script(&args).await,
+            "new_session" => self.new_session(&args).await,
+            "close_session" => self.close_session(&args).await,
+            "list_runtimes" => self.list_runtimes(),
+            other => refused(format!(
+                "no tool '{other}'; tools: run_script, new_session, close_session, list_runtimes"
+            )),
+        };
+        Ok(result.into())
+    }
+}
