@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use codeact::model::{OpenAiClient, OpenAiConfig};
 use codeact::{
-    Agent, JsRuntime, Limits, LoopConfig, Outcome, Runtime, Transcript, runtime_by_name,
+    Agent, JsRuntime, Limits, LoopConfig, McpServer, Outcome, Runtime, Tool, Transcript,
+    runtime_by_name,
 };
 use serde_json::{Value, json};
 
@@ -83,15 +84,55 @@ fn runtime(name: &str) -> Arc<dyn Runtime> {
     }
 }
 
-/// Runs every task on `runtime_name`; the number answered right.
+/// Tasks answered with the tools of an MCP server (`tests/mcp/scripted_server.py`:
+/// `scripted_price`, `scripted_add`, each answering structured content).
+fn mcp_tasks() -> Vec<Task> {
+    vec![
+        Task {
+            name: "mcp-price",
+            prompt: "What does one bread cost, in euros? Use the tools. Return the number.",
+            answer: json!(2.25),
+        },
+        Task {
+            name: "mcp-basket",
+            prompt: "What do 3 apples and 2 milks cost together, in euros? Use the tools. Return the number.",
+            answer: json!(4.0),
+        },
+        Task {
+            name: "mcp-add",
+            prompt: "Compute 1234 + 4321 with the add tool. Return the number.",
+            answer: json!(5555),
+        },
+    ]
+}
+
+/// Runs `tasks` on `runtime_name` with `tools`; the number answered right.
 async fn solve_all(
     runtime_name: &str,
     base_url: &str,
     model_name: &str,
     record: Option<&str>,
 ) -> usize {
+    solve(
+        runtime_name,
+        base_url,
+        model_name,
+        record,
+        tasks(),
+        Vec::new(),
+    )
+    .await
+}
+
+async fn solve(
+    runtime_name: &str,
+    base_url: &str,
+    model_name: &str,
+    record: Option<&str>,
+    tasks: Vec<Task>,
+    tools: Vec<Tool>,
+) -> usize {
     let mut right = 0;
-    let tasks = tasks();
     for task in &tasks {
         let client = OpenAiClient::new(OpenAiConfig::from_env(model_name).with_base_url(base_url))
             .expect("client");
@@ -100,6 +141,7 @@ async fn solve_all(
                 max_steps: 6,
                 ..LoopConfig::default()
             })
+            .tools(tools.clone())
             .max_tokens(512)
             .temperature(0.0);
         if let Some(dir) = record {
@@ -160,6 +202,60 @@ async fn a_real_model_solves_small_tasks_in_every_runtime() {
     for runtime_name in runtimes.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let right = solve_all(runtime_name, &base_url, &model_name, record.as_deref()).await;
         let bar = min_right(runtime_name);
+        if right < bar {
+            short.push(format!("{runtime_name}: {right} right, {bar} wanted"));
+        }
+    }
+    assert!(short.is_empty(), "below the bar: {}", short.join("; "));
+}
+
+/// The right answers of the 3 MCP tasks each runtime must reach;
+/// `CODEACT_TEST_MIN_RIGHT` overrides as above.
+fn mcp_min_right() -> usize {
+    if let Some(n) = std::env::var("CODEACT_TEST_MIN_RIGHT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        return n;
+    }
+    1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real model: CODEACT_TEST_MODEL_URL=… cargo test --test real_model -- --ignored"]
+async fn a_real_model_solves_tasks_through_mcp_tools_in_javascript_and_python() {
+    let base_url = std::env::var("CODEACT_TEST_MODEL_URL").expect(
+        "CODEACT_TEST_MODEL_URL must name an OpenAI-compatible server (e.g. http://127.0.0.1:18080/v1) for this test",
+    );
+    let model_name = std::env::var("CODEACT_TEST_MODEL").unwrap_or_else(|_| "local".into());
+    let record = std::env::var("CODEACT_RECORD_TRANSCRIPTS").ok();
+    let server = McpServer::stdio(
+        "scripted",
+        "python3",
+        [concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/mcp/scripted_server.py"
+        )],
+    );
+    let tools: Vec<Tool> = server
+        .tools()
+        .await
+        .expect("the scripted MCP server starts")
+        .into_iter()
+        .filter(|tool| matches!(tool.spec().name.as_str(), "scripted_price" | "scripted_add"))
+        .collect();
+    let mut short = Vec::new();
+    for runtime_name in ["js", "wasm:python"] {
+        let right = solve(
+            runtime_name,
+            &base_url,
+            &model_name,
+            record.as_deref(),
+            mcp_tasks(),
+            tools.clone(),
+        )
+        .await;
+        let bar = mcp_min_right();
         if right < bar {
             short.push(format!("{runtime_name}: {right} right, {bar} wanted"));
         }

@@ -1,8 +1,8 @@
 """An MCP server over stdio (newline-delimited JSON-RPC, protocol 2025-06-18) whose
 tools misbehave on purpose, for the tests of codeact's MCP client: a crash, a hang,
 garbage on stdout, an error result, a 10 MB result, a result against its own output
-schema. Hand-written (standard library only) so that each failure is exact; the
-well-behaved servers of the tests are third-party ones.
+schema. Hand-written (standard library only) so that each failure is exact. Its
+well-behaved `add` and `price` serve the benchmark and the real-model tasks.
 
 Usage: scripted_server.py [--many N] [--marker TEXT]
   --many N     also list N tools t0 … t(N-1), each returning its own index
@@ -38,7 +38,12 @@ TOOLS = [
     tool("big", "Answers with 10 MB of text."),
     tool("wrong", "Answers against its own output schema.", output=SUM_SCHEMA),
     tool("calls", "How many calls this server process has served, this one included."),
+    tool("price", "The price of one unit of a shop item (apple, bread or milk), in euros.",
+         {"item": {"type": "string"}}, ["item"],
+         {"type": "object", "properties": {"euros": {"type": "number"}}, "required": ["euros"]}),
 ]
+
+PRICES = {"apple": 0.5, "bread": 2.25, "milk": 1.25}
 
 
 def reply(request_id, result=None, error=None):
@@ -78,6 +83,12 @@ def call(name, arguments):
         return {"content": [], "structuredContent": {"sum": "seven"}}
     if name == "calls":
         return {"content": [], "structuredContent": {"calls": CALLS}}
+    if name == "price":
+        item = str(arguments["item"]).strip().lower().rstrip("s")
+        if item not in PRICES:
+            return text(f"no item '{arguments['item']}'; items: apple, bread, milk", is_error=True)
+        return {"content": [{"type": "text", "text": json.dumps({"euros": PRICES[item]})}],
+                "structuredContent": {"euros": PRICES[item]}}
     if name.startswith("t") and name[1:].isdigit():
         return text(name[1:])
     return None

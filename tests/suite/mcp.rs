@@ -204,7 +204,7 @@ async fn a_ten_megabyte_result_arrives_whole() {
 async fn five_hundred_tools_are_listed_and_each_is_callable() {
     let server = McpServer::stdio("many", "python3", [SCRIPTED, "--many", "500"]);
     let tools = toolbox(&server).await;
-    assert_eq!(tools.specs().len(), 8 + 500);
+    assert_eq!(tools.specs().len(), 9 + 500);
     assert_eq!(call(&tools, "many_t499", json!({})).await, Ok(json!(499)));
 }
 
@@ -426,7 +426,7 @@ async fn a_large_catalog_is_found_by_search_from_a_script() {
         "{prompt}"
     );
     assert!(
-        prompt.contains("many_… (508)"),
+        prompt.contains("many_… (509)"),
         "the catalog's summary: {prompt}"
     );
     assert!(
