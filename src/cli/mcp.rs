@@ -1,5 +1,5 @@
-//! `codeact mcp`: codeact's sandboxes served to MCP clients over stdio, through
-//! `rmcp`'s server side. A client gets four tools: `run_script {runtime, code,
+//! `codeact mcp`: codeact's sandboxes served to MCP clients over stdio, or over
+//! streamable HTTP with `--listen`, through `rmcp`'s server side. A client gets four tools: `run_script {runtime, code,
 //! session?}`, `new_session {runtime}`, `close_session {session}` and
 //! `list_runtimes`. Everything else is the operator's, fixed on the command line:
 //! the limits of every run (a client cannot pass any), the runtimes a client may
@@ -43,11 +43,19 @@ pub(crate) struct McpArgs {
     /// Close a session nobody used for this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout: u64,
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio. Every request
+    /// must carry `Authorization: Bearer $CODEACT_MCP_TOKEN` when that variable is
+    /// set, and it must be set for an address that is not loopback.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
     tools: ToolArgs,
 }
+
+/// The environment variable holding the bearer token of `--listen`.
+const TOKEN_VARIABLE: &str = "CODEACT_MCP_TOKEN";
 
 /// Serves until the client closes stdin.
 pub(crate) fn serve(args: &McpArgs) -> ExitCode {
@@ -100,11 +108,22 @@ pub(crate) fn serve(args: &McpArgs) -> ExitCode {
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
         idle_timeout: Duration::from_secs(args.idle_timeout),
     };
-    let served = host.block_on(async {
-        let running = server.serve(rmcp::transport::stdio()).await?;
-        running.waiting().await?;
-        Ok::<(), Box<dyn std::error::Error>>(())
-    });
+    let served = match args.listen {
+        None => host.block_on(async {
+            let running = server.serve(rmcp::transport::stdio()).await?;
+            running.waiting().await?;
+            Ok::<(), Box<dyn std::error::Error>>(())
+        }),
+        Some(address) => {
+            let token = std::env::var(TOKEN_VARIABLE).ok().filter(|t| !t.is_empty());
+            if token.is_none() && !address.ip().is_loopback() {
+                return usage_error(&format!(
+                    "--listen {address} is not a loopback address: set {TOKEN_VARIABLE} so clients must present it"
+                ));
+            }
+            host.block_on(serve_http(server, address, token))
+        }
+    };
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -112,6 +131,57 @@ pub(crate) fn serve(args: &McpArgs) -> ExitCode {
             ExitCode::from(EXIT_HOST_FAILURE)
         }
     }
+}
+
+/// Serves `server` over streamable HTTP at `address`, path `/mcp`, until the
+/// process ends; with a `token`, a request without it gets 401.
+async fn serve_http(
+    server: Sandboxes,
+    address: std::net::SocketAddr,
+    token: Option<String>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let mut config = StreamableHttpServerConfig::default();
+    if !address.ip().is_loopback() {
+        // rmcp accepts only loopback `Host`s by default (against DNS rebinding);
+        // an operator who listens beyond loopback protects it with the token.
+        config.allowed_hosts.clear();
+    }
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        config,
+    );
+    let expected = token.map(|token| format!("Bearer {token}"));
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let allowed = match &expected {
+                        None => true,
+                        Some(expected) => request
+                            .headers()
+                            .get(axum::http::header::AUTHORIZATION)
+                            .is_some_and(|value| value.as_bytes() == expected.as_bytes()),
+                    };
+                    async move {
+                        if allowed {
+                            next.run(request).await
+                        } else {
+                            axum::response::IntoResponse::into_response(
+                                axum::http::StatusCode::UNAUTHORIZED,
+                            )
+                        }
+                    }
+                },
+            ));
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    eprintln!("codeact mcp: serving http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, router).await?;
+    Ok(())
 }
 
 /// One open session: its runtime's name, the session, when it was last used.
@@ -159,6 +229,17 @@ impl Sandboxes {
             })
     }
 
+    /// A new session's id, `s<n>-<64 random bits>`: over HTTP several clients
+    /// share the sessions, so one cannot guess another's.
+    fn session_id(&self) -> String {
+        use std::hash::BuildHasher;
+        let n = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let random = std::collections::hash_map::RandomState::new().hash_one((n, Instant::now()));
+        format!("s{n}-{random:016x}")
+    }
+
     /// Closes sessions idle past the timeout; a session in use is never closed.
     async fn expire(&self) {
         let mut sessions = self.sessions.lock().await;
@@ -192,11 +273,7 @@ impl Sandboxes {
             Ok(session) => session,
             Err(e) => return refused(format!("the session could not start: {e}")),
         };
-        let id = format!(
-            "s{}",
-            self.next_id
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
+        let id = self.session_id();
         sessions.insert(
             id.clone(),
             Arc::new(Mutex::new(Open {

@@ -542,9 +542,14 @@ async fn codeact_mcp_holds_its_limits_runtimes_and_session_cap_against_a_client(
     .expect_err("refused");
     assert!(err.message.contains("is not one of"), "{}", err.message);
     // One session at most, and an idle one expires.
-    call(&tools, "codeact_new_session", json!({}))
+    let first = call(&tools, "codeact_new_session", json!({}))
         .await
         .expect("the first");
+    let first = first["session"].as_str().expect("an id").to_string();
+    assert!(
+        first.starts_with("s1-") && first.len() > 10,
+        "not guessable: {first}"
+    );
     let err = call(&tools, "codeact_new_session", json!({}))
         .await
         .expect_err("past the cap");
@@ -556,16 +561,16 @@ async fn codeact_mcp_holds_its_limits_runtimes_and_session_cap_against_a_client(
     let err = call(
         &tools,
         "codeact_run_script",
-        json!({"session": "s1", "code": "1"}),
+        json!({"session": first, "code": "1"}),
     )
     .await
     .expect_err("expired");
+    assert!(err.message.contains("no open session"), "{}", err.message);
     assert!(
-        err.message.contains("no open session 's1'"),
-        "{}",
-        err.message
+        second["session"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("s2-"))
     );
-    assert_eq!(second["session"], "s2");
     let big = "1;".repeat(200_000);
     let err = call(&tools, "codeact_run_script", json!({"code": big}))
         .await
@@ -621,4 +626,64 @@ fn codeact_mcp_refuses_a_runtime_outside_its_list_from_a_raw_client() {
     }
     drop(stdin);
     let _ = child.wait();
+}
+
+/// `codeact mcp --listen`: the same tools over streamable HTTP, behind the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let _server = tokio::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args(["mcp", "--listen", &format!("127.0.0.1:{port}")])
+        .env("CODEACT_MCP_TOKEN", "s3cret-token")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("codeact mcp starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the HTTP server did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let with_token =
+        McpServer::http("codeact", &url).header("Authorization", "Bearer s3cret-token");
+    let tools = toolbox(&with_token).await;
+    let ran = call(
+        &tools,
+        "codeact_run_script",
+        json!({"runtime": "js", "code": "final_result(6 * 7)"}),
+    )
+    .await
+    .expect("ran");
+    assert_eq!(ran["output"], json!({"type": "final_result", "value": 42}));
+    for server in [
+        McpServer::http("codeact", &url),
+        McpServer::http("codeact", &url).header("Authorization", "Bearer wrong"),
+    ] {
+        let err = server
+            .connect_timeout(Duration::from_secs(5))
+            .tools()
+            .await
+            .expect_err("refused without the token");
+        assert!(err.to_string().contains("MCP server 'codeact'"), "{err}");
+    }
+}
+
+#[test]
+fn codeact_mcp_refuses_to_listen_beyond_loopback_without_a_token() {
+    let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args(["mcp", "--listen", "0.0.0.0:0"])
+        .env_remove("CODEACT_MCP_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("codeact runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CODEACT_MCP_TOKEN"));
 }
