@@ -43,6 +43,9 @@ use crate::exec::registry::runtime_by_name;
 use crate::model::{ModelSpecError, model_from_spec};
 use crate::output::spec::{OnValidatorError, OutputSpec};
 use crate::prompts::TransferTarget;
+#[cfg(feature = "mcp")]
+use crate::tools::manifest::load_manifest_with_mcp;
+#[cfg(not(feature = "mcp"))]
 use crate::tools::manifest::{load_tool_manifest, refuse_mcp_servers};
 use codeact_runtime::Limits;
 
@@ -208,9 +211,12 @@ pub fn load_team(
         let tools = match &entry.tools {
             Some(manifest) => {
                 let path = resolve(manifest);
-                refuse_mcp_servers(&path, "a team file")
-                    .and_then(|()| load_tool_manifest(&path, tool_timeout))
-                    .map_err(|e| invalid(format!("{label}: {e}")))?
+                #[cfg(feature = "mcp")]
+                let loaded = load_manifest_with_mcp(&path, tool_timeout);
+                #[cfg(not(feature = "mcp"))]
+                let loaded = refuse_mcp_servers(&path, "a build without the `mcp` feature")
+                    .and_then(|()| load_tool_manifest(&path, tool_timeout));
+                loaded.map_err(|e| invalid(format!("{label}: {e}")))?
             }
             None => Vec::new(),
         };

@@ -94,6 +94,35 @@ pub(crate) fn refuse_mcp_servers(path: &Path, place: &str) -> Result<(), String>
     }
 }
 
+/// Loads a manifest's command tools and connects its MCP servers, from sync code
+/// (a team file): each server is started on the process's shared tool runtime,
+/// which keeps its connection, from a thread of its own, so this works inside
+/// an async runtime as well as outside one.
+#[cfg(feature = "mcp")]
+pub(crate) fn load_manifest_with_mcp(path: &Path, timeout: Duration) -> Result<Vec<Tool>, String> {
+    let mut tools = load_tool_manifest(path, timeout)?;
+    let servers = load_mcp_servers(path)?;
+    if servers.is_empty() {
+        return Ok(tools);
+    }
+    let handle = crate::tools::toolbox::fallback_runtime()
+        .ok_or("the host could not start a thread for the MCP servers")?
+        .clone();
+    let connected = std::thread::spawn(move || {
+        handle.block_on(async {
+            let mut tools = Vec::new();
+            for server in servers {
+                tools.extend(server.tools().await.map_err(|e| e.to_string())?);
+            }
+            Ok::<_, String>(tools)
+        })
+    })
+    .join()
+    .map_err(|_| "connecting the MCP servers panicked".to_string())??;
+    tools.extend(connected);
+    Ok(tools)
+}
+
 /// One server of a manifest's `mcp` object.
 #[cfg(feature = "mcp")]
 #[derive(Deserialize)]

@@ -264,7 +264,7 @@ impl ToolDispatch for ToolBox {
 
 /// A one-worker runtime for tool calls made outside any tokio runtime, started on
 /// first use. `None` only when the OS refuses a thread.
-fn fallback_runtime() -> Option<&'static Handle> {
+pub(crate) fn fallback_runtime() -> Option<&'static Handle> {
     static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {

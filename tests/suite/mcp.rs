@@ -687,3 +687,46 @@ fn codeact_mcp_refuses_to_listen_beyond_loopback_without_a_token() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("CODEACT_MCP_TOKEN"));
 }
+
+/// A team file's agent gets MCP servers from its tools manifest's `mcp` section.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_agents_manifest_starts_its_mcp_servers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, text: String| {
+        std::fs::write(dir.path().join(name), text).expect("written");
+    };
+    write(
+        "tools.json",
+        json!({"mcp": {"scripted": {"command": ["python3", SCRIPTED]}}}).to_string(),
+    );
+    write(
+        "shop.json",
+        json!({"replies": [
+            "```rhai\nfinal_result(scripted_price(\"bread\").euros * 2)\n```"
+        ]})
+        .to_string(),
+    );
+    write(
+        "team.toml",
+        "[[agent]]\nname = \"shop\"\nmodel = \"replay:shop.json\"\ntools = \"tools.json\"\n"
+            .to_string(),
+    );
+    let path = dir.path().join("team.toml");
+    // Loaded from a thread that may not block, as an async app would.
+    let loaded = codeact::load_team(
+        &path,
+        &codeact::Limits::default(),
+        Duration::from_secs(30),
+        |builder| builder,
+    )
+    .expect("the team loads and its MCP server starts");
+    let team = loaded.builder.build().expect("the team builds");
+    let run = team.run("shop", "Two breads?").await.expect("runs");
+    assert_eq!(
+        run.outcome,
+        codeact::TeamOutcome::Finished {
+            agent: "shop".into(),
+            outcome: codeact::Outcome::FinalResult { value: json!(4.5) }
+        }
+    );
+}
