@@ -63,8 +63,8 @@
 //! evaluation (`eval`) and the benchmark harness (`bench`).
 //!
 //! - **The loop:** [`Agent`], [`AgentBuilder`], [`LoopConfig`], [`BareValues`],
-//!   [`RunResult`], [`TypedRun`], [`Outcome`], [`Event`], [`ToolCallOutcome`],
-//!   [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`];
+//!   [`RunRequest`] and [`CancellationToken`], [`RunResult`], [`TypedRun`],
+//!   [`Outcome`], [`Event`], [`ToolCallOutcome`], [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`];
 //!   teams: [`Team`], [`TeamBuilder`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
 //!   [`load_team`], [`LoadedTeam`], [`TeamConfigError`].
 //! - **Scripts without the loop:** [`ScriptSession`], [`ScriptRun`],
@@ -116,8 +116,8 @@ mod untrusted;
 pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use agent::{
     Agent, AgentBuilder, AgentError, BareValues, Event, Handover, LoopConfig, Outcome, ResumeError,
-    ResumePoint, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun, ToolCallOutcome, Transcript,
-    TypedRun,
+    ResumePoint, RunRequest, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun, ToolCallOutcome,
+    Transcript, TypedRun,
 };
 pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
 #[cfg(feature = "js")]
@@ -146,6 +146,8 @@ pub use output::spec::{
     content_text,
 };
 pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
+/// The token that cancels a run ([`RunRequest::cancel_on`]), from `tokio-util`.
+pub use tokio_util::sync::CancellationToken;
 pub use tools::command::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
 pub use tools::discovery::{DESCRIBE_TOOL, SEARCH_TOOLS, ToolDiscovery};
 pub use tools::fetch::{

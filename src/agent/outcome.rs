@@ -72,6 +72,11 @@ pub enum Outcome {
         /// The time allowed, in milliseconds.
         limit_ms: u64,
     },
+    /// The run's [`CancellationToken`](tokio_util::sync::CancellationToken) was
+    /// cancelled (Ctrl-C in `codeact run`): a waiting model call was dropped, a
+    /// running script was left to end at its own time limit. The transcript can
+    /// be resumed.
+    Cancelled,
 }
 
 impl Outcome {
@@ -89,7 +94,8 @@ impl Outcome {
             | Outcome::ContextWindowExceeded
             | Outcome::ToolCallBudget { .. }
             | Outcome::TokenBudget { .. }
-            | Outcome::DeadlineExceeded { .. } => None,
+            | Outcome::DeadlineExceeded { .. }
+            | Outcome::Cancelled => None,
         }
     }
 }

@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use super::decide::Progress;
 use super::events::{Event, Listener, ToolCallOutcome};
+use super::outcome::Outcome;
 use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
 
 /// Why a transcript cannot be resumed.
@@ -130,6 +131,11 @@ impl ResumePoint {
                         });
                     }
                 }
+                // A cancelled run stopped where it was: it goes on from there.
+                Event::Finished {
+                    outcome: Outcome::Cancelled,
+                    ..
+                } => {}
                 Event::Finished { outcome, .. } => {
                     let outcome = serde_json::to_value(outcome)
                         .ok()

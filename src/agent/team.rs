@@ -242,7 +242,7 @@ impl Team {
     ) -> Result<TeamRun, AgentError> {
         let request = RequestOutput {
             spec: request.clone(),
-            extra: None,
+            ..RequestOutput::default()
         };
         self.run_inner(entry, task, &request).await
     }

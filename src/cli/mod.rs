@@ -29,6 +29,8 @@ pub(crate) const EXIT_OK: u8 = 0;
 pub(crate) const EXIT_HOST_FAILURE: u8 = 1;
 /// Exit status when a run's step or error budget ran out.
 pub(crate) const EXIT_BUDGET: u8 = 3;
+/// Exit status of a run cancelled with Ctrl-C (128 + SIGINT, as shells report it).
+pub(crate) const EXIT_CANCELLED: u8 = 130;
 /// Exit status of `validate` for content that is invalid, or whose validator is
 /// unusable.
 pub(crate) const EXIT_NOT_VALID: u8 = 1;

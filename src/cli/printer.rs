@@ -103,6 +103,9 @@ impl Printer {
                     Outcome::DeadlineExceeded { limit_ms } => {
                         format!("stopped: the run's {limit_ms} ms ran out")
                     }
+                    Outcome::Cancelled => {
+                        "cancelled (resume it with --resume and the transcript)".to_string()
+                    }
                 };
                 writeln!(
                     err,

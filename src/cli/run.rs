@@ -8,7 +8,8 @@ use clap::Args;
 
 use super::printer::{Printer, terminal_safe};
 use super::{
-    EXIT_BUDGET, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime, usage_error,
+    EXIT_BUDGET, EXIT_CANCELLED, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime,
+    usage_error,
 };
 use crate::model::{ModelSpecError, model_from_spec};
 use std::time::Duration;
@@ -27,6 +28,7 @@ use crate::agent::team_config::{TeamConfigError, load_team};
 use crate::exec::registry::runtime_by_name;
 use crate::output::spec::{OnValidatorError, OutputSpec};
 use crate::prompts::TransferTarget;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -273,12 +275,14 @@ fn run_agent(
         Ok(agent) => agent,
         Err(e) => return usage_error(&e.to_string()),
     };
-    let run = match &resume {
-        Some(point) => host.block_on(agent.resume(point, request)),
-        None => {
-            host.block_on(agent.run_with_output(args.task.as_deref().unwrap_or_default(), request))
-        }
-    };
+    let cancel = cancel_on_ctrl_c(host);
+    let request = match &resume {
+        Some(point) => agent.resume_request(point),
+        None => agent.request(args.task.as_deref().unwrap_or_default()),
+    }
+    .output(request.clone())
+    .cancel_on(cancel);
+    let run = host.block_on(request.run());
     match run {
         Ok(result) => finish(&result.outcome),
         Err(AgentError::Output(e)) => usage_error(&e.to_string()),
@@ -345,6 +349,24 @@ fn run_team(
     }
 }
 
+/// A token cancelled by the first Ctrl-C (the run stops cleanly: the transcript
+/// ends with a `cancelled` line and can be resumed); a second Ctrl-C exits at once.
+fn cancel_on_ctrl_c(host: &tokio::runtime::Runtime) -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    host.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        eprintln!("\ncodeact: cancelling the run (Ctrl-C again to quit at once)");
+        cancel.cancel();
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(i32::from(EXIT_CANCELLED));
+        }
+    });
+    token
+}
+
 /// Prints a terminal outcome's `ScriptOutput` line and maps it to an exit status.
 fn finish(outcome: &Outcome) -> ExitCode {
     if let Some(output) = outcome.script_output() {
@@ -358,6 +380,7 @@ fn finish(outcome: &Outcome) -> ExitCode {
         | Outcome::ToolCallBudget { .. }
         | Outcome::TokenBudget { .. }
         | Outcome::DeadlineExceeded { .. } => EXIT_BUDGET,
+        Outcome::Cancelled => EXIT_CANCELLED,
         Outcome::Refused { .. } | Outcome::ContextWindowExceeded => EXIT_HOST_FAILURE,
     })
 }

@@ -201,6 +201,9 @@ pub enum ToolBoxError {
 pub struct ToolBox {
     specs: Vec<ToolSpec>,
     tools: BTreeMap<String, Tool>,
+    /// Once cancelled, no call starts and a waiting one ends at once (its future
+    /// dropped: a command tool's process group is killed).
+    cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl ToolBox {
@@ -219,6 +222,13 @@ impl ToolBox {
             toolbox.tools.insert(name, tool);
         }
         Ok(toolbox)
+    }
+
+    /// The same tools, whose calls end when `token` is cancelled: a call then
+    /// fails with a tool error saying so, without waiting for the tool.
+    pub fn cancelled_by(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
     }
 
     fn unknown(&self, name: &str) -> ToolError {
@@ -240,6 +250,14 @@ impl ToolDispatch for ToolBox {
 
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
         let tool = self.tools.get(name).ok_or_else(|| self.unknown(name))?;
+        let cancelled = || ToolError::new("the run was cancelled, so the host stopped this call");
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|token| token.is_cancelled())
+        {
+            return Err(cancelled());
+        }
         let handle = match Handle::try_current() {
             Ok(handle) => handle,
             Err(_) => fallback_runtime()
@@ -258,7 +276,16 @@ impl ToolDispatch for ToolBox {
             future
         };
         // The tool has to wait: its script's running slot is free meanwhile.
-        crate::exec::run_slots::released_during(|| handle.block_on(&mut future))
+        crate::exec::run_slots::released_during(|| match &self.cancel {
+            None => handle.block_on(&mut future),
+            Some(token) => handle.block_on(async {
+                tokio::select! {
+                    biased;
+                    () = token.cancelled() => Err(cancelled()),
+                    result = &mut future => result,
+                }
+            }),
+        })
     }
 }
 

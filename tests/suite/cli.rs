@@ -1045,3 +1045,89 @@ fn eval_refuses_a_task_naming_a_tool_the_manifest_lacks() {
         stderr(&out)
     );
 }
+
+/// Ctrl-C while the model is thinking: the run stops cleanly (exit 130), its
+/// transcript ends with a `cancelled` outcome, and `--resume` goes on from there.
+#[test]
+fn ctrl_c_cancels_a_run_cleanly_and_the_transcript_resumes() {
+    use std::io::Read;
+    // A model server that accepts the connection and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let transcript = dir.path().join("run.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args([
+            "run",
+            "--model",
+            "openai:stalled",
+            "--base-url",
+            &format!("http://127.0.0.1:{port}/v1"),
+            "--transcript",
+            &transcript.to_string_lossy(),
+            "Add 2 and 2.",
+        ])
+        .env("OPENAI_API_KEY", "none")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("codeact starts");
+    // Once the model call is under way, as a terminal's Ctrl-C would.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&transcript).is_ok_and(|text| text.contains("run_started")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = child.wait().expect("codeact ends");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read");
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("cancelling the run"), "{stderr}");
+    let text = std::fs::read_to_string(&transcript).expect("the transcript");
+    let last: serde_json::Value =
+        serde_json::from_str(text.lines().last().expect("a line")).expect("JSON");
+    assert_eq!(last["outcome"]["outcome"], "cancelled", "{last}");
+    // The transcript resumes: with a replay model that answers, the run goes on.
+    let replies = dir.path().join("replies.json");
+    std::fs::write(
+        &replies,
+        serde_json::json!({"replies": ["```rhai\nfinal_result(4)\n```"]}).to_string(),
+    )
+    .expect("replies written");
+    let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args([
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--resume",
+            &transcript.to_string_lossy(),
+        ])
+        .output()
+        .expect("codeact runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"type":"final_result","value":4}"#,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{Agent, AgentError};
@@ -31,17 +32,19 @@ impl Agent {
         contract: &OutputContract,
         working_dir: &Path,
         resume: Option<&ResumePoint>,
+        cancel: Option<&CancellationToken>,
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
+        let toolbox = match cancel {
+            Some(token) => Arc::new((*self.tools).clone().cancelled_by(token.clone())),
+            None => self.tools.clone(),
+        };
         let tools = Arc::new(
-            HostTools::new(
-                self.tools.clone(),
-                self.name.clone(),
-                self.listeners.clone(),
-            )
-            .with_budgets(CallBudgets {
-                per_run: self.config.max_tool_calls,
-                per_script: self.config.max_tool_calls_per_script,
-            }),
+            HostTools::new(toolbox, self.name.clone(), self.listeners.clone()).with_budgets(
+                CallBudgets {
+                    per_run: self.config.max_tool_calls,
+                    per_script: self.config.max_tool_calls_per_script,
+                },
+            ),
         );
         let deadline = self
             .config
@@ -59,6 +62,14 @@ impl Agent {
         loop {
             self.report(&decision.events);
             let step = decision.step;
+            // A cancelled run stops before anything else happens: a result the
+            // script made meanwhile may rest on calls the cancel cut short.
+            if !matches!(decision.next, Next::Finish(_))
+                && let Some(stopped) = cancelled(cancel)
+            {
+                decision = conversation.stop(stopped);
+                continue;
+            }
             // The host's budgets end the run before it goes on (a result already
             // made is still checked).
             if !matches!(decision.next, Next::Finish(_) | Next::CheckResult { .. })
@@ -77,9 +88,9 @@ impl Agent {
                     let call = self
                         .call_model(conversation, system_prompt, step)
                         .instrument(tracing::info_span!("model", step));
-                    match until(deadline, call).await {
-                        Some(decision) => decision?,
-                        None => conversation.stop(out_of_time(deadline)),
+                    match until(deadline, cancel, call).await {
+                        Ok(decision) => decision?,
+                        Err(stopped) => conversation.stop(stopped),
                     }
                 }
                 Next::RunScript { code } => {
@@ -93,9 +104,12 @@ impl Agent {
                         .instrument(tracing::info_span!("script", step));
                     // An abandoned script ends at its own time limit; the session
                     // is not used again.
-                    let Some(run) = until(deadline, run).await else {
-                        decision = conversation.stop(out_of_time(deadline));
-                        continue;
+                    let run = match until(deadline, cancel, run).await {
+                        Ok(run) => run,
+                        Err(stopped) => {
+                            decision = conversation.stop(stopped);
+                            continue;
+                        }
                     };
                     let run = run?;
                     conversation.on_completion(&run.completion, &run.logs).0
@@ -239,11 +253,38 @@ fn out_of_time(deadline: Deadline) -> Outcome {
     }
 }
 
-/// `work`'s output, or `None` when the deadline comes first (the work is dropped).
-async fn until<T>(deadline: Deadline, work: impl Future<Output = T>) -> Option<T> {
-    match deadline {
-        None => Some(work.await),
-        Some((at, _)) => tokio::time::timeout_at(at.into(), work).await.ok(),
+/// [`Outcome::Cancelled`] once `cancel` is cancelled; `None` before, or without one.
+fn cancelled(cancel: Option<&CancellationToken>) -> Option<Outcome> {
+    cancel
+        .filter(|token| token.is_cancelled())
+        .map(|_| Outcome::Cancelled)
+}
+
+/// `work`'s output, or the outcome that stopped it first: the deadline passing, or
+/// the run being cancelled (the work is dropped).
+async fn until<T>(
+    deadline: Deadline,
+    cancel: Option<&CancellationToken>,
+    work: impl Future<Output = T>,
+) -> Result<T, Outcome> {
+    let cancelled = async {
+        match cancel {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let timed = async {
+        match deadline {
+            None => Ok(work.await),
+            Some((at, _)) => tokio::time::timeout_at(at.into(), work)
+                .await
+                .map_err(|_| out_of_time(deadline)),
+        }
+    };
+    tokio::select! {
+        biased;
+        () = cancelled => Err(Outcome::Cancelled),
+        result = timed => result,
     }
 }
 
@@ -442,6 +483,126 @@ mod tests {
             started.elapsed() < Duration::from_secs(10),
             "{:?}",
             started.elapsed()
+        );
+    }
+
+    /// A model that never answers, as a stalled server.
+    struct Stalled;
+
+    #[async_trait::async_trait]
+    impl crate::model::ModelClient for Stalled {
+        fn label(&self) -> String {
+            "stalled".into()
+        }
+        async fn complete(
+            &self,
+            _request: &crate::chat::ModelRequest,
+        ) -> Result<crate::chat::ModelResponse, ModelError> {
+            std::future::pending().await
+        }
+    }
+
+    /// If this fails, a cancelled run waits for a model that may never answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_run_stops_while_the_model_is_thinking_and_can_be_resumed() {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let agent = Agent::builder(
+            Arc::new(Stalled),
+            Arc::new(RhaiRuntime::new(Limits::default())),
+        )
+        .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
+        .build()
+        .expect("agent builds");
+        let token = CancellationToken::new();
+        let cancel = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let run = agent
+            .request("Think forever.")
+            .cancel_on(token)
+            .run()
+            .await
+            .expect("run finishes");
+        assert_eq!(run.outcome, Outcome::Cancelled);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let events = events.lock().expect("not poisoned").clone();
+        assert!(matches!(
+            events.last(),
+            Some(Event::Finished {
+                outcome: Outcome::Cancelled,
+                ..
+            })
+        ));
+        let point = ResumePoint::from_events(&events).expect("a cancelled run resumes");
+        let resumed = Agent::builder(
+            Arc::new(ReplayModel::new(["```rhai\nfinal_result(7)\n```"])),
+            Arc::new(RhaiRuntime::new(Limits::default())),
+        )
+        .build()
+        .expect("agent builds")
+        .resume_request(&point)
+        .run()
+        .await
+        .expect("resumed");
+        assert_eq!(
+            resumed.outcome,
+            Outcome::FinalResult {
+                value: serde_json::json!(7)
+            }
+        );
+    }
+
+    /// On the multi-threaded runtime the command line uses, a script runs in place:
+    /// the tool it waits on must end at the cancel, not at its own timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_run_stops_a_slow_tool_at_once_and_starts_no_other_call() {
+        let started_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = started_calls.clone();
+        let slow = crate::tools::toolbox::Tool::new("slow", "Sleeps.", move |_args| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok::<_, codeact_runtime::ToolError>(serde_json::json!(1))
+            }
+        });
+        let (agent, _) = with_tools(
+            &[
+                "```rhai\nlet a = 0;\ntry { a = slow(); } catch { }\nlet b = 0;\ntry { b = slow(); } catch { }\nfinal_result(a + b)\n```",
+            ],
+            LoopConfig::default(),
+            vec![slow],
+        );
+        let token = CancellationToken::new();
+        let cancel = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let run = agent
+            .request("Wait.")
+            .cancel_on(token)
+            .run()
+            .await
+            .expect("run finishes");
+        assert_eq!(run.outcome, Outcome::Cancelled);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            started_calls.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the second call never started"
         );
     }
 }

@@ -23,31 +23,134 @@ enum Start<'a> {
     Resume(&'a ResumePoint),
 }
 
-impl Agent {
-    /// Runs `task` to an outcome in a fresh session.
-    pub async fn run(&self, task: &str) -> Result<RunResult, AgentError> {
-        self.run_with(task, &self.targets, &RequestOutput::default())
-            .await
+/// One run of an agent, with its options: what it starts from (a task, or a
+/// transcript to resume), the request level of the output spec, and a token that
+/// cancels it. Made by [`Agent::request`] or [`Agent::resume_request`]; the
+/// shorthands [`Agent::run`], [`Agent::run_with_output`], [`Agent::run_typed`] and
+/// [`Agent::resume`] are requests without the options they do not name.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use codeact::model::ReplayModel;
+/// use codeact::{Agent, CancellationToken, Limits, Outcome, OutputSpec, RhaiRuntime};
+///
+/// let model = ReplayModel::new(["```rhai\nfinal_result(\"4\")\n```"]);
+/// let agent = Agent::builder(Arc::new(model), Arc::new(RhaiRuntime::new(Limits::default()))).build()?;
+/// let cancel = CancellationToken::new(); // cancel() it from anywhere to stop the run
+/// let run = agent
+///     .request("Add 2 and 2.")
+///     .output(OutputSpec { format: Some("text".into()), ..OutputSpec::default() })
+///     .cancel_on(cancel.clone())
+///     .run()
+///     .await?;
+/// assert_eq!(run.outcome, Outcome::FinalResult { value: serde_json::json!("4") });
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a request does nothing until `.run()` or `.typed()` is awaited"]
+pub struct RunRequest<'a> {
+    agent: &'a Agent,
+    start: OwnedStart<'a>,
+    options: RequestOutput,
+}
+
+enum OwnedStart<'a> {
+    Fresh(String),
+    Resume(&'a ResumePoint),
+}
+
+impl<'a> RunRequest<'a> {
+    /// The request level of the output spec: it overrides the agent's (and
+    /// stage's) spec field by field, and is loaded (schema and validator compiled)
+    /// before the first model call. Default: none.
+    pub fn output(mut self, spec: OutputSpec) -> Self {
+        self.options.spec = spec;
+        self
     }
 
-    /// Runs `task` with `request` as the request level of the output spec: it
-    /// overrides the agent's (and stage's) spec field by field, and is loaded
-    /// (schema and validator compiled) before the first model call.
+    /// Stops the run when `token` is cancelled, with [`Outcome::Cancelled`]: at
+    /// once when it waits for the model (the call is dropped) or between steps; a
+    /// script already running ends first, at the latest at its time limit. The
+    /// transcript can be resumed. Default: none.
+    pub fn cancel_on(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.options.cancel = Some(token);
+        self
+    }
+
+    /// Runs to an outcome.
+    pub async fn run(self) -> Result<RunResult, AgentError> {
+        let agent = self.agent;
+        let start = match &self.start {
+            OwnedStart::Fresh(task) => Start::Fresh(task),
+            OwnedStart::Resume(point) => Start::Resume(point),
+        };
+        agent.run_from(start, &agent.targets, &self.options).await
+    }
+
+    /// Runs for an answer of type `T`: the request asks for format `json` with
+    /// `T`'s generated JSON Schema (replacing any [`output`](Self::output)), and a
+    /// result that does not deserialize into `T` is refused like one that fails
+    /// the schema.
+    pub async fn typed<T: FinalAnswer + 'static>(mut self) -> Result<TypedRun<T>, AgentError> {
+        self.options.spec = OutputSpec {
+            format: Some("json".into()),
+            schema: Some(T::answer_schema()),
+            ..OutputSpec::default()
+        };
+        self.options.extra = Some(Arc::new(|value: &Value| {
+            serde_json::from_value::<T>(value.clone())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }));
+        let run = self.run().await?;
+        let answer = match &run.outcome {
+            Outcome::FinalResult { value } => structured(value, true)
+                .ok()
+                .and_then(|value| serde_json::from_value(value).ok()),
+            _ => None,
+        };
+        Ok(TypedRun { answer, run })
+    }
+}
+
+impl Agent {
+    /// A run of `task` in a fresh session, to set options on and then run.
+    pub fn request(&self, task: impl Into<String>) -> RunRequest<'_> {
+        RunRequest {
+            agent: self,
+            start: OwnedStart::Fresh(task.into()),
+            options: RequestOutput::default(),
+        }
+    }
+
+    /// A run continuing where `point`'s transcript left off (see
+    /// [`resume`](Self::resume)), to set options on and then run.
+    pub fn resume_request<'a>(&'a self, point: &'a ResumePoint) -> RunRequest<'a> {
+        RunRequest {
+            agent: self,
+            start: OwnedStart::Resume(point),
+            options: RequestOutput::default(),
+        }
+    }
+
+    /// Runs `task` to an outcome in a fresh session: `self.request(task).run()`.
+    pub async fn run(&self, task: &str) -> Result<RunResult, AgentError> {
+        self.request(task).run().await
+    }
+
+    /// Runs `task` with `request` as the request level of the output spec:
+    /// `self.request(task).output(request.clone()).run()`.
     pub async fn run_with_output(
         &self,
         task: &str,
         request: &OutputSpec,
     ) -> Result<RunResult, AgentError> {
-        let request = RequestOutput {
-            spec: request.clone(),
-            extra: None,
-        };
-        self.run_with(task, &self.targets, &request).await
+        self.request(task).output(request.clone()).run().await
     }
 
-    /// Runs `task` for an answer of type `T`: the request asks for format `json`
-    /// with `T`'s generated JSON Schema, and a result that does not deserialize
-    /// into `T` is refused like one that fails the schema.
+    /// Runs `task` for an answer of type `T`: `self.request(task).typed::<T>()`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -74,26 +177,7 @@ impl Agent {
         &self,
         task: &str,
     ) -> Result<TypedRun<T>, AgentError> {
-        let request = RequestOutput {
-            spec: OutputSpec {
-                format: Some("json".into()),
-                schema: Some(T::answer_schema()),
-                ..OutputSpec::default()
-            },
-            extra: Some(Arc::new(|value: &Value| {
-                serde_json::from_value::<T>(value.clone())
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })),
-        };
-        let run = self.run_with(task, &self.targets, &request).await?;
-        let answer = match &run.outcome {
-            Outcome::FinalResult { value } => structured(value, true)
-                .ok()
-                .and_then(|value| serde_json::from_value(value).ok()),
-            _ => None,
-        };
-        Ok(TypedRun { answer, run })
+        self.request(task).typed::<T>().await
     }
 
     /// Runs a conversation that opens with `first_message`, offering `targets` as
@@ -122,11 +206,9 @@ impl Agent {
         point: &ResumePoint,
         request: &OutputSpec,
     ) -> Result<RunResult, AgentError> {
-        let request = RequestOutput {
-            spec: request.clone(),
-            extra: None,
-        };
-        self.run_from(Start::Resume(point), &self.targets, &request)
+        self.resume_request(point)
+            .output(request.clone())
+            .run()
             .await
     }
 
@@ -191,6 +273,7 @@ impl Agent {
                 &contract,
                 &working_dir,
                 resume,
+                request.cancel.as_ref(),
             )
             .await;
         if let Err(error) = &result {

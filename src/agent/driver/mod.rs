@@ -25,6 +25,7 @@ mod entry;
 mod rebuild;
 
 pub use builder::AgentBuilder;
+pub use entry::RunRequest;
 
 /// A CodeAct agent: a model, a runtime, tools, and the loop's rules.
 ///
@@ -110,6 +111,8 @@ pub struct TypedRun<T> {
 pub(crate) struct RequestOutput {
     pub spec: OutputSpec,
     pub extra: Option<ExtraCheck>,
+    /// Stops the run when cancelled; `None`: runs until it finishes.
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl RequestOutput {
