@@ -1,6 +1,8 @@
 //! Prompt text rendered from the templates under `prompts/`, in strict mode: a
 //! variable the template uses but the host did not supply is an error, not a blank.
 
+use std::borrow::Cow;
+
 use codeact_runtime::{Runtime, ToolSpec};
 use minijinja::{Environment, UndefinedBehavior, context};
 use serde::Serialize;
@@ -37,7 +39,8 @@ impl TransferTarget {
 #[derive(Serialize)]
 struct ToolView<'a> {
     name: &'a str,
-    description: &'a str,
+    /// The operator's description as it is; a third party's fenced.
+    description: Cow<'a, str>,
     signature: String,
 }
 
@@ -64,7 +67,14 @@ pub fn render_card(
         .iter()
         .map(|tool| ToolView {
             name: &tool.name,
-            description: &tool.description,
+            description: if tool.untrusted_description && !tool.description.trim().is_empty() {
+                Cow::Owned(format!(
+                    "\n{}",
+                    crate::untrusted::fence_stable(&tool.description)
+                ))
+            } else {
+                Cow::Borrowed(&tool.description)
+            },
             signature: runtime.tool_signature(tool),
         })
         .collect();

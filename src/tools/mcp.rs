@@ -422,7 +422,8 @@ fn remote_tool(connection: &Arc<Connection>, name: String, tool: rmcp::model::To
             script_value(&connection.server.name, result, outputs.as_deref())
         }
     })
-    .with_parameters(parameters);
+    .with_parameters(parameters)
+    .with_untrusted_description();
     match output_schema {
         Some(schema) => tool.with_returns(schema),
         None => tool,

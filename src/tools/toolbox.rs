@@ -141,6 +141,13 @@ impl Tool {
         .with_returns(returns)
     }
 
+    /// The same tool with its description marked as a third party's (an MCP
+    /// server's): the prompt quotes it as untrusted text.
+    pub fn with_untrusted_description(mut self) -> Self {
+        self.spec.untrusted_description = true;
+        self
+    }
+
     /// What the model is told about the tool.
     pub fn spec(&self) -> &ToolSpec {
         &self.spec

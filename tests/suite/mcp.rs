@@ -730,3 +730,35 @@ async fn a_team_agents_manifest_starts_its_mcp_servers() {
         }
     );
 }
+
+/// An MCP server's descriptions are a third party's words: the prompt quotes them
+/// fenced, the same way in every run (providers cache the prompt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_descriptions_reach_the_prompt_fenced_and_the_same_every_time() {
+    use codeact::model::ReplayModel;
+    use codeact::{Agent, Limits, RhaiRuntime};
+
+    let mut prompts = Vec::new();
+    for _ in 0..2 {
+        let tools = scripted().tools().await.expect("listed");
+        let agent = Agent::builder(
+            Arc::new(ReplayModel::new(["```rhai\nfinal_result(1)\n```"])),
+            Arc::new(RhaiRuntime::new(Limits::default())),
+        )
+        .tools(tools)
+        .build()
+        .expect("agent builds");
+        prompts.push(agent.system_prompt().to_string());
+    }
+    assert_eq!(prompts[0], prompts[1]);
+    let prompt = &prompts[0];
+    let at = prompt
+        .find("Adds a and b.")
+        .expect("the description is shown");
+    let before = &prompt[..at];
+    let open = before.rfind("<untrusted-").expect("fenced");
+    assert!(
+        !before[open..].contains("</untrusted-"),
+        "the fence around the description is still open"
+    );
+}
