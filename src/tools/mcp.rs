@@ -453,7 +453,8 @@ fn script_value(
         };
         return Err(ToolError::new(message));
     }
-    let value = match result.structured_content {
+    // `"structuredContent": null` (some servers send it) is no structured content.
+    let value = match result.structured_content.filter(|value| !value.is_null()) {
         Some(structured) => {
             if let Some(error) = outputs.and_then(|outputs| outputs.iter_errors(&structured).next())
             {
