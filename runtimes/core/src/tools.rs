@@ -77,7 +77,7 @@ impl ToolSpec {
             .map(|names| names.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let typed =
-            |name: &str, schema: &Value| (shown_name(name), schema_type(schema).to_string());
+            |name: &str, schema: &Value| (name.to_string(), schema_type(schema).to_string());
         let mut names: Vec<(String, String)> = required
             .iter()
             .filter_map(|name| properties.get(*name).map(|schema| typed(name, schema)))
@@ -91,11 +91,22 @@ impl ToolSpec {
         names
     }
 
+    /// [`argument_names`](Self::argument_names) as a signature shows them: a name
+    /// that is not plain (letters, digits, `_`, `-`; at most 64) is a JSON string
+    /// of at most 64 characters, so a third party's schema cannot start a line of
+    /// its own in the prompt.
+    pub fn signature_fields(&self) -> Vec<(String, String)> {
+        self.argument_names()
+            .into_iter()
+            .map(|(name, ty)| (shown_name(&name), ty))
+            .collect()
+    }
+
     /// How a JavaScript script calls this tool: `tools.add({a: integer, b: integer})`
     /// (one object of named arguments). Shared by the Boa and QuickJS backends.
     pub fn js_signature(&self) -> String {
         let fields: Vec<String> = self
-            .argument_names()
+            .signature_fields()
             .into_iter()
             .map(|(name, ty)| format!("{name}: {ty}"))
             .collect();
@@ -111,7 +122,7 @@ impl ToolSpec {
     /// arguments).
     pub fn python_signature(&self) -> String {
         let fields: Vec<String> = self
-            .argument_names()
+            .signature_fields()
             .into_iter()
             .map(|(name, ty)| format!("{name}={ty}"))
             .collect();

@@ -85,7 +85,7 @@ impl Runtime for RhaiRuntime {
 
     fn tool_signature(&self, tool: &ToolSpec) -> String {
         let fields: Vec<String> = tool
-            .argument_names()
+            .signature_fields()
             .into_iter()
             .map(|(name, ty)| format!("{name}: {}", rhai_type(&ty)))
             .collect();
