@@ -63,7 +63,7 @@
 //! evaluation (`eval`) and the benchmark harness (`bench`).
 //!
 //! - **The loop:** [`Agent`], [`AgentBuilder`], [`LoopConfig`], [`BareValues`],
-//!   [`RunRequest`] and [`CancellationToken`], [`RunResult`], [`TypedRun`],
+//!   [`RunRequest`], [`RunItem`] and [`CancellationToken`], [`RunResult`], [`TypedRun`],
 //!   [`Outcome`], [`Event`], [`ToolCallOutcome`], [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`];
 //!   teams: [`Team`], [`TeamBuilder`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
 //!   [`load_team`], [`LoadedTeam`], [`TeamConfigError`].
@@ -116,8 +116,8 @@ mod untrusted;
 pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use agent::{
     Agent, AgentBuilder, AgentError, BareValues, Event, Handover, LoopConfig, Outcome, ResumeError,
-    ResumePoint, RunRequest, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun, ToolCallOutcome,
-    Transcript, TypedRun,
+    ResumePoint, RunItem, RunRequest, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun,
+    ToolCallOutcome, Transcript, TypedRun,
 };
 pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
 #[cfg(feature = "js")]

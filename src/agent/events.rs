@@ -205,17 +205,29 @@ struct Line<'a> {
 /// Appends every event to a JSONL file as it happens, one line each (the event's
 /// fields plus `"agent"`), written through at once (no buffer), so a crash loses
 /// nothing already done.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Transcript {
-    file: Arc<Mutex<File>>,
+    file: Arc<Mutex<Box<dyn Write + Send>>>,
+}
+
+impl std::fmt::Debug for Transcript {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transcript").finish_non_exhaustive()
+    }
 }
 
 impl Transcript {
     /// Creates (or truncates) the transcript at `path`.
     pub fn create(path: impl AsRef<Path>) -> std::io::Result<Self> {
-        Ok(Self {
-            file: Arc::new(Mutex::new(File::create(path)?)),
-        })
+        Ok(Self::to_writer(File::create(path)?))
+    }
+
+    /// Writes the transcript's lines to `writer` (stdout, for `codeact run
+    /// --events jsonl`), each as it happens.
+    pub fn to_writer(writer: impl Write + Send + 'static) -> Self {
+        Self {
+            file: Arc::new(Mutex::new(Box::new(writer))),
+        }
     }
 
     /// Opens the transcript at `path` to go on writing after its last whole event
@@ -228,9 +240,7 @@ impl Transcript {
         let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
         file.set_len(keep as u64)?;
         std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
-        Ok(Self {
-            file: Arc::new(Mutex::new(file)),
-        })
+        Ok(Self::to_writer(file))
     }
 
     /// A listener writing to this transcript. A write error is reported once on
@@ -244,7 +254,7 @@ impl Transcript {
             };
             line.push(b'\n');
             let result = match file.lock() {
-                Ok(mut file) => file.write_all(&line),
+                Ok(mut file) => file.write_all(&line).and_then(|()| file.flush()),
                 Err(_) => return,
             };
             if let Err(e) = result

@@ -90,6 +90,11 @@ pub(crate) struct RunArgs {
     /// Write every message and event to this JSONL file (replacing it) as they happen.
     #[arg(long, value_name = "FILE", conflicts_with = "resume")]
     transcript: Option<PathBuf>,
+    /// Also write every event to stdout as it happens, one JSON line each (the
+    /// transcript's lines), for another program to consume; the final ScriptOutput
+    /// stays the last line. The only format is `jsonl`.
+    #[arg(long, value_name = "FORMAT", value_parser = ["jsonl"])]
+    events: Option<String>,
     /// Continue the interrupted run this transcript recorded (killed, or failed on
     /// a model error), appending to it: its finished scripts run again with their
     /// recorded tool results (the tools are not called again), then the loop goes
@@ -198,6 +203,9 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
                 ));
             }
         }
+    }
+    if args.events.is_some() {
+        listeners.push(Transcript::to_writer(std::io::stdout()).listener());
     }
     let model = args
         .model

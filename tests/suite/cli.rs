@@ -1131,3 +1131,50 @@ fn ctrl_c_cancels_a_run_cleanly_and_the_transcript_resumes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--events jsonl`: every event on stdout as a JSON line, as it happens, and the
+/// final ScriptOutput still the last line.
+#[test]
+fn events_jsonl_streams_every_event_to_stdout_before_the_final_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args([
+            "run",
+            "--model",
+            "replay:fixtures/transcripts/demo-rhai-weather.jsonl",
+            "--tools",
+            "fixtures/tools/demo.json",
+            "--events",
+            "jsonl",
+            "Which is warmer right now, Paris or Oslo? Return the name of the city.",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("codeact runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let (last, events) = lines.split_last().expect("lines");
+    assert_eq!(*last, r#"{"type":"final_result","value":"Paris"}"#);
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|line| {
+            let event: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            event["event"].as_str().expect("an event").to_string()
+        })
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("run_started"));
+    assert_eq!(kinds.last().map(String::as_str), Some("finished"));
+    assert!(
+        kinds.iter().filter(|k| *k == "tool_call").count() >= 2,
+        "{kinds:?}"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args(["run", "--model", "replay:x.json", "--events", "xml", "task"])
+        .output()
+        .expect("codeact runs");
+    assert_eq!(bad.status.code(), Some(2));
+}

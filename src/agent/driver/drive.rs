@@ -605,4 +605,43 @@ mod tests {
             "the second call never started"
         );
     }
+
+    /// The stream an app forwards to a UI says what the transcript says, in order,
+    /// and ends with the result.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_event_stream_matches_the_listeners_and_ends_with_the_result() {
+        use futures_util::StreamExt;
+        let (agent, heard) = recorded(
+            &[
+                "```rhai\nobservation(1)\n```",
+                "```rhai\nfinal_result(2)\n```",
+            ],
+            LoopConfig::default(),
+        );
+        let items: Vec<super::super::RunItem> = agent.request("Go.").events().collect().await;
+        let (last, events) = items.split_last().expect("items");
+        let super::super::RunItem::Finished(Ok(run)) = last else {
+            panic!("the last item is the result: {last:?}");
+        };
+        assert_eq!(
+            run.outcome,
+            Outcome::FinalResult {
+                value: serde_json::json!(2)
+            }
+        );
+        let streamed: Vec<&Event> = events
+            .iter()
+            .map(|item| match item {
+                super::super::RunItem::Event { agent, event } => {
+                    assert_eq!(agent, "main");
+                    event
+                }
+                other => panic!("only the last item is the result: {other:?}"),
+            })
+            .collect();
+        let heard = heard.lock().expect("not poisoned");
+        let heard: Vec<&Event> = heard.iter().collect();
+        assert_eq!(streamed, heard);
+        assert!(matches!(streamed.last(), Some(Event::Finished { .. })));
+    }
 }

@@ -56,6 +56,22 @@ pub struct RunRequest<'a> {
     options: RequestOutput,
 }
 
+/// What [`RunRequest::events`] yields: each event as it happens (with the agent
+/// that reported it), then the run's result, last.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunItem {
+    /// Something happened in the run.
+    Event {
+        /// The agent that reported it.
+        agent: String,
+        /// What happened.
+        event: Event,
+    },
+    /// The run ended: the last item.
+    Finished(Result<RunResult, AgentError>),
+}
+
 enum OwnedStart<'a> {
     Fresh(String),
     Resume(&'a ResumePoint),
@@ -77,6 +93,74 @@ impl<'a> RunRequest<'a> {
     pub fn cancel_on(mut self, token: tokio_util::sync::CancellationToken) -> Self {
         self.options.cancel = Some(token);
         self
+    }
+
+    /// Runs to an outcome, yielding each event as it happens (text deltas,
+    /// scripts, observations, tool calls: what a listener hears, in the same
+    /// order) and last the run's result; for an app that forwards a run to a UI
+    /// (SSE, a websocket) without callbacks or threads. The run makes progress
+    /// only while the stream is polled.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use futures_util::StreamExt;
+    /// use codeact::model::ReplayModel;
+    /// use codeact::{Agent, Event, Limits, RhaiRuntime, RunItem};
+    ///
+    /// let model = ReplayModel::new(["```rhai\nfinal_result(4)\n```"]);
+    /// let agent = Agent::builder(Arc::new(model), Arc::new(RhaiRuntime::new(Limits::default()))).build()?;
+    /// let mut items = Box::pin(agent.request("Add 2 and 2.").events());
+    /// let mut scripts = 0;
+    /// while let Some(item) = items.next().await {
+    ///     match item {
+    ///         RunItem::Event { event: Event::ScriptStarted { .. }, .. } => scripts += 1,
+    ///         RunItem::Finished(run) => assert_eq!(run?.steps, 1),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// assert_eq!(scripts, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn events(mut self) -> impl futures_util::Stream<Item = RunItem> + 'a {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        self.options
+            .listeners
+            .push(Arc::new(move |agent: &str, event: &Event| {
+                let _ = sender.send(RunItem::Event {
+                    agent: agent.to_string(),
+                    event: event.clone(),
+                });
+            }));
+        let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + 'a>> =
+            Box::pin(self.run());
+        futures_util::stream::unfold(
+            (Some(run), receiver, None),
+            |(mut run, mut receiver, mut finished)| async move {
+                loop {
+                    // What happened first, then how it ended, then nothing.
+                    if let Ok(item) = receiver.try_recv() {
+                        return Some((item, (run, receiver, finished)));
+                    }
+                    if let Some(result) = finished.take() {
+                        return Some((RunItem::Finished(result), (None, receiver, None)));
+                    }
+                    let running = run.as_mut()?;
+                    tokio::select! {
+                        biased;
+                        Some(item) = receiver.recv() => {
+                            return Some((item, (run, receiver, finished)));
+                        }
+                        result = running => {
+                            run = None;
+                            finished = Some(result);
+                        }
+                    }
+                }
+            },
+        )
     }
 
     /// Runs to an outcome.
@@ -213,6 +297,21 @@ impl Agent {
     }
 
     async fn run_from(
+        &self,
+        start: Start<'_>,
+        targets: &[TransferTarget],
+        request: &RequestOutput,
+    ) -> Result<RunResult, AgentError> {
+        if request.listeners.is_empty() {
+            return self.run_core(start, targets, request).await;
+        }
+        // The run's own listeners hear what the agent's do, after them.
+        let mut agent = self.clone();
+        agent.listeners.extend(request.listeners.iter().cloned());
+        agent.run_core(start, targets, request).await
+    }
+
+    async fn run_core(
         &self,
         start: Start<'_>,
         targets: &[TransferTarget],

@@ -25,7 +25,7 @@ mod entry;
 mod rebuild;
 
 pub use builder::AgentBuilder;
-pub use entry::RunRequest;
+pub use entry::{RunItem, RunRequest};
 
 /// A CodeAct agent: a model, a runtime, tools, and the loop's rules.
 ///
@@ -48,6 +48,7 @@ pub use entry::RunRequest;
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Clone)]
 pub struct Agent {
     name: String,
     description: String,
@@ -113,6 +114,8 @@ pub(crate) struct RequestOutput {
     pub extra: Option<ExtraCheck>,
     /// Stops the run when cancelled; `None`: runs until it finishes.
     pub cancel: Option<tokio_util::sync::CancellationToken>,
+    /// Listeners of this run only (the event stream), after the agent's own.
+    pub listeners: Vec<Listener>,
 }
 
 impl RequestOutput {
