@@ -63,6 +63,7 @@
 //! evaluation (`eval`) and the benchmark harness (`bench`).
 //!
 //! - **The loop:** [`Agent`], [`AgentBuilder`], [`LoopConfig`], [`BareValues`],
+//!   [`Chat`] (many turns),
 //!   [`RunRequest`], [`RunItem`] and [`CancellationToken`], [`RunResult`], [`TypedRun`],
 //!   [`Outcome`], [`Event`], [`ToolCallOutcome`], [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`];
 //!   teams: [`Team`], [`TeamBuilder`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
@@ -115,9 +116,9 @@ mod untrusted;
 
 pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use agent::{
-    Agent, AgentBuilder, AgentError, BareValues, Event, Handover, LoopConfig, Outcome, ResumeError,
-    ResumePoint, RunItem, RunRequest, RunResult, Team, TeamBuilder, TeamOutcome, TeamRun,
-    ToolCallOutcome, Transcript, TypedRun,
+    Agent, AgentBuilder, AgentError, BareValues, Chat, Event, Handover, LoopConfig, Outcome,
+    ResumeError, ResumePoint, RunItem, RunRequest, RunResult, Team, TeamBuilder, TeamOutcome,
+    TeamRun, ToolCallOutcome, Transcript, TypedRun,
 };
 pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
 #[cfg(feature = "js")]

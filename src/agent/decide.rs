@@ -160,6 +160,9 @@ pub struct Progress {
     pub consecutive_errors: usize,
     /// Final results refused.
     pub refusals: usize,
+    /// The steps taken before the current chat turn began (0 outside a chat):
+    /// the step limit counts from here.
+    pub turn_start_step: usize,
 }
 
 impl Progress {
@@ -181,6 +184,11 @@ impl Progress {
             Event::Observation { .. } => self.consecutive_errors = 0,
             Event::Error { .. } => self.consecutive_errors += 1,
             Event::ResultRefused { refusals, .. } => self.refusals = *refusals,
+            Event::TurnStarted { .. } => {
+                self.consecutive_errors = 0;
+                self.refusals = 0;
+                self.turn_start_step = self.steps;
+            }
             Event::RunStarted { .. }
             | Event::ModelRequest { .. }
             | Event::TextDelta { .. }
@@ -421,6 +429,17 @@ impl Conversation {
 
     /// The host ends the run with `outcome` (a budget the driver keeps: tool
     /// calls, the run's deadline).
+    /// The first decision of a chat's next turn: `message` from the user joins
+    /// the conversation after everything before it, and the model is asked.
+    pub fn next_turn(&mut self, turn: usize, message: &str) -> Decision {
+        self.record(Event::TurnStarted { turn });
+        self.record(Event::Message {
+            message: Message::user(message),
+        });
+        self.start()
+    }
+
+    /// Ends the run with `outcome` (a budget or deadline the host enforces).
     pub fn stop(&mut self, outcome: Outcome) -> Decision {
         self.decide(Next::Finish(outcome))
     }
@@ -839,7 +858,7 @@ impl Conversation {
     }
 
     fn continue_or_stop(&mut self) -> Next {
-        if self.progress.steps >= self.config.max_steps {
+        if self.progress.steps - self.progress.turn_start_step >= self.config.max_steps {
             Next::Finish(Outcome::StepLimit {
                 steps: self.progress.steps,
             })

@@ -28,6 +28,13 @@ pub enum Event {
         /// The system prompt sent with every request.
         system_prompt: String,
     },
+    /// A chat's user turn began ([`Chat::send`](crate::Chat::send)); its message
+    /// follows. The error and refusal counts start again, and the step limit
+    /// counts from here.
+    TurnStarted {
+        /// The turn, from 1.
+        turn: usize,
+    },
     /// A message joined the conversation (the task, a reply, feedback).
     Message {
         /// The message.

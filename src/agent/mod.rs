@@ -13,7 +13,7 @@ pub(crate) mod team;
 pub(crate) mod team_config;
 
 pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
-pub use driver::{Agent, AgentBuilder, AgentError, RunItem, RunRequest, RunResult, TypedRun};
+pub use driver::{Agent, AgentBuilder, AgentError, Chat, RunItem, RunRequest, RunResult, TypedRun};
 pub use events::{Event, Listener, ToolCallOutcome, Transcript, parse_transcript, read_transcript};
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;

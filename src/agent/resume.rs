@@ -83,6 +83,9 @@ pub struct ResumePoint {
     pub consecutive_errors: usize,
     /// Final results refused.
     pub refusals: usize,
+    /// The steps before the last chat turn began (0 for a plain run): the step
+    /// limit counts from here.
+    pub turn_start_step: usize,
     /// Scripts that finished, in order: re-run to rebuild the session.
     pub finished_scripts: Vec<RecordedScript>,
     /// The last reply, when the run stopped before its step was over (its script
@@ -153,7 +156,8 @@ impl ResumePoint {
                 | Event::TextDelta { .. }
                 | Event::FinalOutput { .. }
                 | Event::Failed { .. }
-                | Event::Resumed { .. } => {}
+                | Event::Resumed { .. }
+                | Event::TurnStarted { .. } => {}
             }
         }
         let mut progress = Progress::replayed(events);
@@ -188,6 +192,7 @@ impl ResumePoint {
             usage,
             consecutive_errors,
             refusals,
+            turn_start_step,
         } = progress;
         Ok(ResumePoint {
             model,
@@ -197,6 +202,7 @@ impl ResumePoint {
             usage,
             consecutive_errors,
             refusals,
+            turn_start_step,
             finished_scripts: scripts,
             pending_reply,
             pending_calls,
@@ -211,6 +217,7 @@ impl ResumePoint {
             usage: self.usage,
             consecutive_errors: self.consecutive_errors,
             refusals: self.refusals,
+            turn_start_step: self.turn_start_step,
         }
     }
 

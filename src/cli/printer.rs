@@ -61,6 +61,7 @@ impl Printer {
                     writeln!(err, "  tool {name} failed: {}", shorten(message))
                 }
             },
+            Event::TurnStarted { turn } => writeln!(err, "\n── turn {turn}"),
             Event::Resumed {
                 steps,
                 replayed_scripts,

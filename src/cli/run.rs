@@ -139,8 +139,14 @@ pub(crate) struct RunArgs {
     limits: LimitArgs,
     #[command(flatten)]
     tools: ToolArgs,
+    /// Chat: read one user message per line from stdin (a `> ` prompt on stderr
+    /// at a terminal), run each to its answer and print that answer's
+    /// ScriptOutput line; the session and the history carry over from turn to
+    /// turn. Ctrl-D ends the chat. TASK, when given, is the first message.
+    #[arg(long, conflicts_with_all = ["resume", "agents", "events"])]
+    chat: bool,
     /// The task, in words.
-    #[arg(value_name = "TASK", required_unless_present = "resume")]
+    #[arg(value_name = "TASK", required_unless_present_any = ["resume", "chat"])]
     task: Option<String>,
 }
 
@@ -283,6 +289,9 @@ fn run_agent(
         Ok(agent) => agent,
         Err(e) => return usage_error(&e.to_string()),
     };
+    if args.chat {
+        return chat(&agent, host, args.task.as_deref());
+    }
     let cancel = cancel_on_ctrl_c(host);
     let request = match &resume {
         Some(point) => agent.resume_request(point),
@@ -355,6 +364,49 @@ fn run_team(
             ExitCode::from(EXIT_HOST_FAILURE)
         }
     }
+}
+
+/// `--chat`: one turn per line of stdin until its end; each answer's ScriptOutput
+/// line on stdout. Exit 0 at the end of input, 1 when a turn failed.
+fn chat(agent: &Agent, host: &tokio::runtime::Runtime, first: Option<&str>) -> ExitCode {
+    use std::io::{BufRead, IsTerminal};
+    let mut chat = match agent.chat() {
+        Ok(chat) => chat,
+        Err(e) => {
+            eprintln!("codeact: {}", terminal_safe(&e.to_string()));
+            return ExitCode::from(EXIT_HOST_FAILURE);
+        }
+    };
+    let prompt = std::io::stdin().is_terminal();
+    let mut lines = std::io::stdin().lock().lines();
+    let mut pending = first.map(str::to_string);
+    let mut failed = false;
+    loop {
+        let message = match pending.take() {
+            Some(message) => message,
+            None => {
+                if prompt {
+                    eprint!("> ");
+                }
+                match lines.next() {
+                    Some(Ok(line)) if line.trim().is_empty() => continue,
+                    Some(Ok(line)) => line,
+                    Some(Err(_)) | None => break,
+                }
+            }
+        };
+        match host.block_on(chat.send(&message)) {
+            Ok(result) => match result.outcome.script_output() {
+                Some(output) => println!("{output}"),
+                None => eprintln!("── this turn ended without an answer"),
+            },
+            Err(e) => {
+                failed = true;
+                eprintln!("codeact: {}", terminal_safe(&e.to_string()));
+            }
+        }
+    }
+    ExitCode::from(if failed { EXIT_HOST_FAILURE } else { EXIT_OK })
 }
 
 /// A token cancelled by the first Ctrl-C (the run stops cleanly: the transcript

@@ -1178,3 +1178,44 @@ fn events_jsonl_streams_every_event_to_stdout_before_the_final_line() {
         .expect("codeact runs");
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// `--chat`: a line per turn; the second turn uses the first's variable; one
+/// answer line per turn; the transcript records both turns.
+#[test]
+fn chat_runs_a_turn_per_line_keeping_the_session() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let replies = dir.path().join("replies.json");
+    std::fs::write(
+        &replies,
+        serde_json::json!({"replies": [
+            "```rhai\nlet total = 40;\nfinal_result(total)\n```",
+            "```rhai\nfinal_result(total + 2)\n```",
+        ]})
+        .to_string(),
+    )
+    .expect("replies written");
+    let transcript = dir.path().join("chat.jsonl");
+    let out = codeact(
+        &[
+            "run",
+            "--chat",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--transcript",
+            &transcript.to_string_lossy(),
+        ],
+        Some(b"Start a total at 40.\n\nAdd 2 to it.\n"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "{\"type\":\"final_result\",\"value\":40}\n{\"type\":\"final_result\",\"value\":42}\n"
+    );
+    let text = std::fs::read_to_string(&transcript).expect("the transcript");
+    assert_eq!(text.matches("\"event\":\"turn_started\"").count(), 2);
+    assert_eq!(text.matches("\"event\":\"finished\"").count(), 2);
+}

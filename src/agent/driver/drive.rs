@@ -21,6 +21,17 @@ use crate::exec::session::ScriptSession;
 use crate::output::final_output::{FinalOutput, Validation, artifact_path};
 use crate::output::spec::{Check, OutputContract, RefusedBy, content_text};
 
+/// What one stretch of the loop works with: the session and its tools (a chat
+/// keeps them from turn to turn), the prompt and contract, and the cancel token.
+pub(super) struct Turn<'a> {
+    pub session: &'a mut ScriptSession,
+    pub tools: &'a Arc<HostTools>,
+    pub system_prompt: &'a str,
+    pub contract: &'a OutputContract,
+    pub working_dir: &'a Path,
+    pub cancel: Option<&'a CancellationToken>,
+}
+
 impl Agent {
     /// Runs the loop on `conversation` in a fresh session (rebuilt first from
     /// `resume`'s scripts, for a resumed run) until the conversation decides to
@@ -34,30 +45,63 @@ impl Agent {
         resume: Option<&ResumePoint>,
         cancel: Option<&CancellationToken>,
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
-        let toolbox = match cancel {
-            Some(token) => Arc::new((*self.tools).clone().cancelled_by(token.clone())),
-            None => self.tools.clone(),
-        };
-        let tools = Arc::new(
-            HostTools::new(toolbox, self.name.clone(), self.listeners.clone()).with_budgets(
-                CallBudgets {
-                    per_run: self.config.max_tool_calls,
-                    per_script: self.config.max_tool_calls_per_script,
-                },
-            ),
-        );
-        let deadline = self
-            .config
-            .max_run_time
-            .map(|time| (Instant::now() + time, time));
+        let tools = self.host_tools(cancel);
         let mut session = ScriptSession::start(&*self.runtime, tools.clone())?;
-        let mut decision = match resume {
+        let decision = match resume {
             None => conversation.start(),
             Some(point) => {
                 self.rebuild(point, &mut session, &tools).await?;
                 conversation.resume(point.pending_reply.as_ref())
             }
         };
+        let turn = Turn {
+            session: &mut session,
+            tools: &tools,
+            system_prompt,
+            contract,
+            working_dir,
+            cancel,
+        };
+        self.drive_turn(conversation, decision, turn).await
+    }
+
+    /// The tools as a run's scripts see them: counted against the run's budgets,
+    /// recorded as events, ended by `cancel`.
+    pub(super) fn host_tools(&self, cancel: Option<&CancellationToken>) -> Arc<HostTools> {
+        let toolbox = match cancel {
+            Some(token) => Arc::new((*self.tools).clone().cancelled_by(token.clone())),
+            None => self.tools.clone(),
+        };
+        Arc::new(
+            HostTools::new(toolbox, self.name.clone(), self.listeners.clone()).with_budgets(
+                CallBudgets {
+                    per_run: self.config.max_tool_calls,
+                    per_script: self.config.max_tool_calls_per_script,
+                },
+            ),
+        )
+    }
+
+    /// The loop from `decision` on, in `turn`'s session, until the conversation
+    /// decides to finish (the end of a run, or of one turn of a chat).
+    pub(super) async fn drive_turn(
+        &self,
+        conversation: &mut Conversation,
+        mut decision: Decision,
+        turn: Turn<'_>,
+    ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
+        let Turn {
+            session,
+            tools,
+            system_prompt,
+            contract,
+            working_dir,
+            cancel,
+        } = turn;
+        let deadline = self
+            .config
+            .max_run_time
+            .map(|time| (Instant::now() + time, time));
         let mut final_output = None;
         loop {
             self.report(&decision.events);
@@ -643,5 +687,69 @@ mod tests {
         let heard: Vec<&Event> = heard.iter().collect();
         assert_eq!(streamed, heard);
         assert!(matches!(streamed.last(), Some(Event::Finished { .. })));
+    }
+
+    /// Turn 3 uses what turn 1 defined; each turn ends with its own outcome, and
+    /// the step limit counts per turn.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_three_turn_chat_keeps_the_session_and_the_history() {
+        let (agent, heard) = recorded(
+            &[
+                "```rhai\nlet prices = #{apple: 0.5, bread: 2.25};\nfinal_result(prices.len())\n```",
+                "```rhai\nobservation(prices.apple)\n```",
+                "```rhai\nfinal_result(prices.apple * 2)\n```",
+                "```rhai\nfinal_result(prices.bread + prices.apple)\n```",
+            ],
+            LoopConfig {
+                max_steps: 2,
+                ..LoopConfig::default()
+            },
+        );
+        let mut chat = agent.chat().expect("a chat");
+        let first = chat.send("Remember two prices.").await.expect("turn 1");
+        assert_eq!(
+            first.outcome,
+            Outcome::FinalResult {
+                value: serde_json::json!(2)
+            }
+        );
+        let second = chat.send("Two apples?").await.expect("turn 2");
+        assert_eq!(
+            second.outcome,
+            Outcome::FinalResult {
+                value: serde_json::json!(1.0)
+            }
+        );
+        // Four steps in all, but two in this turn: the limit (2) holds per turn.
+        let third = chat.send("An apple and a bread?").await.expect("turn 3");
+        assert_eq!(
+            third.outcome,
+            Outcome::FinalResult {
+                value: serde_json::json!(2.75)
+            }
+        );
+        assert_eq!((third.steps, chat.turns()), (4, 3));
+        let users: Vec<String> = chat
+            .messages()
+            .iter()
+            .filter(|m| m.role == crate::chat::Role::User)
+            .map(Message::joined_text)
+            .collect();
+        assert_eq!(users[0], "Remember two prices.");
+        assert!(users.contains(&"An apple and a bread?".to_string()));
+        let heard = heard.lock().expect("not poisoned");
+        let turns = heard
+            .iter()
+            .filter(|e| matches!(e, Event::TurnStarted { .. }))
+            .count();
+        let finished = heard
+            .iter()
+            .filter(|e| matches!(e, Event::Finished { .. }))
+            .count();
+        let started = heard
+            .iter()
+            .filter(|e| matches!(e, Event::RunStarted { .. }))
+            .count();
+        assert_eq!((started, turns, finished), (1, 3, 3));
     }
 }

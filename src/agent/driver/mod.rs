@@ -20,11 +20,13 @@ use crate::prompts::{PromptError, TransferTarget, render_system_prompt};
 use crate::tools::toolbox::ToolBox;
 
 mod builder;
+mod chat;
 mod drive;
 mod entry;
 mod rebuild;
 
 pub use builder::AgentBuilder;
+pub use chat::Chat;
 pub use entry::{RunItem, RunRequest};
 
 /// A CodeAct agent: a model, a runtime, tools, and the loop's rules.

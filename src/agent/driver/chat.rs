@@ -1,0 +1,147 @@
+//! A chat: one agent, one script session and one conversation over many user
+//! turns. Each [`Chat::send`] runs the loop until a final result (or a transfer,
+//! a budget); the next send goes on with the same variables, functions and
+//! history, as smolagents' `run(task, reset=False)`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::drive::Turn;
+use super::{Agent, AgentError, RunResult};
+use crate::agent::decide::{Conversation, Progress};
+use crate::agent::events::Event;
+use crate::agent::resume::HostTools;
+use crate::chat::Message;
+use crate::exec::session::ScriptSession;
+
+/// A conversation with an agent over many turns; made by [`Agent::chat`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use codeact::model::ReplayModel;
+/// use codeact::{Agent, Limits, Outcome, RhaiRuntime};
+///
+/// let model = ReplayModel::new([
+///     "```rhai\nlet total = 40;\nfinal_result(total)\n```",
+///     "```rhai\nfinal_result(total + 2)\n```",
+/// ]);
+/// let agent = Agent::builder(Arc::new(model), Arc::new(RhaiRuntime::new(Limits::default()))).build()?;
+/// let mut chat = agent.chat()?;
+/// chat.send("Start a total at 40.").await?;
+/// let second = chat.send("Add 2 to it.").await?;
+/// assert_eq!(second.outcome, Outcome::FinalResult { value: serde_json::json!(42) });
+/// # Ok(())
+/// # }
+/// ```
+pub struct Chat<'a> {
+    agent: &'a Agent,
+    conversation: Conversation,
+    session: ScriptSession,
+    tools: Arc<HostTools>,
+    working_dir: PathBuf,
+    turns: usize,
+}
+
+impl std::fmt::Debug for Chat<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chat")
+            .field("agent", &self.agent.name)
+            .field("turns", &self.turns)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts a chat: a script session that lives as long as the chat, and a
+    /// conversation that every [`Chat::send`] continues. The budgets of
+    /// [`LoopConfig`](crate::LoopConfig) hold per turn (steps, errors in a row,
+    /// refusals, the deadline) except the tool-call budget, which holds for the
+    /// chat. History is not compacted yet: a long chat ends with the model's
+    /// context-window outcome.
+    pub fn chat(&self) -> Result<Chat<'_>, AgentError> {
+        let tools = self.host_tools(None);
+        let session = ScriptSession::start(&*self.runtime, tools.clone())?;
+        let working_dir = match &self.working_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir().map_err(|e| {
+                AgentError::Setup(format!("cannot read the working directory: {e}"))
+            })?,
+        };
+        let conversation = Conversation::resumed(
+            Progress::default(),
+            self.runtime.info().fence_tags,
+            self.config.clone(),
+        )
+        .with_transfer_targets(
+            self.targets.iter().map(|t| t.name.clone()).collect(),
+            self.name.clone(),
+        )
+        .with_tools(
+            codeact_runtime::ToolDispatch::specs(&*self.tools)
+                .iter()
+                .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
+        );
+        Ok(Chat {
+            agent: self,
+            conversation,
+            session,
+            tools,
+            working_dir,
+            turns: 0,
+        })
+    }
+}
+
+impl Chat<'_> {
+    /// Sends the user's next message and runs the loop until it decides to stop
+    /// (a final result, a transfer, a budget); the result's counts are the chat's
+    /// so far. A failure (the model or the host) ends this turn only: the next
+    /// send goes on from the conversation as it stands.
+    pub async fn send(&mut self, message: &str) -> Result<RunResult, AgentError> {
+        let agent = self.agent;
+        if self.turns == 0 {
+            agent.emit(|| Event::RunStarted {
+                model: agent.model.label(),
+                runtime: agent.runtime.info().name.to_string(),
+                system_prompt: agent.system_prompt.clone(),
+            });
+        }
+        self.turns += 1;
+        let decision = self.conversation.next_turn(self.turns, message);
+        let turn = Turn {
+            session: &mut self.session,
+            tools: &self.tools,
+            system_prompt: &agent.system_prompt,
+            contract: &agent.contract,
+            working_dir: &self.working_dir,
+            cancel: None,
+        };
+        let result = agent
+            .drive_turn(&mut self.conversation, decision, turn)
+            .await;
+        if let Err(error) = &result {
+            agent.emit(|| self.conversation.failed(error.to_string()));
+        }
+        let (outcome, final_output) = result?;
+        agent.emit(|| self.conversation.finished(outcome.clone()));
+        Ok(RunResult {
+            outcome,
+            steps: self.conversation.steps(),
+            usage: self.conversation.usage(),
+            messages: self.conversation.messages().to_vec(),
+            final_output,
+        })
+    }
+
+    /// The user turns sent so far.
+    pub fn turns(&self) -> usize {
+        self.turns
+    }
+
+    /// The conversation so far, first user message first.
+    pub fn messages(&self) -> &[Message] {
+        self.conversation.messages()
+    }
+}
