@@ -165,7 +165,9 @@ async fn serve_http(
                         Some(expected) => request
                             .headers()
                             .get(axum::http::header::AUTHORIZATION)
-                            .is_some_and(|value| value.as_bytes() == expected.as_bytes()),
+                            .is_some_and(|value| {
+                                same_secret(value.as_bytes(), expected.as_bytes())
+                            }),
                     };
                     async move {
                         if allowed {
@@ -182,6 +184,16 @@ async fn serve_http(
     eprintln!("codeact mcp: serving http://{}/mcp", listener.local_addr()?);
     axum::serve(listener, router).await?;
     Ok(())
+}
+
+/// Whether `given` is `expected`, in time that does not depend on where they
+/// first differ (a client cannot find the token byte by byte by timing).
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    let mut difference = given.len() ^ expected.len();
+    for (i, byte) in expected.iter().enumerate() {
+        difference |= usize::from(byte ^ given.get(i).copied().unwrap_or(0));
+    }
+    difference == 0
 }
 
 /// One open session: its runtime's name, the session, when it was last used.
@@ -437,5 +449,24 @@ impl ServerHandler for Sandboxes {
             )),
         };
         Ok(result.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_secret;
+
+    #[test]
+    fn the_token_matches_only_itself() {
+        assert!(same_secret(b"Bearer abc", b"Bearer abc"));
+        for other in [
+            &b"Bearer abd"[..],
+            b"Bearer ab",
+            b"Bearer abcd",
+            b"",
+            b"bearer abc",
+        ] {
+            assert!(!same_secret(other, b"Bearer abc"), "{other:?}");
+        }
     }
 }

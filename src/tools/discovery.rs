@@ -18,6 +18,9 @@ use serde_json::{Value, json};
 
 use crate::tools::toolbox::Tool;
 
+/// The longest query `search_tools` reads, in characters; the rest is ignored.
+const MAX_QUERY_CHARS: usize = 1_000;
+
 /// The name of the search tool scripts get when a catalog is searched.
 pub const SEARCH_TOOLS: &str = "search_tools";
 /// The name of the tool that shows one tool's full signature and schemas.
@@ -175,6 +178,10 @@ pub fn discovery_tools(specs: &[ToolSpec], runtime: &dyn Runtime) -> [Tool; 2] {
             .get("query")
             .and_then(Value::as_str)
             .ok_or_else(|| ToolError::new("search_tools needs a query (a string)"))?;
+        // A query is a few words; a longer one is cut (a script could pass
+        // megabytes for the host to tokenize).
+        let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
+        let query = query.as_str();
         let limit = args
             .get("limit")
             .and_then(Value::as_u64)
@@ -310,6 +317,11 @@ mod tests {
             .expect("found");
         assert_eq!(weather[0]["name"], "weather_forecast");
         assert!(toolbox.call(SEARCH_TOOLS, json!({})).is_err());
+        let long = format!("forecast {}", "x".repeat(10_000_000));
+        let found = toolbox
+            .call(SEARCH_TOOLS, json!({"query": long}))
+            .expect("a long query is cut, not refused");
+        assert_eq!(found[0]["name"], "weather_forecast");
     }
 
     #[test]
