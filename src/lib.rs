@@ -91,7 +91,7 @@
 //!   [`content_text`]; [`FinalOutput`], [`Validation`], [`artifact_path`],
 //!   [`ArtifactError`], [`DEFAULT_CONTENT_CAP`]; typed answers: [`FinalAnswer`]
 //!   (derive and trait), [`AnswerField`]; Rhai validators: [`RhaiValidator`],
-//!   [`Verdict`], [`ValidatorLoadError`].
+//!   [`Verdict`], [`ValidatorLoadError`]; Rhai policies: [`RhaiPolicy`].
 //! - **Prompts and untrusted text:** [`render_system_prompt`], [`render_card`],
 //!   [`TransferTarget`], [`PromptError`]; [`UntrustedText`], [`fence`],
 //!   [`FENCE_RULE`].
@@ -125,7 +125,7 @@ pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocato
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
 pub use codeact_macros::FinalAnswer;
 pub use codeact_rhai::RhaiRuntime;
-pub use codeact_rhai::{RhaiValidator, ValidatorLoadError, Verdict};
+pub use codeact_rhai::{RhaiPolicy, RhaiValidator, ValidatorLoadError, Verdict};
 pub use codeact_runtime::{
     Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
     RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,

@@ -262,6 +262,8 @@ pub(crate) struct HostTools {
     /// Set when a call was refused for the run's budget: the run ends after
     /// the script that made it.
     run_budget_spent: AtomicBool,
+    /// Asked before every call the script makes (`check_call`); `None`: none.
+    policy: Option<Arc<codeact_rhai::RhaiPolicy>>,
 }
 
 /// How many tool calls a run and one of its scripts may make (`None`: no limit).
@@ -289,7 +291,35 @@ impl HostTools {
             calls: AtomicUsize::new(0),
             script_calls: Mutex::new(Vec::new()),
             run_budget_spent: AtomicBool::new(false),
+            policy: None,
         }
+    }
+
+    /// The same tools with every call first put to `policy`'s `check_call`.
+    pub(crate) fn with_policy(mut self, policy: Option<Arc<codeact_rhai::RhaiPolicy>>) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Why the policy refuses this call, if it does. It fails closed: a rule
+    /// that throws or runs past its limits refuses, and `"ask"` refuses too
+    /// (this host has no approvals yet).
+    fn policy_refusal(&self, name: &str, args: &Value) -> Option<ToolError> {
+        use codeact_rhai::Verdict;
+        let verdict = self.policy.as_ref()?.check_call(name, args)?;
+        let message = match verdict {
+            Verdict::Valid => return None,
+            Verdict::Invalid { reason } if reason.trim() == "ask" => format!(
+                "the host's policy wants a person to approve this call of '{name}', and this host has no one to ask, so it is refused"
+            ),
+            Verdict::Invalid { reason } => {
+                format!("the host's policy refused this call of '{name}': {reason}")
+            }
+            Verdict::Unusable { reason } => format!(
+                "the host's policy could not decide on this call of '{name}' ({reason}), so it is refused"
+            ),
+        };
+        Some(ToolError::new(message))
     }
 
     /// The same tools under these tool-call budgets.
@@ -409,13 +439,17 @@ impl ToolDispatch for HostTools {
             self.count(name, &args, &result);
             return result;
         }
-        if self.listeners.is_empty() && self.budgets.per_script.is_none() {
+        let refusal = self.policy_refusal(name, &args);
+        if refusal.is_none() && self.listeners.is_empty() && self.budgets.per_script.is_none() {
             // Nothing will read the arguments after the call: no copy of them.
             let result = self.inner.call(name, args);
             self.calls.fetch_add(1, Ordering::Relaxed);
             return result;
         }
-        let result = self.inner.call(name, args.clone());
+        let result = match refusal {
+            Some(refusal) => Err(refusal),
+            None => self.inner.call(name, args.clone()),
+        };
         self.count(name, &args, &result);
         if self.listeners.is_empty() {
             return result;

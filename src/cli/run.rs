@@ -145,6 +145,12 @@ pub(crate) struct RunArgs {
     /// turn. Ctrl-D ends the chat. TASK, when given, is the first message.
     #[arg(long, conflicts_with_all = ["resume", "agents", "events"])]
     chat: bool,
+    /// A Rhai policy file put to what scripts do: `fn check_call(tool, args)`
+    /// before every tool call, `fn check_code(code, language)` before every
+    /// script; `()` or "" allows, a string refuses with that reason, and "ask",
+    /// a throw or a runaway rule refuse too (fail closed).
+    #[arg(long, value_name = "FILE.rhai", conflicts_with = "agents")]
+    policy: Option<PathBuf>,
     /// The task, in words.
     #[arg(value_name = "TASK", required_unless_present_any = ["resume", "chat"])]
     task: Option<String>,
@@ -269,19 +275,24 @@ fn run_agent(
         Ok(tools) => tools,
         Err(e) => return usage_error(&e),
     };
-    let mut builder = Agent::builder(model, runtime)
-        .tools(tools)
-        .config(LoopConfig {
-            max_steps: args.max_steps as usize,
-            max_consecutive_errors: args.max_errors as usize,
-            max_refusals: args.max_refusals as usize,
-            max_tool_calls: args.max_tool_calls.map(|n| n as usize),
-            max_tool_calls_per_script: args.max_tool_calls_per_script.map(|n| n as usize),
-            max_input_tokens: args.max_input_tokens,
-            max_output_tokens: args.max_output_tokens,
-            max_run_time: args.max_run_seconds.map(Duration::from_secs),
-            ..LoopConfig::default()
-        });
+    let mut builder = Agent::builder(model, runtime).tools(tools);
+    if let Some(path) = &args.policy {
+        match codeact_rhai::RhaiPolicy::load(path, codeact_runtime::Limits::default()) {
+            Ok(policy) => builder = builder.policy(policy),
+            Err(e) => return usage_error(&e.to_string()),
+        }
+    }
+    let mut builder = builder.config(LoopConfig {
+        max_steps: args.max_steps as usize,
+        max_consecutive_errors: args.max_errors as usize,
+        max_refusals: args.max_refusals as usize,
+        max_tool_calls: args.max_tool_calls.map(|n| n as usize),
+        max_tool_calls_per_script: args.max_tool_calls_per_script.map(|n| n as usize),
+        max_input_tokens: args.max_input_tokens,
+        max_output_tokens: args.max_output_tokens,
+        max_run_time: args.max_run_seconds.map(Duration::from_secs),
+        ..LoopConfig::default()
+    });
     for target in &args.transfer_targets {
         builder = builder.transfer_target(TransferTarget::new(target, ""));
     }

@@ -1219,3 +1219,43 @@ fn chat_runs_a_turn_per_line_keeping_the_session() {
     assert_eq!(text.matches("\"event\":\"turn_started\"").count(), 2);
     assert_eq!(text.matches("\"event\":\"finished\"").count(), 2);
 }
+
+/// `--policy`: a Rhai rule refuses a call (the script is told why and goes on);
+/// a policy file without a rule is a usage error.
+#[test]
+fn a_policy_file_refuses_calls_and_a_file_without_rules_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = dir.path().join("policy.rhai");
+    std::fs::write(
+        &policy,
+        r#"fn check_call(tool, args) { if args.city == "Oslo" { return "Oslo is off limits"; } }"#,
+    )
+    .expect("policy written");
+    let run = |policy: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_codeact"))
+            .args([
+                "run",
+                "--policy",
+                &policy.to_string_lossy(),
+                "--model",
+                "replay:fixtures/transcripts/demo-rhai-weather.jsonl",
+                "--tools",
+                "fixtures/tools/demo.json",
+                "Which is warmer right now, Paris or Oslo? Return the name of the city.",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("codeact runs")
+    };
+    let out = run(&policy);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the host's policy refused this call of 'get_weather': Oslo is off limits"),
+        "{stderr}"
+    );
+    let empty = dir.path().join("empty.rhai");
+    std::fs::write(&empty, "fn other() {}").expect("written");
+    let out = run(&empty);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("defines neither"));
+}

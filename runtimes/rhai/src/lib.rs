@@ -33,7 +33,7 @@ use rhai::Engine;
 
 pub use convert::{from_json, to_json};
 pub use session::RhaiSession;
-pub use validator::{RhaiValidator, ValidatorLoadError, Verdict};
+pub use validator::{RhaiPolicy, RhaiValidator, ValidatorLoadError, Verdict};
 
 /// The Rhai runtime: building one costs a few microseconds (the standard library is
 /// built once per process and shared); a session costs an empty `Scope`.

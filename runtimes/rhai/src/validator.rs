@@ -69,6 +69,22 @@ pub enum ValidatorLoadError {
         /// The file.
         path: PathBuf,
     },
+    /// A policy file defines neither `check_call` nor `check_code`.
+    #[error("policy '{}': defines neither `fn check_call(tool, args)` nor `fn check_code(code, language)`", path.display())]
+    NoRule {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A policy rule does not take exactly two parameters.
+    #[error("policy '{}': `{function}` takes {found} parameter(s); it must take two", path.display())]
+    RuleArity {
+        /// The file.
+        path: PathBuf,
+        /// `check_call` or `check_code`.
+        function: &'static str,
+        /// The parameter count found.
+        found: usize,
+    },
     /// `validate` exists but does not take exactly one parameter.
     #[error("validator '{}': `validate` takes {found} parameter(s); it must take exactly one, the content: `fn validate(content)`", path.display())]
     WrongArity {
@@ -116,15 +132,10 @@ impl RhaiValidator {
         source: &str,
         limits: Limits,
     ) -> Result<Self, ValidatorLoadError> {
-        let path = path.as_ref().to_path_buf();
-        let engine = validator_engine(&limits);
-        let ast = engine
-            .compile(source)
-            .map_err(|e| ValidatorLoadError::Syntax {
-                message: errors::from_parse_in(&e, &limits, source).to_string(),
-                path: path.clone(),
-            })?;
-        let arities: Vec<usize> = ast
+        let rules = Self::compile_rules(path, source, limits)?;
+        let path = rules.path.clone();
+        let arities: Vec<usize> = rules
+            .ast
             .iter_functions()
             .filter(|f| f.name == "validate")
             .map(|f| f.params.len())
@@ -138,6 +149,23 @@ impl RhaiValidator {
                 found: arities[0],
             });
         }
+        Ok(rules)
+    }
+
+    /// Compiles `source` on the validator engine, whatever functions it defines.
+    fn compile_rules(
+        path: impl AsRef<Path>,
+        source: &str,
+        limits: Limits,
+    ) -> Result<Self, ValidatorLoadError> {
+        let path = path.as_ref().to_path_buf();
+        let engine = validator_engine(&limits);
+        let ast = engine
+            .compile(source)
+            .map_err(|e| ValidatorLoadError::Syntax {
+                message: errors::from_parse_in(&e, &limits, source).to_string(),
+                path: path.clone(),
+            })?;
         Ok(Self {
             engine: Arc::new(engine),
             ast: Arc::new(ast),
@@ -154,6 +182,13 @@ impl RhaiValidator {
     /// Runs `validate(content)` under the limits, on the large evaluation stack,
     /// and sorts what it returned. What it prints is dropped.
     pub fn validate(&self, content: &str) -> Verdict {
+        self.call_rule("validate", (content.to_string(),), content.len())
+    }
+
+    /// Runs `function(args…)` of the file under the limits (what the arguments
+    /// take, `extra_bytes`, is not held against the rule's memory) and sorts
+    /// what it returned.
+    fn call_rule(&self, function: &str, args: impl rhai::FuncArgs, extra_bytes: usize) -> Verdict {
         let deadline = Instant::now() + self.limits.wall_time;
         let guard = RunGuard::install(RunState {
             deadline,
@@ -161,10 +196,10 @@ impl RhaiValidator {
             tools: Arc::new(NoTools),
             logs: LogBuffer::new(self.limits.max_output_bytes),
             meter: MeterSchedule::default(),
-            // The content's own copy is allocated inside the run; it is not the
-            // validator's doing.
+            // The arguments' own copies are allocated inside the run; they are
+            // not the rule's doing.
             allocation_budget: isize::try_from(
-                self.limits.max_memory_bytes.saturating_add(content.len()),
+                self.limits.max_memory_bytes.saturating_add(extra_bytes),
             )
             .unwrap_or(isize::MAX),
         });
@@ -174,13 +209,13 @@ impl RhaiValidator {
                 CallFnOptions::new().eval_ast(false).rewind_scope(true),
                 &mut scope,
                 &self.ast,
-                "validate",
-                (content.to_string(),),
+                function,
+                args,
             )
         });
         drop(guard.finish());
         match result {
-            Ok(value) => verdict(&value),
+            Ok(value) => verdict(function, &value),
             Err(error) => Verdict::Unusable {
                 reason: errors::from_eval(&error, &self.limits).to_string(),
             },
@@ -188,7 +223,122 @@ impl RhaiValidator {
     }
 }
 
-fn verdict(value: &Dynamic) -> Verdict {
+/// A policy file: Rhai rules run before what a script does, on the validator's
+/// engine and under its limits. `fn check_call(tool, args)` runs before every
+/// tool call (`args` is the arguments map), `fn check_code(code, language)`
+/// before every script; each returns `()` or `""` to allow, `"ask"` to route the
+/// call to an approval, or a string saying why not. A file defines one or both.
+///
+/// ```
+/// use codeact_rhai::{RhaiPolicy, Verdict};
+/// use codeact_runtime::Limits;
+///
+/// let policy = RhaiPolicy::compile(
+///     "policy.rhai",
+///     r#"fn check_call(tool, args) { if tool == "delete_file" { "deleting is not allowed" } }"#,
+///     Limits::default(),
+/// ).unwrap();
+/// assert_eq!(policy.check_call("read_file", &serde_json::json!({"name": "a"})), Some(Verdict::Valid));
+/// assert!(matches!(policy.check_call("delete_file", &serde_json::json!({})), Some(Verdict::Invalid { .. })));
+/// assert_eq!(policy.check_code("1 + 1", "Rhai"), None, "no check_code: nothing to say");
+/// ```
+#[derive(Clone)]
+pub struct RhaiPolicy {
+    rules: RhaiValidator,
+    has_check_call: bool,
+    has_check_code: bool,
+}
+
+impl std::fmt::Debug for RhaiPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RhaiPolicy")
+            .field("path", &self.rules.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RhaiPolicy {
+    /// Reads and compiles the policy at `path`, as [`RhaiValidator::load`].
+    pub fn load(path: &Path, limits: Limits) -> Result<Self, ValidatorLoadError> {
+        let source = std::fs::read_to_string(path).map_err(|e| ValidatorLoadError::Unreadable {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Self::compile(path, &source, limits)
+    }
+
+    /// Compiles policy `source`; `path` names it in errors.
+    pub fn compile(
+        path: impl AsRef<Path>,
+        source: &str,
+        limits: Limits,
+    ) -> Result<Self, ValidatorLoadError> {
+        let rules = RhaiValidator::compile_rules(path, source, limits)?;
+        let arity = |name: &str| -> Option<usize> {
+            rules
+                .ast
+                .iter_functions()
+                .find(|f| f.name == name)
+                .map(|f| f.params.len())
+        };
+        let (check_call, check_code) = (arity("check_call"), arity("check_code"));
+        if check_call.is_none() && check_code.is_none() {
+            return Err(ValidatorLoadError::NoRule {
+                path: rules.path.clone(),
+            });
+        }
+        for (function, found) in [("check_call", check_call), ("check_code", check_code)] {
+            if let Some(found) = found.filter(|n| *n != 2) {
+                return Err(ValidatorLoadError::RuleArity {
+                    path: rules.path.clone(),
+                    function,
+                    found,
+                });
+            }
+        }
+        Ok(Self {
+            rules,
+            has_check_call: check_call.is_some(),
+            has_check_code: check_code.is_some(),
+        })
+    }
+
+    /// The file this policy came from.
+    pub fn path(&self) -> &Path {
+        &self.rules.path
+    }
+
+    /// `check_call(tool, args)`'s verdict on a call, or `None` when the file has
+    /// no `check_call`. Arguments that do not convert (too deep) are unusable.
+    pub fn check_call(&self, tool: &str, args: &serde_json::Value) -> Option<Verdict> {
+        if !self.has_check_call {
+            return None;
+        }
+        let args = match convert::from_json(args, self.rules.limits.max_nesting_depth) {
+            Ok(args) => args,
+            Err(reason) => return Some(Verdict::Unusable { reason }),
+        };
+        let size = tool.len();
+        Some(
+            self.rules
+                .call_rule("check_call", (tool.to_string(), args), size),
+        )
+    }
+
+    /// `check_code(code, language)`'s verdict on a script, or `None` when the
+    /// file has no `check_code`.
+    pub fn check_code(&self, code: &str, language: &str) -> Option<Verdict> {
+        self.has_check_code.then(|| {
+            self.rules.call_rule(
+                "check_code",
+                (code.to_string(), language.to_string()),
+                code.len() + language.len(),
+            )
+        })
+    }
+}
+
+fn verdict(function: &str, value: &Dynamic) -> Verdict {
     if value.is_unit() {
         return Verdict::Valid;
     }
@@ -199,7 +349,7 @@ fn verdict(value: &Dynamic) -> Verdict {
         },
         Err(type_name) => Verdict::Unusable {
             reason: format!(
-                "validate returned a {type_name}; it must return () or \"\" when the content is fine, or a string saying what is wrong"
+                "{function} returned a {type_name}; it must return () or \"\" when all is fine, or a string saying what is wrong"
             ),
         },
     }
@@ -259,5 +409,81 @@ mod tests {
         let outcome =
             codeact_runtime::Session::run(&mut session, r#"parse_json("1")"#).expect("host ok");
         assert!(outcome.completion.is_err());
+    }
+
+    #[test]
+    fn a_policy_needs_a_rule_with_two_parameters() {
+        let policy = |source: &str| RhaiPolicy::compile("p.rhai", source, Limits::default());
+        assert!(matches!(
+            policy("fn other() {}"),
+            Err(ValidatorLoadError::NoRule { .. })
+        ));
+        assert!(matches!(
+            policy("fn check_call(tool) {}"),
+            Err(ValidatorLoadError::RuleArity {
+                function: "check_call",
+                found: 1,
+                ..
+            })
+        ));
+        assert!(policy("fn check_code(code, language) {}").is_ok());
+    }
+
+    #[test]
+    fn a_policy_sees_the_tool_its_arguments_and_the_code() {
+        let policy = RhaiPolicy::compile(
+            "p.rhai",
+            r#"
+            fn check_call(tool, args) {
+                if tool == "pay" && args.amount > 100 { return "over 100: ask a person"; }
+                if tool == "pay" && args.amount > 50 { return "ask"; }
+            }
+            fn check_code(code, language) {
+                if code.contains("while") { return `no loops in ${language}`; }
+            }
+            "#,
+            Limits::default(),
+        )
+        .expect("compiles");
+        let pay = |amount: i64| policy.check_call("pay", &serde_json::json!({"amount": amount}));
+        assert_eq!(pay(10), Some(Verdict::Valid));
+        assert_eq!(
+            pay(60),
+            Some(Verdict::Invalid {
+                reason: "ask".into()
+            })
+        );
+        assert_eq!(
+            pay(200),
+            Some(Verdict::Invalid {
+                reason: "over 100: ask a person".into()
+            })
+        );
+        assert_eq!(
+            policy.check_code("while true {}", "Rhai"),
+            Some(Verdict::Invalid {
+                reason: "no loops in Rhai".into()
+            })
+        );
+        assert_eq!(policy.check_code("1", "Rhai"), Some(Verdict::Valid));
+    }
+
+    #[test]
+    fn a_policy_that_throws_or_runs_away_is_unusable() {
+        let policy = RhaiPolicy::compile(
+            "p.rhai",
+            "fn check_call(tool, args) { if tool == \"a\" { throw \"boom\" } loop {} }",
+            Limits {
+                wall_time: std::time::Duration::from_millis(200),
+                ..Limits::default()
+            },
+        )
+        .expect("compiles");
+        for tool in ["a", "b"] {
+            assert!(matches!(
+                policy.check_call(tool, &serde_json::json!({})),
+                Some(Verdict::Unusable { .. })
+            ));
+        }
     }
 }

@@ -23,6 +23,7 @@ pub struct AgentBuilder {
     runtime: Arc<dyn Runtime>,
     tools: Vec<crate::tools::toolbox::Tool>,
     tool_discovery: ToolDiscovery,
+    policy: Option<codeact_rhai::RhaiPolicy>,
     config: LoopConfig,
     instructions: String,
     output: OutputSpec,
@@ -65,6 +66,17 @@ impl AgentBuilder {
     /// always lists them.
     pub fn tool_discovery(mut self, discovery: ToolDiscovery) -> Self {
         self.tool_discovery = discovery;
+        self
+    }
+
+    /// A policy put to what scripts do: its `check_call(tool, args)` runs before
+    /// every tool call (a reason refuses the call: the script gets a catchable
+    /// tool error carrying it), its `check_code(code, language)` before every
+    /// script (a reason is fed back as the step's error, and the script does not
+    /// run). It fails closed: a rule that throws or runs past its limits refuses,
+    /// and so does `"ask"` (approvals are not built yet). Default: none.
+    pub fn policy(mut self, policy: codeact_rhai::RhaiPolicy) -> Self {
+        self.policy = Some(policy);
         self
     }
 
@@ -158,6 +170,7 @@ impl AgentBuilder {
             runtime: self.runtime,
             tools: Arc::new(tools),
             listed_tools,
+            policy: self.policy.map(Arc::new),
             config: self.config,
             output: self.output,
             contract,
@@ -184,6 +197,7 @@ impl Agent {
             runtime,
             tools: Vec::new(),
             tool_discovery: ToolDiscovery::default(),
+            policy: None,
             config: LoopConfig::default(),
             instructions: String::new(),
             output: OutputSpec::default(),

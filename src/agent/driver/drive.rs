@@ -65,6 +65,25 @@ impl Agent {
         self.drive_turn(conversation, decision, turn).await
     }
 
+    /// Why the policy's `check_code` refuses `code`, if it does (failing closed
+    /// as for calls), in words for the model.
+    fn code_refusal(&self, code: &str) -> Option<String> {
+        use codeact_rhai::Verdict;
+        let language = self.runtime.info().language;
+        match self.policy.as_ref()?.check_code(code, language)? {
+            Verdict::Valid => None,
+            Verdict::Invalid { reason } if reason.trim() == "ask" => Some(
+                "the host's policy wants a person to approve this script, and this host has no one to ask, so it did not run".to_string(),
+            ),
+            Verdict::Invalid { reason } => Some(format!(
+                "the host's policy refused this script, so it did not run: {reason}"
+            )),
+            Verdict::Unusable { reason } => Some(format!(
+                "the host's policy could not decide on this script ({reason}), so it did not run"
+            )),
+        }
+    }
+
     /// The tools as a run's scripts see them: counted against the run's budgets,
     /// recorded as events, ended by `cancel`.
     pub(super) fn host_tools(&self, cancel: Option<&CancellationToken>) -> Arc<HostTools> {
@@ -73,12 +92,12 @@ impl Agent {
             None => self.tools.clone(),
         };
         Arc::new(
-            HostTools::new(toolbox, self.name.clone(), self.listeners.clone()).with_budgets(
-                CallBudgets {
+            HostTools::new(toolbox, self.name.clone(), self.listeners.clone())
+                .with_budgets(CallBudgets {
                     per_run: self.config.max_tool_calls,
                     per_script: self.config.max_tool_calls_per_script,
-                },
-            ),
+                })
+                .with_policy(self.policy.clone()),
         )
     }
 
@@ -138,6 +157,14 @@ impl Agent {
                     }
                 }
                 Next::RunScript { code } => {
+                    if let Some(refusal) = self.code_refusal(&code) {
+                        let refused =
+                            Err(codeact_runtime::ScriptError::Thrown { message: refusal });
+                        decision = conversation
+                            .on_completion(&refused, &codeact_runtime::LogBuffer::new(0))
+                            .0;
+                        continue;
+                    }
                     self.emit(|| Event::ScriptStarted {
                         step,
                         code: code.clone(),
@@ -751,5 +778,99 @@ mod tests {
             .filter(|e| matches!(e, Event::RunStarted { .. }))
             .count();
         assert_eq!((started, turns, finished), (1, 3, 3));
+    }
+
+    /// A policy allows, refuses, routes to an (absent) approval, and fails closed
+    /// when it throws; a script it refuses never runs and the model is told why.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_policy_decides_each_call_and_each_script() {
+        let paid = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = paid.clone();
+        let pay = crate::tools::toolbox::Tool::from_fn("pay", "Pays.", move |args| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(serde_json::json!(format!("paid {}", args["amount"])))
+        });
+        let boom = crate::tools::toolbox::Tool::from_fn("boom", "Never called.", |_| {
+            Ok(serde_json::json!("called"))
+        });
+        let policy = codeact_rhai::RhaiPolicy::compile(
+            "policy.rhai",
+            r#"
+            fn check_call(tool, args) {
+                if tool == "pay" && args.amount > 100 { return "over 100"; }
+                if tool == "pay" && args.amount > 50 { return "ask"; }
+                if tool == "boom" { throw "the rule broke"; }
+            }
+            fn check_code(code, language) {
+                if code.contains("forbidden") { return `no forbidden words in ${language}`; }
+            }
+            "#,
+            Limits::default(),
+        )
+        .expect("compiles");
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let agent = Agent::builder(
+            Arc::new(ReplayModel::new([
+                "```rhai\nforbidden_thing()\n```",
+                "```rhai\nlet out = [];\nout.push(pay(#{amount: 10}));\ntry { pay(#{amount: 60}); } catch (e) { out.push(e); }\ntry { pay(#{amount: 200}); } catch (e) { out.push(e); }\ntry { boom(); } catch (e) { out.push(e); }\nfinal_result(out)\n```",
+            ])),
+            Arc::new(RhaiRuntime::new(Limits::default())),
+        )
+        .tools([pay, boom])
+        .policy(policy)
+        .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
+        .build()
+        .expect("agent builds");
+        let run = agent.run("Pay.").await.expect("run finishes");
+        let Outcome::FinalResult { value } = run.outcome else {
+            panic!("{:?}", run.outcome);
+        };
+        let said: Vec<&str> = value
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert_eq!(said[0], "paid 10");
+        assert!(said[1].contains("approve"), "{}", said[1]);
+        assert!(
+            said[2].contains("refused") && said[2].contains("over 100"),
+            "{}",
+            said[2]
+        );
+        assert!(
+            said[3].contains("could not decide") && said[3].contains("the rule broke"),
+            "{}",
+            said[3]
+        );
+        assert_eq!(
+            paid.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "only the allowed call ran"
+        );
+        let events = events.lock().expect("not poisoned");
+        let started: Vec<usize> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::ScriptStarted { step, .. } => Some(*step),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(started, [2], "the refused script never ran");
+        assert!(events.iter().any(|e| matches!(e, Event::Error { step: 1, message, .. } if message.contains("no forbidden words in Rhai"))));
+        let refused_calls = events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::ToolCall {
+                        outcome: crate::agent::events::ToolCallOutcome::Error { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(refused_calls, 3, "each refusal is a tool-call event");
     }
 }

@@ -63,6 +63,8 @@ pub struct Agent {
     /// tools); `None`: every tool is listed.
     listed_tools: Option<Vec<codeact_runtime::ToolSpec>>,
     config: LoopConfig,
+    /// Put to every tool call and script first; `None`: no policy.
+    policy: Option<Arc<codeact_rhai::RhaiPolicy>>,
     output: OutputSpec,
     contract: OutputContract,
     working_dir: Option<PathBuf>,
