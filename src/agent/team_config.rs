@@ -12,7 +12,8 @@
 //! instructions = "Hand billing questions to billing."
 //! model = "openai:qwen"       # or anthropic:NAME, replay:FILE
 //! runtime = "rhai"            # default
-//! tools = "tools.json"        # a tool manifest, optional
+//! tools = "tools.json"        # a tool manifest (command tools, MCP servers), optional
+//! policy = "policy.rhai"      # check_call / check_code, optional (see AgentBuilder::policy)
 //! targets = ["billing"]
 //! max_steps = 12              # default
 //! max_refusals = 3            # default
@@ -118,6 +119,8 @@ struct AgentEntry {
     #[serde(default = "default_runtime")]
     runtime: String,
     tools: Option<PathBuf>,
+    #[serde(default)]
+    policy: Option<PathBuf>,
     #[serde(default)]
     targets: Vec<String>,
     max_steps: Option<usize>,
@@ -243,6 +246,11 @@ pub fn load_team(
             .tools(tools)
             .output(output)
             .config(config);
+        if let Some(policy) = &entry.policy {
+            let policy = codeact_rhai::RhaiPolicy::load(&resolve(policy), Limits::default())
+                .map_err(|e| invalid(format!("{label}: {e}")))?;
+            agent = agent.policy(policy);
+        }
         for target in &entry.targets {
             let described = file
                 .agents

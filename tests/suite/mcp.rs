@@ -762,3 +762,61 @@ async fn a_servers_descriptions_reach_the_prompt_fenced_and_the_same_every_time(
         "the fence around the description is still open"
     );
 }
+
+/// A team file's agent gets a policy from its `policy` file: here it refuses an
+/// MCP server's tool, and the script catches the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_agents_policy_is_put_to_its_mcp_calls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, text: String| {
+        std::fs::write(dir.path().join(name), text).expect("written");
+    };
+    write(
+        "tools.json",
+        json!({"mcp": {"scripted": {"command": ["python3", SCRIPTED]}}}).to_string(),
+    );
+    write(
+        "policy.rhai",
+        r#"fn check_call(tool, args) { if tool == "scripted_price" { return "prices are secret"; } }"#
+            .to_string(),
+    );
+    write(
+        "shop.json",
+        json!({"replies": [
+            "```rhai\nlet said = \"\";\ntry { scripted_price(\"bread\"); } catch (e) { said = e; }\nfinal_result(said)\n```"
+        ]})
+        .to_string(),
+    );
+    write(
+        "team.toml",
+        "[[agent]]\nname = \"shop\"\nmodel = \"replay:shop.json\"\ntools = \"tools.json\"\npolicy = \"policy.rhai\"\n"
+            .to_string(),
+    );
+    let loaded = codeact::load_team(
+        &dir.path().join("team.toml"),
+        &codeact::Limits::default(),
+        Duration::from_secs(30),
+        |builder| builder,
+    )
+    .expect("the team loads");
+    let run = loaded
+        .builder
+        .build()
+        .expect("builds")
+        .run("shop", "Bread?")
+        .await
+        .expect("runs");
+    let codeact::TeamOutcome::Finished {
+        outcome: codeact::Outcome::FinalResult { value },
+        ..
+    } = run.outcome
+    else {
+        panic!("{:?}", run.outcome);
+    };
+    assert!(
+        value
+            .as_str()
+            .is_some_and(|said| said.contains("prices are secret")),
+        "{value}"
+    );
+}
