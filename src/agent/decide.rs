@@ -195,6 +195,7 @@ impl Progress {
             | Event::ScriptStarted { .. }
             | Event::ToolCall { .. }
             | Event::Resumed { .. }
+            | Event::PolicyVerdict { .. }
             | Event::FinalOutput { .. }
             | Event::Finished { .. }
             | Event::Handover { .. }

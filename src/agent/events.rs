@@ -28,6 +28,19 @@ pub enum Event {
         /// The system prompt sent with every request.
         system_prompt: String,
     },
+    /// The policy ([`AgentBuilder::policy`](crate::AgentBuilder::policy)) decided
+    /// on a tool call (`tool` names it) or, without `tool`, on a script.
+    PolicyVerdict {
+        /// The step.
+        step: usize,
+        /// The tool called, or `None` for a script's `check_code`.
+        tool: Option<String>,
+        /// Whether it may go ahead.
+        allowed: bool,
+        /// Why not, in the policy's words (or why it could not decide).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A chat's user turn began ([`Chat::send`](crate::Chat::send)); its message
     /// follows. The error and refusal counts start again, and the step limit
     /// counts from here.

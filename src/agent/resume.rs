@@ -157,7 +157,8 @@ impl ResumePoint {
                 | Event::FinalOutput { .. }
                 | Event::Failed { .. }
                 | Event::Resumed { .. }
-                | Event::TurnStarted { .. } => {}
+                | Event::TurnStarted { .. }
+                | Event::PolicyVerdict { .. } => {}
             }
         }
         let mut progress = Progress::replayed(events);
@@ -307,6 +308,19 @@ impl HostTools {
     fn policy_refusal(&self, name: &str, args: &Value) -> Option<ToolError> {
         use codeact_rhai::Verdict;
         let verdict = self.policy.as_ref()?.check_call(name, args)?;
+        let reason = match &verdict {
+            Verdict::Valid => None,
+            Verdict::Invalid { reason } | Verdict::Unusable { reason } => Some(reason.clone()),
+        };
+        let event = Event::PolicyVerdict {
+            step: self.step.load(Ordering::Relaxed),
+            tool: Some(name.to_string()),
+            allowed: reason.is_none(),
+            reason,
+        };
+        for listener in &self.listeners {
+            listener(&self.agent, &event);
+        }
         let message = match verdict {
             Verdict::Valid => return None,
             Verdict::Invalid { reason } if reason.trim() == "ask" => format!(

@@ -62,6 +62,19 @@ impl Printer {
                 }
             },
             Event::TurnStarted { turn } => writeln!(err, "\n── turn {turn}"),
+            Event::PolicyVerdict {
+                tool,
+                allowed: false,
+                reason,
+                ..
+            } => writeln!(
+                err,
+                "  policy refused {}: {}",
+                tool.as_deref()
+                    .map_or("the script".to_string(), |t| format!("a call of {t}")),
+                reason.as_deref().unwrap_or("no reason")
+            ),
+            Event::PolicyVerdict { .. } => Ok(()),
             Event::Resumed {
                 steps,
                 replayed_scripts,

@@ -67,10 +67,20 @@ impl Agent {
 
     /// Why the policy's `check_code` refuses `code`, if it does (failing closed
     /// as for calls), in words for the model.
-    fn code_refusal(&self, code: &str) -> Option<String> {
+    fn code_refusal(&self, step: usize, code: &str) -> Option<String> {
         use codeact_rhai::Verdict;
         let language = self.runtime.info().language;
-        match self.policy.as_ref()?.check_code(code, language)? {
+        let verdict = self.policy.as_ref()?.check_code(code, language)?;
+        self.emit(|| Event::PolicyVerdict {
+            step,
+            tool: None,
+            allowed: verdict == Verdict::Valid,
+            reason: match &verdict {
+                Verdict::Valid => None,
+                Verdict::Invalid { reason } | Verdict::Unusable { reason } => Some(reason.clone()),
+            },
+        });
+        match verdict {
             Verdict::Valid => None,
             Verdict::Invalid { reason } if reason.trim() == "ask" => Some(
                 "the host's policy wants a person to approve this script, and this host has no one to ask, so it did not run".to_string(),
@@ -157,7 +167,7 @@ impl Agent {
                     }
                 }
                 Next::RunScript { code } => {
-                    if let Some(refusal) = self.code_refusal(&code) {
+                    if let Some(refusal) = self.code_refusal(step, &code) {
                         let refused =
                             Err(codeact_runtime::ScriptError::Thrown { message: refusal });
                         decision = conversation
@@ -872,5 +882,24 @@ mod tests {
             })
             .count();
         assert_eq!(refused_calls, 3, "each refusal is a tool-call event");
+        let verdicts: Vec<(Option<&str>, bool)> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::PolicyVerdict { tool, allowed, .. } => Some((tool.as_deref(), *allowed)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                (None, false),
+                (None, true),
+                (Some("pay"), true),
+                (Some("pay"), false),
+                (Some("pay"), false),
+                (Some("boom"), false),
+            ],
+            "every verdict is an event"
+        );
     }
 }
