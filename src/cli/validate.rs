@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use codeact_rhai::Verdict;
 use serde_json::{Value, json};
 
 use super::{EXIT_NOT_VALID, EXIT_OK, usage_error};
@@ -13,8 +14,21 @@ use crate::output::spec::{Check, OnValidatorError, OutputContract, OutputSpec, R
 #[derive(Debug, Args)]
 pub(crate) struct ValidateArgs {
     /// A Rhai validator file defining `fn validate(content)`.
-    #[arg(long, value_name = "FILE.rhai", required_unless_present = "schema")]
+    #[arg(long, value_name = "FILE.rhai", required_unless_present_any = ["schema", "policy"])]
     validator: Option<PathBuf>,
+    /// Instead of content, check one tool call against a policy file's
+    /// `fn check_call(tool, args)`, as `codeact run --policy` would: with --call
+    /// and --args. Prints {"verdict":"allowed"}, {"verdict":"refused","reason":…},
+    /// {"verdict":"ask"} or {"verdict":"unusable","reason":…}; exit 0 when allowed,
+    /// 1 otherwise.
+    #[arg(long, value_name = "FILE.rhai", conflicts_with_all = ["validator", "schema", "format", "input"], requires = "call")]
+    policy: Option<PathBuf>,
+    /// The tool of the call --policy checks.
+    #[arg(long, value_name = "TOOL", requires = "policy")]
+    call: Option<String>,
+    /// The call's arguments, a JSON object [default: {}].
+    #[arg(long, value_name = "JSON", requires = "policy")]
+    args: Option<String>,
     /// A JSON Schema file the content must match. Without --format, the format is
     /// json: the content must parse, and the schema checks what it parses to.
     #[arg(long, value_name = "FILE.json")]
@@ -52,7 +66,41 @@ pub(crate) fn load_contract(
     })
 }
 
+/// `--policy F --call TOOL --args JSON`: one call's verdict, as a JSON line.
+fn check_call(policy: &Path, tool: &str, call_args: Option<&str>) -> ExitCode {
+    let policy = match codeact_rhai::RhaiPolicy::load(policy, codeact_runtime::Limits::default()) {
+        Ok(policy) => policy,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let call_args: Value = match serde_json::from_str(call_args.unwrap_or("{}")) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) => return usage_error("--args must be a JSON object"),
+        Err(e) => return usage_error(&format!("--args is not JSON: {e}")),
+    };
+    let Some(verdict) = policy.check_call(tool, &call_args) else {
+        return usage_error(&format!(
+            "policy '{}' defines no `fn check_call(tool, args)`",
+            policy.path().display()
+        ));
+    };
+    let (line, allowed) = match verdict {
+        Verdict::Valid => (json!({"verdict": "allowed"}), true),
+        Verdict::Invalid { reason } if reason.trim() == "ask" => (json!({"verdict": "ask"}), false),
+        Verdict::Invalid { reason } => (json!({"verdict": "refused", "reason": reason}), false),
+        Verdict::Unusable { reason } => (json!({"verdict": "unusable", "reason": reason}), false),
+    };
+    println!("{line}");
+    ExitCode::from(if allowed { EXIT_OK } else { EXIT_NOT_VALID })
+}
+
 pub(crate) fn validate(args: &ValidateArgs) -> ExitCode {
+    if let Some(policy) = &args.policy {
+        return check_call(
+            policy,
+            args.call.as_deref().unwrap_or_default(),
+            args.args.as_deref(),
+        );
+    }
     let schema = match args.schema.as_deref().map(read_schema).transpose() {
         Ok(schema) => schema,
         Err(e) => return usage_error(&e),

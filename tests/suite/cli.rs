@@ -1259,3 +1259,41 @@ fn a_policy_file_refuses_calls_and_a_file_without_rules_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("defines neither"));
 }
+
+/// `codeact validate --policy F --call TOOL --args JSON`: one call's verdict.
+#[test]
+fn validate_checks_one_call_against_a_policy() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = dir.path().join("policy.rhai");
+    std::fs::write(
+        &policy,
+        r#"fn check_call(tool, args) { if args.amount > 100 { return "over 100"; } if args.amount > 50 { "ask" } }"#,
+    )
+    .expect("policy written");
+    let policy = policy.to_string_lossy().into_owned();
+    for (args, line, code) in [
+        (r#"{"amount": 10}"#, r#"{"verdict":"allowed"}"#, 0),
+        (r#"{"amount": 60}"#, r#"{"verdict":"ask"}"#, 1),
+        (
+            r#"{"amount": 200}"#,
+            r#"{"reason":"over 100","verdict":"refused"}"#,
+            1,
+        ),
+    ] {
+        let out = codeact(
+            &[
+                "validate", "--policy", &policy, "--call", "pay", "--args", args,
+            ],
+            None,
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), line, "{args}");
+        assert_eq!(out.status.code(), Some(code), "{args}");
+    }
+    let out = codeact(
+        &[
+            "validate", "--policy", &policy, "--call", "pay", "--args", "[1]",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
