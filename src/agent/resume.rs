@@ -308,15 +308,11 @@ impl HostTools {
     fn policy_refusal(&self, name: &str, args: &Value) -> Option<ToolError> {
         use codeact_rhai::Verdict;
         let verdict = self.policy.as_ref()?.check_call(name, args)?;
-        let reason = match &verdict {
-            Verdict::Valid => None,
-            Verdict::Invalid { reason } | Verdict::Unusable { reason } => Some(reason.clone()),
-        };
         let event = Event::PolicyVerdict {
             step: self.step.load(Ordering::Relaxed),
             tool: Some(name.to_string()),
-            allowed: reason.is_none(),
-            reason,
+            allowed: verdict == Verdict::Valid,
+            reason: verdict.reason().map(str::to_string),
         };
         for listener in &self.listeners {
             listener(&self.agent, &event);

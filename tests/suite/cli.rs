@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-fn codeact(args: &[&str], stdin: Option<&[u8]>) -> Output {
+pub(crate) fn codeact(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -56,6 +56,26 @@ fn everything_server() -> Option<PathBuf> {
     None
 }
 
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Waits (at most 20 s) until a server accepts connections on `port`.
+async fn wait_until_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the HTTP server did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_servers_tools_are_listed_with_their_schemas_under_its_name() {
     let tools = scripted().tools().await.expect("listed");
@@ -306,10 +326,7 @@ async fn the_reference_server_answers_over_streamable_http() {
     let Some(server) = everything_server() else {
         return;
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let _node = tokio::process::Command::new("node")
         .arg(&server)
         .arg("streamableHttp")
@@ -319,14 +336,7 @@ async fn the_reference_server_answers_over_streamable_http() {
         .kill_on_drop(true)
         .spawn()
         .expect("node starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the HTTP server did not listen");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_listening(port).await;
     let http = McpServer::http("everything", format!("http://127.0.0.1:{port}/mcp"))
         .header("Authorization", "Bearer not-for-scripts");
     let tools = toolbox(&http).await;
@@ -348,24 +358,10 @@ async fn the_reference_server_answers_over_streamable_http() {
     assert!(described.is_some(), "the image is described: {image}");
 }
 
+/// `codeact exec ARGS… -` with `script` on stdin.
 fn exec(args: &[&str], script: &str) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
-        .arg("exec")
-        .args(args)
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("codeact starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.as_bytes())
-        .expect("script written");
-    child.wait_with_output().expect("codeact ends")
+    let args: Vec<&str> = ["exec"].iter().chain(args).chain(&["-"]).copied().collect();
+    super::cli::codeact(&args, Some(script.as_bytes()))
 }
 
 #[test]
@@ -631,10 +627,7 @@ fn codeact_mcp_refuses_a_runtime_outside_its_list_from_a_raw_client() {
 /// `codeact mcp --listen`: the same tools over streamable HTTP, behind the token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let _server = tokio::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
         .args(["mcp", "--listen", &format!("127.0.0.1:{port}")])
         .env("CODEACT_MCP_TOKEN", "s3cret-token")
@@ -643,14 +636,7 @@ async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
         .kill_on_drop(true)
         .spawn()
         .expect("codeact mcp starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the HTTP server did not listen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_listening(port).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let with_token =
         McpServer::http("codeact", &url).header("Authorization", "Bearer s3cret-token");

@@ -43,6 +43,16 @@ pub enum Verdict {
     },
 }
 
+impl Verdict {
+    /// Why not: the reason of an invalid or unusable verdict, `None` when valid.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Verdict::Valid => None,
+            Verdict::Invalid { reason } | Verdict::Unusable { reason } => Some(reason),
+        }
+    }
+}
+
 /// A validator file that cannot be used; each names the file and the problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValidatorLoadError {
@@ -119,11 +129,7 @@ impl RhaiValidator {
     /// Reads and compiles the validator at `path`; every run of it is bounded by
     /// `limits` (the host uses [`Limits::default`]: 5 s, 10 million operations).
     pub fn load(path: &Path, limits: Limits) -> Result<Self, ValidatorLoadError> {
-        let source = std::fs::read_to_string(path).map_err(|e| ValidatorLoadError::Unreadable {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        Self::compile(path, &source, limits)
+        Self::compile(path, &read_source(path)?, limits)
     }
 
     /// Compiles validator `source`; `path` names it in errors.
@@ -260,11 +266,7 @@ impl std::fmt::Debug for RhaiPolicy {
 impl RhaiPolicy {
     /// Reads and compiles the policy at `path`, as [`RhaiValidator::load`].
     pub fn load(path: &Path, limits: Limits) -> Result<Self, ValidatorLoadError> {
-        let source = std::fs::read_to_string(path).map_err(|e| ValidatorLoadError::Unreadable {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        Self::compile(path, &source, limits)
+        Self::compile(path, &read_source(path)?, limits)
     }
 
     /// Compiles policy `source`; `path` names it in errors.
@@ -336,6 +338,14 @@ impl RhaiPolicy {
             )
         })
     }
+}
+
+/// A rule file's text, or the error naming it.
+fn read_source(path: &Path) -> Result<String, ValidatorLoadError> {
+    std::fs::read_to_string(path).map_err(|e| ValidatorLoadError::Unreadable {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 fn verdict(function: &str, value: &Dynamic) -> Verdict {

@@ -75,10 +75,7 @@ impl Agent {
             step,
             tool: None,
             allowed: verdict == Verdict::Valid,
-            reason: match &verdict {
-                Verdict::Valid => None,
-                Verdict::Invalid { reason } | Verdict::Unusable { reason } => Some(reason.clone()),
-            },
+            reason: verdict.reason().map(str::to_string),
         });
         match verdict {
             Verdict::Valid => None,
@@ -567,6 +564,17 @@ mod tests {
         );
     }
 
+    /// A token a task cancels after `delay`, as an app (or Ctrl-C) would.
+    fn cancelled_after(delay: Duration) -> CancellationToken {
+        let token = CancellationToken::new();
+        let cancel = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            cancel.cancel();
+        });
+        token
+    }
+
     /// A model that never answers, as a stalled server.
     struct Stalled;
 
@@ -595,12 +603,7 @@ mod tests {
         .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
         .build()
         .expect("agent builds");
-        let token = CancellationToken::new();
-        let cancel = token.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            cancel.cancel();
-        });
+        let token = cancelled_after(Duration::from_millis(200));
         let started = Instant::now();
         let run = agent
             .request("Think forever.")
@@ -661,12 +664,7 @@ mod tests {
             LoopConfig::default(),
             vec![slow],
         );
-        let token = CancellationToken::new();
-        let cancel = token.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            cancel.cancel();
-        });
+        let token = cancelled_after(Duration::from_millis(300));
         let started = Instant::now();
         let run = agent
             .request("Wait.")
