@@ -46,4 +46,6 @@ PY
   mv "$WORK/$name" "$target"
   echo "ok      $name"
 done
+# The guests built from this repository (wasm:rhai) go to the same directory.
+"$(dirname "$0")/build-guests.sh"
 echo "guests in $DIR"

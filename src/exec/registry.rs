@@ -23,6 +23,8 @@ pub const RUNTIME_NAMES: &[&str] = &[
     "wasm:micropython",
     #[cfg(feature = "wasm")]
     "wasm:python",
+    #[cfg(feature = "wasm")]
+    "wasm:rhai",
 ];
 
 /// Runtimes this build knows that run only when named: `all` and `wasm` in

@@ -10,6 +10,9 @@
 //! deadline comes (the entry holds the flag weakly), so the queue holds at most the
 //! runs started within one `wall_time`.
 
+// Compiled to WebAssembly, the timer thread is not built (see `host_alarm`).
+#![cfg_attr(target_family = "wasm", allow(dead_code, unused_imports))]
+
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,7 +81,29 @@ impl Timer {
     }
 }
 
+/// Compiled to WebAssembly (the `wasm:rhai` guest) there are no threads: the host
+/// raises this flag, at its address in the guest's memory, when the run's deadline
+/// passes (see [`host_alarm`]).
+#[cfg(target_family = "wasm")]
+static HOST_ALARM: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// The flag a WebAssembly host raises at a run's deadline: its address is what the
+/// guest exports for the host to write to. Lowered by each run as it starts.
+#[cfg(target_family = "wasm")]
+pub fn host_alarm() -> &'static Arc<AtomicBool> {
+    HOST_ALARM.get_or_init(|| Arc::new(AtomicBool::new(false)))
+}
+
+/// The run's alarm: the flag the host raises (see [`host_alarm`]).
+#[cfg(target_family = "wasm")]
+pub(crate) fn arm(_deadline: Instant) -> Option<Arc<AtomicBool>> {
+    let flag = host_alarm();
+    flag.store(false, Ordering::Relaxed);
+    Some(flag.clone())
+}
+
 /// The process's timer, started on first use; `None` if its thread cannot start.
+#[cfg(not(target_family = "wasm"))]
 fn timer() -> Option<&'static Arc<Timer>> {
     static TIMER: OnceLock<Option<Arc<Timer>>> = OnceLock::new();
     TIMER
@@ -96,6 +121,7 @@ fn timer() -> Option<&'static Arc<Timer>> {
 
 /// A flag raised once `deadline` passes, or `None` when no timer thread could be
 /// started (the caller then reads the clock itself).
+#[cfg(not(target_family = "wasm"))]
 pub(crate) fn arm(deadline: Instant) -> Option<Arc<AtomicBool>> {
     let timer = timer()?;
     let flag = Arc::new(AtomicBool::new(false));

@@ -31,6 +31,8 @@ use std::sync::Arc;
 use codeact_runtime::{HostError, Limits, Runtime, RuntimeInfo, Session, ToolDispatch, ToolSpec};
 use rhai::Engine;
 
+#[cfg(target_family = "wasm")]
+pub use alarm::host_alarm;
 pub use convert::{from_json, to_json};
 pub use session::RhaiSession;
 pub use validator::{RhaiPolicy, RhaiValidator, ValidatorLoadError, Verdict};
@@ -50,11 +52,15 @@ impl std::fmt::Debug for RhaiRuntime {
     }
 }
 
+/// The Rhai prompt card template, shared with the `wasm:rhai` guest (the same
+/// engine and prelude compiled to WASI).
+pub const CARD_TEMPLATE: &str = include_str!("../prompts/rhai.md");
+
 static INFO: RuntimeInfo = RuntimeInfo {
     name: "rhai",
     language: "Rhai",
     fence_tags: &["rhai"],
-    card_template: include_str!("../prompts/rhai.md"),
+    card_template: CARD_TEMPLATE,
     enforcement: engine::ENFORCEMENT,
 };
 
@@ -84,22 +90,27 @@ impl Runtime for RhaiRuntime {
     }
 
     fn tool_signature(&self, tool: &ToolSpec) -> String {
-        let fields: Vec<String> = tool
-            .signature_fields()
-            .into_iter()
-            .map(|(name, ty)| format!("{name}: {}", rhai_type(&ty)))
-            .collect();
-        format!(
-            "{}(#{{{}}}){}",
-            tool.name,
-            fields.join(", "),
-            tool.return_suffix()
-        )
+        tool_signature(tool)
     }
 
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
         Ok(Box::new(self.session(tools)))
     }
+}
+
+/// How a Rhai script calls `tool`: `name(#{field: type, …}) -> returns`.
+pub fn tool_signature(tool: &ToolSpec) -> String {
+    let fields: Vec<String> = tool
+        .signature_fields()
+        .into_iter()
+        .map(|(name, ty)| format!("{name}: {}", rhai_type(&ty)))
+        .collect();
+    format!(
+        "{}(#{{{}}}){}",
+        tool.name,
+        fields.join(", "),
+        tool.return_suffix()
+    )
 }
 
 /// The Rhai spelling of a JSON Schema type.

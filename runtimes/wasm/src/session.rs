@@ -138,8 +138,40 @@ struct LiveGuest {
     ended: Option<wasmtime::Result<()>>,
 }
 
-/// One session of a wasm guest.
+/// One session of a wasm guest: a stdio-protocol guest (the interpreters from
+/// PyPI, custom commands) or a guest built against codeact's import ABI
+/// (`wasm:rhai`).
 pub struct WasmSession {
+    inner: Inner,
+}
+
+enum Inner {
+    Stdio(StdioSession),
+    Abi(Box<crate::abi::AbiSession>),
+}
+
+impl WasmSession {
+    pub(crate) fn stdio(
+        blueprint: Arc<Blueprint>,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<WasmSession, HostError> {
+        StdioSession::start(blueprint, tools).map(|session| WasmSession {
+            inner: Inner::Stdio(session),
+        })
+    }
+
+    pub(crate) fn abi(
+        blueprint: Arc<crate::abi::AbiBlueprint>,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<WasmSession, HostError> {
+        crate::abi::AbiSession::start(blueprint, tools).map(|session| WasmSession {
+            inner: Inner::Abi(Box::new(session)),
+        })
+    }
+}
+
+/// A session of a guest that speaks the stdio protocol.
+struct StdioSession {
     blueprint: Arc<Blueprint>,
     tools: Arc<dyn ToolDispatch>,
     /// The guest's argv, its prelude rendered for this session's tools.
@@ -169,17 +201,17 @@ impl Wake for ThreadWaker {
     }
 }
 
-impl WasmSession {
-    pub(crate) fn start(
+impl StdioSession {
+    fn start(
         blueprint: Arc<Blueprint>,
         tools: Arc<dyn ToolDispatch>,
-    ) -> Result<WasmSession, HostError> {
+    ) -> Result<StdioSession, HostError> {
         let prelude = blueprint
             .prelude
             .map(|template| render_prelude(template, tools.specs(), &blueprint.limits))
             .unwrap_or_default();
         let argv = blueprint.guest.argv(&prelude, &blueprint.limits);
-        let mut session = WasmSession {
+        let mut session = StdioSession {
             blueprint,
             tools,
             argv,
@@ -389,7 +421,7 @@ impl WasmSession {
     }
 }
 
-impl WasmSession {
+impl StdioSession {
     /// Polls the guest after its terminal message until it waits for the next
     /// script; `completion` stands only if it gets there within the deadline
     /// without writing anything.
@@ -598,7 +630,10 @@ fn first_line(error: &wasmtime::Error) -> String {
 
 impl Session for WasmSession {
     fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
-        self.run_script(script)
+        match &mut self.inner {
+            Inner::Stdio(session) => session.run_script(script),
+            Inner::Abi(session) => session.run_script(script),
+        }
     }
 }
 

@@ -1,0 +1,681 @@
+//! Guests built against codeact's import ABI (the `wasm:rhai` guest, from
+//! `guests/rhai`): the host calls exported functions to start a session and run a
+//! script, and the guest calls imported `codeact` functions to run a tool. No text
+//! protocol, so nothing a script prints can pose as a host message.
+//!
+//! The guest sees no WASI context at all: the handful of WASI functions Rust's
+//! standard library imports (clocks, random bytes, environment, writes to
+//! stdout/stderr, exit) are defined here, so a guest has no files, no environment,
+//! no sockets and no way to sleep, by construction rather than by configuration.
+//!
+//! Limits hold twice. Inside, the guest runs codeact's own Rhai backend with the
+//! session's [`Limits`]: it stops a runaway script with a clear error and keeps the
+//! session. Outside, wasmtime holds what the engine cannot count: an epoch deadline
+//! shortly after the time limit (a builtin that runs long, such as a huge `pad`)
+//! and a cap on linear memory (what escapes the engine's meter). Those stops cost
+//! the instance: the next run starts a fresh one, and the error says so.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use codeact_runtime::{
+    HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, ToolDispatch,
+};
+use serde_json::{Value, json};
+use wasmtime::{
+    Caller, Engine, InstancePre, Linker, Memory, Module, ResourceLimiter, Store, Trap, TypedFunc,
+    UpdateDeadline,
+};
+
+use crate::engine::Ticking;
+
+/// Memory a guest may grow to while it starts (the engine and its standard library),
+/// on top of the memory limit.
+const STARTUP_MEMORY: usize = 64 << 20;
+
+/// The stderr a guest may leave (a panic message), kept for the error.
+const STDERR_CAP: usize = 4 << 10;
+
+/// The most the host reads of one answer or tool request: the limit on a script's
+/// memory bounds what a guest can hold, and this bounds what the host copies.
+fn max_transfer(limits: &Limits) -> usize {
+    limits.max_memory_bytes.saturating_add(1 << 20)
+}
+
+/// How long after the time limit wasmtime stops a guest the engine did not stop
+/// itself (inside one long builtin): 4% of the limit, between 5 ms and 200 ms. The
+/// engine checks the clock every 1,024 operations, so it gets there first on
+/// ordinary loops and the session keeps its state.
+fn backstop_grace(limits: &Limits) -> Duration {
+    (limits.wall_time / 25).clamp(Duration::from_millis(5), Duration::from_millis(200))
+}
+
+/// A generous bound on the time a guest takes to parse and convert `bytes` of a tool
+/// reply: 50 ns a byte, several times what the Rhai guest needs here.
+fn reading_time(bytes: usize) -> Duration {
+    Duration::from_nanos(u64::try_from(bytes).unwrap_or(u64::MAX).saturating_mul(50))
+}
+
+/// A guest exited through WASI's `proc_exit`.
+#[derive(Debug)]
+struct GuestExit(i32);
+
+impl std::fmt::Display for GuestExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the guest exited with status {}", self.0)
+    }
+}
+
+impl std::error::Error for GuestExit {}
+
+/// What every instance of an ABI guest needs.
+pub(crate) struct AbiBlueprint {
+    pub(crate) runtime_name: &'static str,
+    pub(crate) pre: InstancePre<AbiState>,
+    pub(crate) limits: Arc<Limits>,
+    /// What the model is told when the session loses its state.
+    pub(crate) restarted: String,
+}
+
+/// The store's data.
+pub(crate) struct AbiState {
+    tools: Arc<dyn ToolDispatch>,
+    /// The reply to the last tool call, until the guest takes it.
+    reply: Vec<u8>,
+    memory: MemoryCap,
+    /// The current run's time limit: at it, the host raises the guest's alarm flag
+    /// and the engine stops the script at its next operation. `None` between runs.
+    deadline: Option<Instant>,
+    /// When wasmtime stops the guest itself: the deadline plus the grace, and never
+    /// sooner than the grace after a tool call returns. `None` between calls.
+    hard_deadline: Option<Instant>,
+    grace: Duration,
+    /// The guest's memory and the address of its alarm flag, once instantiated.
+    alarm: Option<(Memory, usize)>,
+    max_transfer: usize,
+    stderr: Vec<u8>,
+    /// The monotonic clock's zero, for `clock_time_get`.
+    epoch: Instant,
+}
+
+/// Caps linear memory: while starting, at [`STARTUP_MEMORY`] plus the limit; from
+/// the first run on, at what the started guest held plus one and a half times the
+/// limit (the engine's meter stops scripts at the limit; the rest is room for the
+/// allocator's fragmentation and the answer's JSON).
+struct MemoryCap {
+    limit: usize,
+    baseline: Option<usize>,
+    refused: bool,
+}
+
+impl MemoryCap {
+    fn cap(&self) -> usize {
+        match self.baseline {
+            Some(baseline) => baseline
+                .saturating_add(self.limit)
+                .saturating_add(self.limit / 2),
+            None => STARTUP_MEMORY.saturating_add(self.limit),
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired <= self.cap() {
+            return Ok(true);
+        }
+        self.refused = true;
+        Ok(false)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 16)
+    }
+}
+
+/// Links the `codeact` imports and the few WASI functions a Rust guest imports;
+/// anything else the module imports traps when called.
+pub(crate) fn link(engine: &Engine, module: &Module) -> wasmtime::Result<InstancePre<AbiState>> {
+    let mut linker: Linker<AbiState> = Linker::new(engine);
+    linker.func_wrap("codeact", "call_tool", call_tool)?;
+    linker.func_wrap("codeact", "take_reply", take_reply)?;
+    const WASI: &str = "wasi_snapshot_preview1";
+    linker.func_wrap(WASI, "clock_time_get", clock_time_get)?;
+    linker.func_wrap(WASI, "random_get", random_get)?;
+    linker.func_wrap(WASI, "environ_sizes_get", environ_sizes_get)?;
+    linker.func_wrap(WASI, "environ_get", |_: i32, _: i32| -> i32 {
+        ERRNO_SUCCESS
+    })?;
+    linker.func_wrap(WASI, "args_sizes_get", environ_sizes_get)?;
+    linker.func_wrap(WASI, "args_get", |_: i32, _: i32| -> i32 { ERRNO_SUCCESS })?;
+    linker.func_wrap(WASI, "fd_write", fd_write)?;
+    // Sleeping and waiting are not offered: a guest that tries gets "not supported".
+    linker.func_wrap(
+        WASI,
+        "poll_oneoff",
+        |_: i32, _: i32, _: i32, _: i32| -> i32 { ERRNO_NOTSUP },
+    )?;
+    linker.func_wrap(WASI, "proc_exit", |code: i32| -> wasmtime::Result<()> {
+        Err(wasmtime::Error::new(GuestExit(code)))
+    })?;
+    linker.define_unknown_imports_as_traps(module)?;
+    linker.instantiate_pre(module)
+}
+
+const ERRNO_SUCCESS: i32 = 0;
+const ERRNO_BADF: i32 = 8;
+const ERRNO_FAULT: i32 = 21;
+const ERRNO_INVAL: i32 = 28;
+const ERRNO_NOTSUP: i32 = 58;
+
+fn guest_memory(caller: &mut Caller<'_, AbiState>) -> wasmtime::Result<Memory> {
+    caller
+        .get_export("memory")
+        .and_then(|export| export.into_memory())
+        .ok_or_else(|| wasmtime::Error::msg("the guest exports no memory"))
+}
+
+/// Reads `len` bytes at `ptr` of the guest's memory, refusing more than `cap`.
+fn read_guest(
+    caller: &mut Caller<'_, AbiState>,
+    ptr: i32,
+    len: i32,
+    cap: usize,
+) -> wasmtime::Result<Vec<u8>> {
+    let memory = guest_memory(caller)?;
+    let (ptr, len) = (ptr as u32 as usize, len as u32 as usize);
+    if len > cap {
+        return Err(wasmtime::Error::msg(format!(
+            "the guest sent {len} bytes, over the {cap} a transfer may hold"
+        )));
+    }
+    let mut bytes = vec![0; len];
+    memory.read(&*caller, ptr, &mut bytes)?;
+    Ok(bytes)
+}
+
+fn write_guest(caller: &mut Caller<'_, AbiState>, ptr: i32, bytes: &[u8]) -> bool {
+    guest_memory(caller)
+        .and_then(|memory| Ok(memory.write(&mut *caller, ptr as u32 as usize, bytes)?))
+        .is_ok()
+}
+
+/// `codeact.call_tool(request, len) -> reply_len`: runs the tool named in the
+/// request (`{"name", "args"}`) and keeps its reply for `take_reply`.
+fn call_tool(mut caller: Caller<'_, AbiState>, ptr: i32, len: i32) -> wasmtime::Result<i32> {
+    let cap = caller.data().max_transfer;
+    let request = read_guest(&mut caller, ptr, len, cap)?;
+    let reply = match serde_json::from_slice::<Value>(&request) {
+        Ok(mut request) => {
+            let name = request["name"].as_str().unwrap_or_default().to_string();
+            let args = request["args"].take();
+            let tools = caller.data().tools.clone();
+            match tools.call(&name, args) {
+                Ok(value) => json!({"ok": value}),
+                Err(e) => json!({"error": format!("tool '{name}' failed: {}", e.message)}),
+            }
+        }
+        Err(e) => json!({"error": format!("the tool request was not JSON: {e}")}),
+    };
+    let reply = reply.to_string().into_bytes();
+    // Time in the tool is the host's, and so is the guest's reading of the reply
+    // (it parses and converts it before the script's next operation): the guest
+    // gets its grace plus that reading's time after a tool returns, so the
+    // engine's own stop, which keeps the session, comes first.
+    let state = caller.data_mut();
+    if let Some(hard) = state.hard_deadline.as_mut() {
+        *hard = (*hard).max(Instant::now() + state.grace + reading_time(reply.len()));
+    }
+    let len = i32::try_from(reply.len())
+        .map_err(|_| wasmtime::Error::msg("a tool reply over 2 GiB cannot be handed over"))?;
+    caller.data_mut().reply = reply;
+    Ok(len)
+}
+
+/// `codeact.take_reply(dest)`: copies the kept reply to `dest`.
+fn take_reply(mut caller: Caller<'_, AbiState>, dest: i32) -> wasmtime::Result<()> {
+    let reply = std::mem::take(&mut caller.data_mut().reply);
+    if write_guest(&mut caller, dest, &reply) {
+        Ok(())
+    } else {
+        Err(wasmtime::Error::msg(
+            "the guest gave no room for the tool reply",
+        ))
+    }
+}
+
+fn clock_time_get(mut caller: Caller<'_, AbiState>, id: i32, _precision: i64, out: i32) -> i32 {
+    let nanos = match id {
+        // Realtime.
+        0 => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+        // Monotonic, and the process and thread CPU clocks (approximated by it).
+        1..=3 => caller.data().epoch.elapsed().as_nanos(),
+        _ => return ERRNO_INVAL,
+    };
+    let nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
+    if write_guest(&mut caller, out, &nanos.to_le_bytes()) {
+        ERRNO_SUCCESS
+    } else {
+        ERRNO_FAULT
+    }
+}
+
+fn random_get(mut caller: Caller<'_, AbiState>, ptr: i32, len: i32) -> i32 {
+    let len = len as u32 as usize;
+    if len > 1 << 16 {
+        return ERRNO_INVAL;
+    }
+    let mut bytes = vec![0; len];
+    if getrandom::fill(&mut bytes).is_err() {
+        return ERRNO_NOTSUP;
+    }
+    if write_guest(&mut caller, ptr, &bytes) {
+        ERRNO_SUCCESS
+    } else {
+        ERRNO_FAULT
+    }
+}
+
+/// No environment and no arguments: zero entries of zero bytes.
+fn environ_sizes_get(mut caller: Caller<'_, AbiState>, count: i32, size: i32) -> i32 {
+    if write_guest(&mut caller, count, &0u32.to_le_bytes())
+        && write_guest(&mut caller, size, &0u32.to_le_bytes())
+    {
+        ERRNO_SUCCESS
+    } else {
+        ERRNO_FAULT
+    }
+}
+
+/// stdout and stderr are kept (capped) for an error message; nothing else opens.
+fn fd_write(
+    mut caller: Caller<'_, AbiState>,
+    fd: i32,
+    iovs: i32,
+    iovs_len: i32,
+    written: i32,
+) -> i32 {
+    if fd != 1 && fd != 2 {
+        return ERRNO_BADF;
+    }
+    let Ok(memory) = guest_memory(&mut caller) else {
+        return ERRNO_FAULT;
+    };
+    let mut total: u32 = 0;
+    for index in 0..(iovs_len as u32).min(1024) {
+        let mut iov = [0u8; 8];
+        let at = (iovs as u32 as usize).saturating_add(index as usize * 8);
+        if memory.read(&caller, at, &mut iov).is_err() {
+            return ERRNO_FAULT;
+        }
+        let [a, b, c, d, e, f, g, h] = iov;
+        let (ptr, len) = (
+            u32::from_le_bytes([a, b, c, d]) as usize,
+            u32::from_le_bytes([e, f, g, h]) as usize,
+        );
+        let room = STDERR_CAP.saturating_sub(caller.data().stderr.len());
+        let mut kept = vec![0; len.min(room)];
+        if memory.read(&caller, ptr, &mut kept).is_err() {
+            return ERRNO_FAULT;
+        }
+        caller.data_mut().stderr.extend_from_slice(&kept);
+        total = total.saturating_add(len as u32);
+    }
+    if write_guest(&mut caller, written, &total.to_le_bytes()) {
+        ERRNO_SUCCESS
+    } else {
+        ERRNO_FAULT
+    }
+}
+
+/// A live instance and its exports.
+struct Live {
+    store: Store<AbiState>,
+    memory: Memory,
+    alloc: TypedFunc<i32, i32>,
+    start: TypedFunc<(i32, i32), i32>,
+    run: TypedFunc<(i32, i32), i32>,
+    output: TypedFunc<(), i32>,
+}
+
+/// The exports that take an input buffer and answer in JSON.
+#[derive(Clone, Copy)]
+enum EntryPoint {
+    /// `codeact_start(config)`.
+    Start,
+    /// `codeact_run(script)`.
+    Run,
+}
+
+/// One session of an ABI guest: one instance, kept across runs until a stop by
+/// wasmtime costs it.
+pub(crate) struct AbiSession {
+    blueprint: Arc<AbiBlueprint>,
+    tools: Arc<dyn ToolDispatch>,
+    live: Option<Live>,
+}
+
+/// How a call into the guest ended, when it did not answer.
+enum Stopped {
+    /// wasmtime stopped it, or it crashed: the instance is gone.
+    Lost(wasmtime::Error),
+    /// Its answer was not what the ABI promises.
+    Garbled(String),
+}
+
+impl AbiSession {
+    pub(crate) fn start(
+        blueprint: Arc<AbiBlueprint>,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<AbiSession, HostError> {
+        let mut session = AbiSession {
+            blueprint,
+            tools,
+            live: None,
+        };
+        session.live = Some(session.instantiate()?);
+        Ok(session)
+    }
+
+    fn start_error(&self, reason: String) -> HostError {
+        HostError::SessionStart {
+            runtime: self.blueprint.runtime_name,
+            reason,
+        }
+    }
+
+    /// A fresh instance, started with the session's limits and tools.
+    fn instantiate(&self) -> Result<Live, HostError> {
+        let engine = crate::engine::engine().map_err(|e| self.start_error(e))?;
+        let limits = &*self.blueprint.limits;
+        let state = AbiState {
+            tools: self.tools.clone(),
+            reply: Vec::new(),
+            memory: MemoryCap {
+                limit: limits.max_memory_bytes,
+                baseline: None,
+                refused: false,
+            },
+            deadline: None,
+            hard_deadline: Some(Instant::now() + crate::session::STARTUP_TIME),
+            grace: backstop_grace(limits),
+            alarm: None,
+            max_transfer: max_transfer(limits),
+            stderr: Vec::new(),
+            epoch: Instant::now(),
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|state| &mut state.memory);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut context| {
+            let now = Instant::now();
+            let state = context.data();
+            if state.hard_deadline.is_some_and(|hard| now >= hard) {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            if state.deadline.is_some_and(|deadline| now >= deadline)
+                && let Some((memory, address)) = state.alarm
+                && let Some(flag) = memory.data_mut(&mut context).get_mut(address)
+            {
+                *flag = 1;
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+        let failed = |store: &Store<AbiState>, e: wasmtime::Error| {
+            self.start_error(with_stderr(format!("{e:#}"), &store.data().stderr))
+        };
+        let _ticking = Ticking::start().map_err(|e| self.start_error(e))?;
+        let instance = match block_on(self.blueprint.pre.instantiate_async(&mut store)) {
+            Ok(instance) => instance,
+            Err(e) => return Err(failed(&store, e)),
+        };
+        let exports = (|| -> wasmtime::Result<_> {
+            let memory = instance
+                .get_memory(&mut store, "memory")
+                .ok_or_else(|| wasmtime::Error::msg("the guest exports no memory"))?;
+            Ok((
+                memory,
+                instance.get_typed_func::<i32, i32>(&mut store, "codeact_alloc")?,
+                instance.get_typed_func::<(i32, i32), i32>(&mut store, "codeact_start")?,
+                instance.get_typed_func::<(i32, i32), i32>(&mut store, "codeact_run")?,
+                instance.get_typed_func::<(), i32>(&mut store, "codeact_output")?,
+                instance.get_typed_func::<(), i32>(&mut store, "codeact_alarm")?,
+            ))
+        })();
+        let (memory, alloc, start, run, output, alarm) = match exports {
+            Ok(exports) => exports,
+            Err(e) => return Err(failed(&store, e)),
+        };
+        let mut live = Live {
+            store,
+            memory,
+            alloc,
+            start,
+            run,
+            output,
+        };
+        let config = json!({"limits": limits, "tools": self.tools.specs()}).to_string();
+        let answer = match call(&mut live, EntryPoint::Start, config.as_bytes()) {
+            Ok(answer) => answer,
+            Err(Stopped::Lost(e)) => return Err(failed(&live.store, e)),
+            Err(Stopped::Garbled(why)) => return Err(self.start_error(why)),
+        };
+        if let Some(error) = answer.get("error") {
+            return Err(self.start_error(error.as_str().unwrap_or("refused").to_string()));
+        }
+        let address = match block_on(alarm.call_async(&mut live.store, ())) {
+            Ok(address) => address as u32 as usize,
+            Err(e) => return Err(failed(&live.store, e)),
+        };
+        let held = live.memory.data_size(&live.store);
+        let state = live.store.data_mut();
+        state.memory.baseline = Some(held);
+        state.alarm = Some((live.memory, address));
+        state.hard_deadline = None;
+        Ok(live)
+    }
+
+    pub(crate) fn run_script(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+        let limits = self.blueprint.limits.clone();
+        let mut live = match self.live.take() {
+            Some(live) => live,
+            None => self.instantiate()?,
+        };
+        {
+            let state = live.store.data_mut();
+            let deadline = Instant::now() + limits.wall_time;
+            state.deadline = Some(deadline);
+            state.hard_deadline = Some(deadline + state.grace);
+            state.memory.refused = false;
+            state.stderr.clear();
+        }
+        let answer = call(&mut live, EntryPoint::Run, script.as_bytes());
+        let state = live.store.data_mut();
+        state.deadline = None;
+        state.hard_deadline = None;
+        match answer {
+            Ok(answer) => {
+                let outcome = outcome_from(answer, &limits, self.blueprint.runtime_name);
+                if outcome.is_ok() {
+                    self.live = Some(live);
+                }
+                outcome
+            }
+            Err(Stopped::Lost(error)) => {
+                let state = live.store.data();
+                let completion = Err(self.stopped(&error, state.memory.refused, &state.stderr));
+                Ok(RunOutcome {
+                    completion,
+                    logs: LogBuffer::new(limits.max_output_bytes),
+                })
+            }
+            Err(Stopped::Garbled(why)) => Err(HostError::Engine {
+                runtime: self.blueprint.runtime_name,
+                reason: why,
+            }),
+        }
+    }
+
+    /// The error for a run wasmtime stopped or the guest crashed out of.
+    fn stopped(&self, error: &wasmtime::Error, refused: bool, stderr: &[u8]) -> ScriptError {
+        let limits = &*self.blueprint.limits;
+        let restarted = &self.blueprint.restarted;
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => ScriptError::limit(
+                LimitKind::WallTime,
+                limits,
+                Some(format!(
+                    "stopped inside a single long operation; {restarted}"
+                )),
+            ),
+            Some(Trap::StackOverflow) => {
+                ScriptError::limit(LimitKind::CallDepth, limits, Some(restarted.clone()))
+            }
+            _ if refused => ScriptError::limit(
+                LimitKind::Memory,
+                limits,
+                Some(format!(
+                    "memory outside the engine's own count grew past the cap; {restarted}"
+                )),
+            ),
+            _ => ScriptError::Thrown {
+                message: with_stderr(
+                    format!("the Rhai guest crashed: {}; {restarted}", first_line(error)),
+                    stderr,
+                ),
+            },
+        }
+    }
+}
+
+/// Hands `input` to the guest's `entry` point and reads its JSON answer.
+fn call(live: &mut Live, entry: EntryPoint, input: &[u8]) -> Result<Value, Stopped> {
+    let _ticking = Ticking::start().map_err(Stopped::Garbled)?;
+    let len = i32::try_from(input.len())
+        .map_err(|_| Stopped::Garbled("the input is over 2 GiB".into()))?;
+    let alloc = live.alloc.clone();
+    let ptr = block_on(alloc.call_async(&mut live.store, len)).map_err(Stopped::Lost)?;
+    live.memory
+        .write(&mut live.store, ptr as u32 as usize, input)
+        .map_err(|e| Stopped::Garbled(format!("the guest's buffer is out of bounds: {e}")))?;
+    let function = match entry {
+        EntryPoint::Start => live.start.clone(),
+        EntryPoint::Run => live.run.clone(),
+    };
+    let answer_len =
+        block_on(function.call_async(&mut live.store, (ptr, len))).map_err(Stopped::Lost)?;
+    let output = live.output.clone();
+    let answer_ptr = block_on(output.call_async(&mut live.store, ())).map_err(Stopped::Lost)?;
+    let answer_len = answer_len as u32 as usize;
+    if answer_len > live.store.data().max_transfer {
+        return Err(Stopped::Garbled(format!(
+            "the guest's answer of {answer_len} bytes is over what a transfer may hold"
+        )));
+    }
+    let mut answer = vec![0; answer_len];
+    live.memory
+        .read(&live.store, answer_ptr as u32 as usize, &mut answer)
+        .map_err(|e| Stopped::Garbled(format!("the guest's answer is out of bounds: {e}")))?;
+    serde_json::from_slice(&answer)
+        .map_err(|e| Stopped::Garbled(format!("the guest's answer is not JSON: {e}")))
+}
+
+/// The run's outcome from the guest's answer (see `guests/rhai`).
+fn outcome_from(
+    answer: Value,
+    limits: &Limits,
+    runtime: &'static str,
+) -> Result<RunOutcome, HostError> {
+    if let Some(reason) = answer.get("host_error") {
+        return Err(HostError::Engine {
+            runtime,
+            reason: reason.as_str().unwrap_or("unknown").to_string(),
+        });
+    }
+    let mut logs = LogBuffer::new(limits.max_output_bytes);
+    logs.push(answer["logs"]["kept"].as_str().unwrap_or_default());
+    let dropped = answer["logs"]["dropped"].as_u64().unwrap_or(0);
+    logs.count_dropped(usize::try_from(dropped).unwrap_or(usize::MAX));
+    let completion = &answer["completion"];
+    let completion = if let Some(value) = completion.get("ok") {
+        Ok(value.clone())
+    } else {
+        Err(script_error(&completion["error"], limits))
+    };
+    Ok(RunOutcome { completion, logs })
+}
+
+/// A [`ScriptError`] from its JSON form in the guest's answer.
+fn script_error(error: &Value, limits: &Limits) -> ScriptError {
+    let message = error["message"].as_str().unwrap_or_default().to_string();
+    match error["kind"].as_str() {
+        Some("syntax") => ScriptError::Syntax { message },
+        Some("no_value") => ScriptError::NoValue { message },
+        Some("unrepresentable") => ScriptError::Unrepresentable { message },
+        Some("limit") => match serde_json::from_value::<LimitKind>(error["limit"].clone()) {
+            Ok(limit) => {
+                ScriptError::limit(limit, limits, error["detail"].as_str().map(str::to_string))
+            }
+            Err(_) => ScriptError::Thrown {
+                message: error["described"].as_str().unwrap_or_default().to_string(),
+            },
+        },
+        _ => ScriptError::Thrown { message },
+    }
+}
+
+fn with_stderr(message: String, stderr: &[u8]) -> String {
+    let stderr = String::from_utf8_lossy(stderr);
+    let stderr = stderr.trim();
+    if stderr.is_empty() {
+        message
+    } else {
+        format!("{message} (the guest wrote: {stderr})")
+    }
+}
+
+/// The cause of a guest failure in one line.
+fn first_line(error: &wasmtime::Error) -> String {
+    if let Some(trap) = error.downcast_ref::<Trap>() {
+        return trap.to_string();
+    }
+    let text = error.root_cause().to_string();
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+struct NoopWake;
+
+impl Wake for NoopWake {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// Drives a guest call to its end on this thread. Every host function of an ABI
+/// guest is synchronous, so the call never waits on anything but the guest: it is
+/// ready at its first poll, and the loop only guards against that changing.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let waker = Waker::from(Arc::new(NoopWake));
+    let mut context = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::yield_now();
+    }
+}
