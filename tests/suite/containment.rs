@@ -33,6 +33,7 @@ const SECTION: Section = Section {
         "wasm:js",
         "wasm:micropython",
         "wasm:python",
+        "wasm:rhai",
         "host",
     ],
 };
@@ -114,6 +115,12 @@ fn audit_attacks_are_contained_on_wasm_micropython() {
 #[test]
 fn audit_attacks_are_contained_on_wasm_python() {
     run_column("wasm:python");
+}
+
+/// If one fails, an attack from the audit gets past the Rhai guest (wasmtime) again.
+#[test]
+fn audit_attacks_are_contained_on_wasm_rhai() {
+    run_column("wasm:rhai");
 }
 
 /// If one fails, an attack from the audit gets past the host's own boundaries again.

@@ -86,7 +86,7 @@ fn cases(port: u16) -> Vec<(String, &'static str)> {
 fn script(column: &str, urls: &[String]) -> Option<String> {
     let list = serde_json::to_string(urls).expect("json");
     Some(match column {
-        "rhai" => format!(
+        "rhai" | "wasm:rhai" => format!(
             "let out = [];\nfor u in {list} {{ try {{ out.push(fetch(#{{url: u}}).text); }} catch (e) {{ out.push(`refused: ${{e}}`); }} }}\nfinal_result(out)"
         ),
         "js" | "wasm:js" => format!(

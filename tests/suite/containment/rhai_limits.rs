@@ -44,10 +44,16 @@ pub const ATTACKS: &[Attack] = &[
     },
 ];
 
-/// Runs `script` in a fresh `rhai` session under `limits`; its output and whether
-/// the session still runs a trivial script afterwards.
-fn run(limits: Limits, script: &str) -> Result<ScriptOutput, String> {
-    let runtime = runtime_by_name("rhai", limits).map_err(|e| e.to_string())?;
+/// The columns these attacks apply to: in-process Rhai and the Rhai guest (the
+/// same engine inside wasmtime).
+fn applies(column: &str) -> bool {
+    matches!(column, "rhai" | "wasm:rhai")
+}
+
+/// Runs `script` in a fresh session of `column` under `limits`; its output and
+/// whether the session still runs a trivial script afterwards.
+fn run(column: &str, limits: Limits, script: &str) -> Result<ScriptOutput, String> {
+    let runtime = runtime_by_name(column, limits).map_err(|e| e.to_string())?;
     let mut session =
         ScriptSession::start(&*runtime, Arc::new(NoTools)).map_err(|e| e.to_string())?;
     let output = session
@@ -77,12 +83,15 @@ fn stopped_by(output: &ScriptOutput, limit: &str) -> Result<String, String> {
     }
 }
 
+/// In-process, the host's allocator measures what the run held at most. In the
+/// guest, what the run holds lives in the guest's linear memory, which wasmtime
+/// caps; the host's own allocations are measured all the same.
 fn memory_attack(column: &str, script: &str) -> Option<Result<String, String>> {
-    (column == "rhai").then(|| {
+    applies(column).then(|| {
         let limits = Limits::default();
         let most = 2 * limits.max_memory_bytes;
         let section = Metering::start();
-        let output = run(limits, script);
+        let output = run(column, limits, script);
         let peak = usize::try_from(Metering::peak_bytes()).unwrap_or(0);
         drop(section);
         if !codeact::metered_allocator_installed() {
@@ -185,14 +194,18 @@ fn values_in_flight(column: &str) -> Option<Result<String, String>> {
 
 /// The audit's loop, with the largest pad the per-value cap allows.
 fn slow_builtin_loop(column: &str) -> Option<Result<String, String>> {
-    (column == "rhai").then(|| {
+    applies(column).then(|| {
         let limits = Limits {
             wall_time: Duration::from_millis(100),
             max_operations: u64::MAX,
             ..Limits::default()
         };
         let started = Instant::now();
-        let output = run(limits, r#"loop { let s = ""; s.pad(16000000, 'x'); }"#)?;
+        let output = run(
+            column,
+            limits,
+            r#"loop { let s = ""; s.pad(16000000, 'x'); }"#,
+        )?;
         let elapsed = started.elapsed();
         if elapsed > Duration::from_secs(2) {
             return Err(format!("stopped only after {} ms", elapsed.as_millis()));
