@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the guests compiled from this repository (today the Rhai guest,
-# guests/rhai, the `wasm:rhai` runtime) for wasm32-wasip1, and puts them in the
-# guest directory next to the fetched ones (default ~/.cache/codeact/guests; set
+# Builds the guests compiled from this repository (guests/: the Rhai guest,
+# `wasm:rhai`, and the Boa guest, `wasm:boa`) for wasm32-wasip1, and puts them in
+# the guest directory next to the fetched ones (default ~/.cache/codeact/guests; set
 # CODEACT_GUEST_DIR to move it). scripts/fetch-guests.sh runs this at its end.
 #
 # They are not pinned by hash (their bytes depend on the toolchain), so codeact
@@ -18,10 +18,14 @@ if command -v rustup >/dev/null; then
   rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
 fi
 # Its own target directory: the host's build never shares artifacts with it.
-TARGET=${CODEACT_GUEST_TARGET_DIR:-target/guests}
-cargo build --release --locked --quiet --target wasm32-wasip1 \
-  --manifest-path guests/rhai/Cargo.toml --target-dir "$TARGET"
-install -m 0644 "$TARGET/wasm32-wasip1/release/codeact_rhai_guest.wasm" \
-  "$DIR/codeact-rhai-0.1.0.wasm.new"
-mv "$DIR/codeact-rhai-0.1.0.wasm.new" "$DIR/codeact-rhai-0.1.0.wasm"
-echo "ok      codeact-rhai-0.1.0.wasm (built from guests/rhai)"
+# From guests/, so its .cargo/config.toml (the guests' stack size) applies.
+TARGET=${CODEACT_GUEST_TARGET_DIR:-$PWD/target/guests}
+(cd guests && cargo build --release --locked --quiet --target wasm32-wasip1 \
+  --workspace --target-dir "$TARGET")
+# crate in guests/ | file in the guest directory (see runtimes/wasm/src/guests.rs)
+for entry in "codeact_rhai_guest|codeact-rhai-0.1.0.wasm" "codeact_boa_guest|codeact-boa-0.1.0.wasm"; do
+  IFS='|' read -r crate file <<<"$entry"
+  install -m 0644 "$TARGET/wasm32-wasip1/release/$crate.wasm" "$DIR/$file.new"
+  mv "$DIR/$file.new" "$DIR/$file"
+  echo "ok      $file (built from guests/)"
+done

@@ -183,7 +183,10 @@ mod tests {
     #[test]
     fn wasm_expands_to_the_shipped_wasm_guests_and_lists_are_deduplicated() {
         let names = expand_runtimes("rhai, wasm,wasm:js");
-        assert_eq!(names, ["rhai", "wasm:js", "wasm:python", "wasm:rhai"]);
+        assert_eq!(
+            names,
+            ["rhai", "wasm:js", "wasm:python", "wasm:rhai", "wasm:boa"]
+        );
     }
 
     #[test]

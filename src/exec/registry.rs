@@ -25,6 +25,8 @@ pub const RUNTIME_NAMES: &[&str] = &[
     "wasm:python",
     #[cfg(feature = "wasm")]
     "wasm:rhai",
+    #[cfg(feature = "wasm")]
+    "wasm:boa",
 ];
 
 /// Runtimes this build knows that run only when named: `all` and `wasm` in

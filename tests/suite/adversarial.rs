@@ -45,6 +45,7 @@ const SECTION: Section = Section {
         "wasm:micropython",
         "wasm:python",
         "wasm:rhai",
+        "wasm:boa",
     ],
 };
 
@@ -59,7 +60,7 @@ impl Lang {
     fn of(runtime: &str) -> Lang {
         match runtime {
             "rhai" | "wasm:rhai" => Lang::Rhai,
-            "js" | "wasm:js" => Lang::Js,
+            "js" | "wasm:js" | "wasm:boa" => Lang::Js,
             _ => Lang::Python,
         }
     }
@@ -268,7 +269,7 @@ fn ten_mb_string_literal(runtime_name: &str) -> Result<String, String> {
         match runtime_name {
             // Boa's parser holds the source and the literal as UTF-16, several copies:
             // past 64 MiB plus the engine's allowance.
-            "js" => Expect::ErrorContaining("memory limit of 64 MiB"),
+            "js" | "wasm:boa" => Expect::ErrorContaining("memory limit of 64 MiB"),
             // Seconds of parsing in a debug build: on a loaded machine the limit may
             // come first.
             _ => or_time_limit(Expect::Final(json!(TEN_MB)), "time limit of 5000 ms"),
@@ -382,7 +383,9 @@ fn hundred_mb_under_a_raised_limit(runtime_name: &str) -> Result<String, String>
             },
         ) if s.len() == 104_857_600 => Ok(format!("✓ {}", shown(&output))),
         // Boa's strings are UTF-16: 200 MB, then copies to encode it.
-        ("js", _) => meets(&output, Expect::ErrorContaining("memory limit of 512 MiB")),
+        ("js" | "wasm:boa", _) => {
+            meets(&output, Expect::ErrorContaining("memory limit of 512 MiB"))
+        }
         // MicroPython's JSON encoder takes about 30 s for 100 MB here.
         ("wasm:micropython", _) => meets(
             &output,
@@ -411,7 +414,7 @@ fn nested_literal(runtime_name: &str) -> Result<String, String> {
                 Expect::ErrorContaining("nesting depth limit of 64 (Expression exceeds")
             }
             "js" => Expect::ErrorContaining("memory limit of 64 MiB"),
-            "wasm:js" => Expect::ErrorContaining("call depth limit of 64"),
+            "wasm:js" | "wasm:boa" => Expect::ErrorContaining("call depth limit of 64"),
             // Its parser stops at the time limit here; a faster machine may reach
             // another limit first: any limit contains it.
             "wasm:micropython" => {
@@ -714,6 +717,11 @@ fn generated_adversarial_inputs_on_cpython() {
 #[test]
 fn generated_adversarial_inputs_on_the_rhai_guest() {
     run_all("wasm:rhai");
+}
+
+#[test]
+fn generated_adversarial_inputs_on_the_boa_guest() {
+    run_all("wasm:boa");
 }
 
 /// Every seed the fuzz targets keep under `fixtures/fuzz/<target>/` (inputs that

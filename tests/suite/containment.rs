@@ -34,6 +34,7 @@ const SECTION: Section = Section {
         "wasm:micropython",
         "wasm:python",
         "wasm:rhai",
+        "wasm:boa",
         "host",
     ],
 };
@@ -121,6 +122,12 @@ fn audit_attacks_are_contained_on_wasm_python() {
 #[test]
 fn audit_attacks_are_contained_on_wasm_rhai() {
     run_column("wasm:rhai");
+}
+
+/// If one fails, an attack from the audit gets past the Boa guest (wasmtime) again.
+#[test]
+fn audit_attacks_are_contained_on_wasm_boa() {
+    run_column("wasm:boa");
 }
 
 /// If one fails, an attack from the audit gets past the host's own boundaries again.

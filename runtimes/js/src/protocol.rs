@@ -3,6 +3,7 @@
 //! worker's stdout (the engine has no output but `console`, which becomes `log`
 //! replies), so a script cannot forge a reply.
 
+use codeact_runtime::{LimitKind, Limits, ScriptError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -86,6 +87,23 @@ impl Failure {
         Self {
             kind,
             message: message.into(),
+        }
+    }
+
+    /// The error the host reports for this failure under `limits`.
+    pub(crate) fn into_script_error(self, limits: &Limits) -> ScriptError {
+        let Failure { kind, message } = self;
+        match kind {
+            FailureKind::Syntax => ScriptError::Syntax { message },
+            FailureKind::Unrepresentable => ScriptError::Unrepresentable { message },
+            FailureKind::OperationLimit => {
+                ScriptError::limit(LimitKind::Operations, limits, Some(message))
+            }
+            FailureKind::CallDepthLimit => {
+                ScriptError::limit(LimitKind::CallDepth, limits, Some(message))
+            }
+            FailureKind::Thrown => ScriptError::Thrown { message },
+            FailureKind::NoValue => ScriptError::NoValue { message },
         }
     }
 }

@@ -12,7 +12,7 @@ use codeact_runtime::{
     HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, ToolDispatch,
 };
 
-use crate::protocol::{Failure, FailureKind, Reply, Request, WORKER_ARG, WORKER_ENV};
+use crate::protocol::{Reply, Request, WORKER_ARG, WORKER_ENV};
 
 const RUNTIME: &str = "js";
 
@@ -311,7 +311,7 @@ impl JsSession {
                     dropped_log_bytes,
                 } => {
                     logs.count_dropped(dropped_log_bytes);
-                    return Ok(completion.map_err(|failure| script_error(failure, &limits)));
+                    return Ok(completion.map_err(|failure| failure.into_script_error(&limits)));
                 }
                 Reply::Fatal { message } => {
                     self.worker = None;
@@ -356,21 +356,5 @@ fn died(status: Option<std::process::ExitStatus>, limits: &Limits) -> ScriptErro
         other => ScriptError::Thrown {
             message: format!("the JavaScript worker ended unexpectedly ({other:?}); {RESTARTED}"),
         },
-    }
-}
-
-fn script_error(failure: Failure, limits: &Limits) -> ScriptError {
-    let Failure { kind, message } = failure;
-    match kind {
-        FailureKind::Syntax => ScriptError::Syntax { message },
-        FailureKind::Unrepresentable => ScriptError::Unrepresentable { message },
-        FailureKind::OperationLimit => {
-            ScriptError::limit(LimitKind::Operations, limits, Some(message))
-        }
-        FailureKind::CallDepthLimit => {
-            ScriptError::limit(LimitKind::CallDepth, limits, Some(message))
-        }
-        FailureKind::Thrown => ScriptError::Thrown { message },
-        FailureKind::NoValue => ScriptError::NoValue { message },
     }
 }

@@ -1,11 +1,17 @@
 //! The engine side of a session: one Boa context, driven by the requests of
 //! [`protocol`](crate::protocol). In a worker process they travel as JSON lines on
 //! stdin/stdout, memory is capped by `RLIMIT_DATA` and the host kills the process
-//! at the deadline; on an in-process thread they travel over channels, uncapped.
+//! at the deadline; on an in-process thread they travel over channels, uncapped;
+//! driven in place ([`EmbeddedJs`](crate::EmbeddedJs), the WebAssembly guest), tool
+//! calls go to a function and printed text to a buffer.
+
+// Compiled to WebAssembly, only the in-place driver is built.
+#![cfg_attr(target_family = "wasm", allow(dead_code, unused_imports))]
 
 use std::cell::RefCell;
 use std::io::{BufRead, Write};
 use std::path::Path;
+#[cfg(not(target_family = "wasm"))]
 use std::process::ExitCode;
 use std::rc::Rc;
 
@@ -42,6 +48,7 @@ const BASELINE_BYTES: u64 = 48 << 20;
 /// Without it, a worker is the app's own `main` again: starting a session then
 /// fails with a host error naming this fix (the worker's environment carries
 /// [`WORKER_ENV`](crate::WORKER_ENV), so it never starts workers of its own).
+#[cfg(not(target_family = "wasm"))]
 #[must_use = "when it returns Some, this process is a worker that has finished: return the code from main"]
 pub fn run_worker_if_requested() -> Option<ExitCode> {
     let mut args = std::env::args().skip(1);
@@ -55,6 +62,7 @@ pub fn run_worker_if_requested() -> Option<ExitCode> {
     Some(worker_main(&limits))
 }
 
+#[cfg(not(target_family = "wasm"))]
 fn worker_main(limits: &Limits) -> ExitCode {
     let cap = (limits.max_memory_bytes as u64).saturating_add(BASELINE_BYTES);
     if rlimit::setrlimit(rlimit::Resource::DATA, cap, cap).is_err() {
@@ -120,6 +128,44 @@ pub(crate) struct Channels {
 
 thread_local! {
     static CHANNELS: RefCell<Option<Channels>> = const { RefCell::new(None) };
+    /// Set while a context driven in place runs a script; see [`InPlace`].
+    static IN_PLACE: RefCell<Option<InPlace>> = const { RefCell::new(None) };
+}
+
+/// A tool call made by a script driven in place: the tool's name and arguments in,
+/// its value or error message out.
+pub type ToolCaller = fn(&str, Value) -> Result<Value, String>;
+
+/// The transport of a context driven in place, for one run: tool calls go to
+/// `call_tool`, whose answer waits in `pending` for the engine to read; printed
+/// text is kept in `printed`.
+pub(crate) struct InPlace {
+    pub call_tool: ToolCaller,
+    pub pending: Option<Request>,
+    pub printed: String,
+}
+
+/// Makes this thread's transport `in_place` until [`end_in_place`].
+pub(crate) fn begin_in_place(in_place: InPlace) {
+    IN_PLACE.with(|slot| *slot.borrow_mut() = Some(in_place));
+}
+
+/// Ends the in-place transport; what the run printed.
+pub(crate) fn end_in_place() -> String {
+    IN_PLACE
+        .with(|slot| slot.borrow_mut().take())
+        .map(|in_place| in_place.printed)
+        .unwrap_or_default()
+}
+
+/// The run's dropped output bytes, past the cap set by [`reset_logs`].
+pub(crate) fn dropped_log_bytes() -> usize {
+    LOGS.with(|logs| logs.borrow().dropped)
+}
+
+/// Starts a run's console buffer with `cap` bytes.
+pub(crate) fn reset_logs(cap: usize) {
+    LOGS.with(|logs| logs.borrow_mut().reset(cap));
 }
 
 /// Makes this thread talk over `channels` instead of stdin/stdout.
@@ -145,7 +191,7 @@ impl HostHooks for NoDynamicCode {
     }
 }
 
-fn new_context(limits: &Limits) -> JsResult<Context> {
+pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
     let mut context = ContextBuilder::new()
         .host_hooks(Rc::new(NoDynamicCode))
         .build()?;
@@ -168,7 +214,7 @@ fn new_context(limits: &Limits) -> JsResult<Context> {
 }
 
 /// Runs one script; the completion value as JSON, or what went wrong.
-fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, Failure> {
+pub(crate) fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, Failure> {
     let script = hoist_top_level(script);
     // The helpers as the prelude made them, whatever an earlier script rebound.
     let begin = context
@@ -343,6 +389,13 @@ fn call_tool(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsRes
 }
 
 fn read_request() -> Option<Request> {
+    if let Some(pending) = IN_PLACE.with(|slot| {
+        slot.borrow_mut()
+            .as_mut()
+            .map(|in_place| in_place.pending.take())
+    }) {
+        return pending;
+    }
     if let Some(received) =
         CHANNELS.with(|slot| slot.borrow().as_ref().map(|c| c.requests.recv().ok()))
     {
@@ -356,6 +409,9 @@ fn read_request() -> Option<Request> {
 }
 
 fn send(reply: Reply) {
+    let Some(reply) = send_in_place(reply) else {
+        return;
+    };
     let mut reply = Some(reply);
     CHANNELS.with(|slot| {
         if let Some(channels) = slot.borrow().as_ref()
@@ -370,4 +426,40 @@ fn send(reply: Reply) {
         let _ = writeln!(stdout, "{line}");
         let _ = stdout.flush();
     }
+}
+
+/// Handles `reply` when the context is driven in place (a tool call is made at
+/// once, its answer kept for the engine's next read); gives it back otherwise.
+fn send_in_place(reply: Reply) -> Option<Reply> {
+    let Some(call_tool) = IN_PLACE.with(|slot| slot.borrow().as_ref().map(|s| s.call_tool)) else {
+        return Some(reply);
+    };
+    let answer = match reply {
+        Reply::Log { text } => {
+            IN_PLACE.with(|slot| {
+                if let Some(in_place) = slot.borrow_mut().as_mut() {
+                    in_place.printed.push_str(&text);
+                }
+            });
+            return None;
+        }
+        Reply::ToolCall { name, args } => match call_tool(&name, args) {
+            Ok(value) => Request::ToolResult {
+                ok: Some(value),
+                err: None,
+            },
+            Err(message) => Request::ToolResult {
+                ok: None,
+                err: Some(message),
+            },
+        },
+        // `Done` and `Fatal` are not sent in place: the driver returns them.
+        _ => return None,
+    };
+    IN_PLACE.with(|slot| {
+        if let Some(in_place) = slot.borrow_mut().as_mut() {
+            in_place.pending = Some(answer);
+        }
+    });
+    None
 }

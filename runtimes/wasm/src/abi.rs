@@ -8,11 +8,12 @@
 //! stdout/stderr, exit) are defined here, so a guest has no files, no environment,
 //! no sockets and no way to sleep, by construction rather than by configuration.
 //!
-//! Limits hold twice. Inside, the guest runs codeact's own Rhai backend with the
-//! session's [`Limits`]: it stops a runaway script with a clear error and keeps the
-//! session. Outside, wasmtime holds what the engine cannot count: an epoch deadline
-//! shortly after the time limit (a builtin that runs long, such as a huge `pad`)
-//! and a cap on linear memory (what escapes the engine's meter). Those stops cost
+//! Limits hold twice. Inside, the guest runs codeact's own engine code with the
+//! session's [`Limits`] (Rhai with all its checks, Boa with its loop and recursion
+//! limits): it stops a runaway script with a clear error and keeps the session.
+//! Outside, wasmtime holds what the engine cannot count: an epoch deadline (for an
+//! engine that checks the host's alarm flag, shortly after the time limit, so only
+//! a builtin that runs long meets it) and a cap on linear memory. Those stops cost
 //! the instance: the next run starts a fresh one, and the error says so.
 
 use std::future::Future;
@@ -45,10 +46,11 @@ fn max_transfer(limits: &Limits) -> usize {
     limits.max_memory_bytes.saturating_add(1 << 20)
 }
 
-/// How long after the time limit wasmtime stops a guest the engine did not stop
-/// itself (inside one long builtin): 4% of the limit, between 5 ms and 200 ms. The
-/// engine checks the clock every 1,024 operations, so it gets there first on
-/// ordinary loops and the session keeps its state.
+/// How long after the time limit wasmtime stops a guest whose engine checks the
+/// alarm flag but did not stop itself (inside one long builtin): 4% of the limit,
+/// between 5 ms and 200 ms. The engine checks the flag on every operation, so it
+/// gets there first on ordinary loops and the session keeps its state. A guest
+/// without the flag gets no grace: wasmtime stops it at the deadline.
 fn backstop_grace(limits: &Limits) -> Duration {
     (limits.wall_time / 25).clamp(Duration::from_millis(5), Duration::from_millis(200))
 }
@@ -414,7 +416,7 @@ impl AbiSession {
             },
             deadline: None,
             hard_deadline: Some(Instant::now() + crate::session::STARTUP_TIME),
-            grace: backstop_grace(limits),
+            grace: Duration::ZERO,
             alarm: None,
             max_transfer: max_transfer(limits),
             stderr: Vec::new(),
@@ -455,7 +457,10 @@ impl AbiSession {
                 instance.get_typed_func::<(i32, i32), i32>(&mut store, "codeact_start")?,
                 instance.get_typed_func::<(i32, i32), i32>(&mut store, "codeact_run")?,
                 instance.get_typed_func::<(), i32>(&mut store, "codeact_output")?,
-                instance.get_typed_func::<(), i32>(&mut store, "codeact_alarm")?,
+                // Optional: only an engine that checks the flag exports it.
+                instance
+                    .get_typed_func::<(), i32>(&mut store, "codeact_alarm")
+                    .ok(),
             ))
         })();
         let (memory, alloc, start, run, output, alarm) = match exports {
@@ -479,14 +484,18 @@ impl AbiSession {
         if let Some(error) = answer.get("error") {
             return Err(self.start_error(error.as_str().unwrap_or("refused").to_string()));
         }
-        let address = match block_on(alarm.call_async(&mut live.store, ())) {
-            Ok(address) => address as u32 as usize,
-            Err(e) => return Err(failed(&live.store, e)),
-        };
+        if let Some(alarm) = alarm {
+            let address = match block_on(alarm.call_async(&mut live.store, ())) {
+                Ok(address) => address as u32 as usize,
+                Err(e) => return Err(failed(&live.store, e)),
+            };
+            let state = live.store.data_mut();
+            state.alarm = Some((live.memory, address));
+            state.grace = backstop_grace(limits);
+        }
         let held = live.memory.data_size(&live.store);
         let state = live.store.data_mut();
         state.memory.baseline = Some(held);
-        state.alarm = Some((live.memory, address));
         state.hard_deadline = None;
         Ok(live)
     }
@@ -519,7 +528,7 @@ impl AbiSession {
             }
             Err(Stopped::Lost(error)) => {
                 let state = live.store.data();
-                let completion = Err(self.stopped(&error, state.memory.refused, &state.stderr));
+                let completion = Err(self.stopped(&error, state));
                 Ok(RunOutcome {
                     completion,
                     logs: LogBuffer::new(limits.max_output_bytes),
@@ -533,31 +542,41 @@ impl AbiSession {
     }
 
     /// The error for a run wasmtime stopped or the guest crashed out of.
-    fn stopped(&self, error: &wasmtime::Error, refused: bool, stderr: &[u8]) -> ScriptError {
+    fn stopped(&self, error: &wasmtime::Error, state: &AbiState) -> ScriptError {
         let limits = &*self.blueprint.limits;
         let restarted = &self.blueprint.restarted;
         match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => ScriptError::limit(
+            // An engine that checks the alarm stops itself on ordinary loops: a
+            // trap means one long operation.
+            Some(Trap::Interrupt) if state.alarm.is_some() => ScriptError::limit(
                 LimitKind::WallTime,
                 limits,
                 Some(format!(
                     "stopped inside a single long operation; {restarted}"
                 )),
             ),
+            Some(Trap::Interrupt) => {
+                ScriptError::limit(LimitKind::WallTime, limits, Some(restarted.clone()))
+            }
             Some(Trap::StackOverflow) => {
                 ScriptError::limit(LimitKind::CallDepth, limits, Some(restarted.clone()))
             }
-            _ if refused => ScriptError::limit(
+            // The guests are Rust, memory-safe but for their stack, which lies first
+            // in linear memory: running off its end is an access below address 0.
+            Some(Trap::MemoryOutOfBounds) => ScriptError::limit(
+                LimitKind::CallDepth,
+                limits,
+                Some(format!("the guest's stack overflowed; {restarted}")),
+            ),
+            _ if state.memory.refused => ScriptError::limit(
                 LimitKind::Memory,
                 limits,
-                Some(format!(
-                    "memory outside the engine's own count grew past the cap; {restarted}"
-                )),
+                Some(format!("the guest's memory grew past its cap; {restarted}")),
             ),
             _ => ScriptError::Thrown {
                 message: with_stderr(
-                    format!("the Rhai guest crashed: {}; {restarted}", first_line(error)),
-                    stderr,
+                    format!("the guest crashed: {}; {restarted}", first_line(error)),
+                    &state.stderr,
                 ),
             },
         }

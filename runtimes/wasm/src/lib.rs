@@ -49,7 +49,8 @@ use wasmtime::{Linker, Module};
 
 pub use cache::Source;
 pub use guests::{
-    GUEST_NAMES, Guest, GuestSource, Launch, RHAI_GUEST_FILE, default_guest_dir, guest_sources,
+    BOA_GUEST_FILE, GUEST_NAMES, Guest, GuestSource, Launch, RHAI_GUEST_FILE, default_guest_dir,
+    guest_sources,
 };
 pub use session::WasmSession;
 
@@ -132,6 +133,50 @@ static RHAI_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["rhai"],
     card_template: codeact_rhai::CARD_TEMPLATE,
     enforcement: RHAI_GUEST_ENFORCEMENT,
+};
+
+/// How the Boa guest enforces each limit: wasmtime, and Boa's own counters.
+const BOA_GUEST_ENFORCEMENT: &[Enforcement] = &[
+    Enforcement {
+        limit: LimitKind::WallTime,
+        how: "an epoch deadline inside wasmtime, checked every 5 ms: the guest traps at the deadline wherever it is (a catastrophic regex, a huge `fill`), and the session restarts",
+    },
+    Enforcement {
+        limit: LimitKind::Operations,
+        how: "Boa's loop-iteration limit, counted per call frame: a backstop, the deadline is the real bound",
+    },
+    Enforcement {
+        limit: LimitKind::Memory,
+        how: "a wasmtime resource limiter caps linear memory at what the started guest held plus 1.5x the limit; a refused growth ends the instance, and the session restarts",
+    },
+    Enforcement {
+        limit: LimitKind::CallDepth,
+        how: "Boa's recursion limit (8 frames per unit of the limit, at most 512); a 4 MiB wasm stack behind it (a trap, the session restarts)",
+    },
+    Enforcement {
+        limit: LimitKind::NestingDepth,
+        how: "checked when the completion value is encoded to JSON",
+    },
+    Enforcement {
+        limit: LimitKind::Variables,
+        how: "not enforced separately: bounded by the memory limit",
+    },
+    Enforcement {
+        limit: LimitKind::Functions,
+        how: "not enforced separately: bounded by the memory limit",
+    },
+    Enforcement {
+        limit: LimitKind::Output,
+        how: "the guest keeps the first bytes printed and counts the rest; the host copies what it kept",
+    },
+];
+
+static BOA_GUEST_INFO: RuntimeInfo = RuntimeInfo {
+    name: "wasm:boa",
+    language: "JavaScript",
+    fence_tags: &["js", "javascript"],
+    card_template: include_str!("../prompts/wasm-boa.md"),
+    enforcement: BOA_GUEST_ENFORCEMENT,
 };
 
 static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
@@ -315,10 +360,10 @@ impl WasmRuntime {
         let limits = Arc::new(limits);
         let (info, linked) = if guest.launch == Launch::CodeactAbi {
             let pre = abi::link(engine, &module).map_err(|e| engine_error(format!("{e:#}")))?;
-            let info = if guest.built_here() {
-                &RHAI_GUEST_INFO
-            } else {
-                custom_info(&guest)
+            let info = match guest.name.as_str() {
+                "wasm:rhai" if guest.built_here() => &RHAI_GUEST_INFO,
+                "wasm:boa" if guest.built_here() => &BOA_GUEST_INFO,
+                _ => custom_info(&guest),
             };
             let blueprint = abi::AbiBlueprint {
                 runtime_name: info.name,
@@ -435,8 +480,10 @@ impl Runtime for WasmRuntime {
     fn tool_signature(&self, tool: &ToolSpec) -> String {
         match self.guest.launch {
             Launch::MicroPython | Launch::CPython => tool.python_signature(),
-            Launch::CodeactAbi => codeact_rhai::tool_signature(tool),
-            Launch::QuickJsReactor | Launch::Command => tool.js_signature(),
+            Launch::CodeactAbi if self.info.language == "Rhai" => {
+                codeact_rhai::tool_signature(tool)
+            }
+            Launch::QuickJsReactor | Launch::Command | Launch::CodeactAbi => tool.js_signature(),
         }
     }
 

@@ -124,7 +124,7 @@ observation("set")
 "#;
 
 fn to_json_set_in_one_step_changes_no_later_step(column: &str) -> Option<Result<String, String>> {
-    if !matches!(column, "js" | "wasm:js") {
+    if !matches!(column, "js" | "wasm:js" | "wasm:boa") {
         return None;
     }
     let scripts = [
@@ -176,7 +176,7 @@ observation("set")
 
 fn replaced_json_and_builtins_change_no_later_step(column: &str) -> Option<Result<String, String>> {
     let (first, second, third) = match column {
-        "js" | "wasm:js" => (
+        "js" | "wasm:js" | "wasm:boa" => (
             JS_REPLACE,
             r#"final_result(call_tool("add", {a: 1, b: 2}))"#,
             "final_result([40, 2])",

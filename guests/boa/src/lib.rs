@@ -1,0 +1,50 @@
+//! The `wasm:boa` guest: codeact's JavaScript engine (boa_engine with the same
+//! prelude, helpers, encoder and error messages as the `js` runtime's worker)
+//! compiled to WASI and driven by the host through codeact's import ABI (see
+//! `codeact-guest-abi`).
+//!
+//! Boa cannot be interrupted inside a builtin and has no heap cap; here it needs
+//! neither. wasmtime stops the guest at the deadline wherever it is (a catastrophic
+//! regex included) and caps its linear memory, both at the cost of the session's
+//! state, without a worker process or a pipe.
+
+use std::cell::RefCell;
+
+use codeact_guest_abi as abi;
+use codeact_js::EmbeddedJs;
+
+thread_local! {
+    static CONTEXT: RefCell<Option<EmbeddedJs>> = const { RefCell::new(None) };
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn codeact_alloc(len: usize) -> *mut u8 {
+    abi::alloc(len)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn codeact_output() -> *const u8 {
+    abi::output()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn codeact_start(ptr: *mut u8, len: usize) -> usize {
+    let config = abi::take_input(ptr, len);
+    abi::answer_start(abi::read_config(&config).and_then(|(limits, _tools)| {
+        // Every tool name is a function of the prelude's `tools` proxy, and
+        // `call_tool` takes any name: the host checks the name on each call.
+        let context = EmbeddedJs::new(limits, abi::call_tool)?;
+        CONTEXT.set(Some(context));
+        Ok(())
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn codeact_run(ptr: *mut u8, len: usize) -> usize {
+    let script = abi::take_input(ptr, len);
+    let script = String::from_utf8_lossy(&script);
+    abi::answer_run(CONTEXT.with_borrow_mut(|context| match context.as_mut() {
+        Some(context) => Ok(context.run(&script)),
+        None => Err("the session was not started".into()),
+    }))
+}

@@ -1,0 +1,273 @@
+//! The JavaScript runtime: sessions in worker processes or, opted into, on threads
+//! of the host.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use codeact_runtime::{
+    Enforcement, HostError, LimitKind, Limits, Runtime, RuntimeInfo, Session, ToolDispatch,
+    ToolSpec,
+};
+
+use crate::CARD_TEMPLATE;
+use crate::session::{JsMode, JsSession};
+
+const ENFORCEMENT: &[Enforcement] = &[
+    Enforcement {
+        limit: LimitKind::WallTime,
+        how: "the host kills the worker process at the deadline (loops in callbacks and regex backtracking included); the session restarts",
+    },
+    Enforcement {
+        limit: LimitKind::Operations,
+        how: "Boa's loop-iteration limit, counted per call frame: a backstop, the deadline is the real bound",
+    },
+    Enforcement {
+        limit: LimitKind::Memory,
+        how: "RLIMIT_DATA on the worker process (the limit plus 48 MiB for the engine); an allocation past it ends the worker, the session restarts",
+    },
+    Enforcement {
+        limit: LimitKind::CallDepth,
+        how: "Boa's recursion limit (8 frames per unit of the limit, at most 512)",
+    },
+    Enforcement {
+        limit: LimitKind::NestingDepth,
+        how: "checked when the completion value is encoded to JSON",
+    },
+    Enforcement {
+        limit: LimitKind::Variables,
+        how: "not enforced separately: bounded by the memory limit",
+    },
+    Enforcement {
+        limit: LimitKind::Functions,
+        how: "not enforced separately: bounded by the memory limit",
+    },
+    Enforcement {
+        limit: LimitKind::Output,
+        how: "console output past the cap is counted in the worker and never sent",
+    },
+];
+
+static INFO: RuntimeInfo = RuntimeInfo {
+    name: "js",
+    language: "JavaScript",
+    fence_tags: &["js", "javascript"],
+    card_template: CARD_TEMPLATE,
+    enforcement: ENFORCEMENT,
+};
+
+/// What the in-process mode gives up, limit by limit.
+const IN_PROCESS_ENFORCEMENT: &[Enforcement] = &[
+    Enforcement {
+        limit: LimitKind::WallTime,
+        how: "the host stops waiting at the deadline and restarts the session, but the abandoned thread runs on until its script ends: a loop in JS code ends at Boa's loop limit, a catastrophic regex or a huge native `fill` does not",
+    },
+    Enforcement {
+        limit: LimitKind::Operations,
+        how: "Boa's loop-iteration limit, counted per call frame",
+    },
+    Enforcement {
+        limit: LimitKind::Memory,
+        how: "NOT enforced: Boa has no heap cap; a memory bomb can exhaust the host",
+    },
+    Enforcement {
+        limit: LimitKind::CallDepth,
+        how: "Boa's recursion limit (8 frames per unit of the limit, at most 512), on a 16 MiB thread stack",
+    },
+    Enforcement {
+        limit: LimitKind::NestingDepth,
+        how: "checked when the completion value is encoded to JSON",
+    },
+    Enforcement {
+        limit: LimitKind::Variables,
+        how: "not enforced",
+    },
+    Enforcement {
+        limit: LimitKind::Functions,
+        how: "not enforced",
+    },
+    Enforcement {
+        limit: LimitKind::Output,
+        how: "console output past the cap is counted, never kept",
+    },
+];
+
+static IN_PROCESS_INFO: RuntimeInfo = RuntimeInfo {
+    name: "js-in-process",
+    language: "JavaScript",
+    fence_tags: &["js", "javascript"],
+    card_template: CARD_TEMPLATE,
+    enforcement: IN_PROCESS_ENFORCEMENT,
+};
+
+/// The JavaScript runtime: sessions run in worker processes started from
+/// `worker_path` (default: this executable).
+#[derive(Debug, Clone)]
+pub struct JsRuntime {
+    limits: Arc<Limits>,
+    worker_path: PathBuf,
+    mode: JsMode,
+}
+
+impl JsRuntime {
+    /// A runtime whose workers are this executable (which must call
+    /// [`run_worker_if_requested`]).
+    pub fn new(limits: Limits) -> Self {
+        let worker_path = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("codeact"));
+        Self {
+            limits: Arc::new(limits),
+            worker_path,
+            mode: JsMode::Worker,
+        }
+    }
+
+    /// A runtime whose sessions run on threads of this process: no worker start
+    /// and no pipe round trip, but without the guarantees (see
+    /// [`JsMode::InProcess`]). An explicit opt-in, for trusted scripts.
+    pub fn in_process(limits: Limits) -> Self {
+        Self {
+            mode: JsMode::InProcess,
+            ..Self::new(limits)
+        }
+    }
+
+    /// The same runtime with workers started from `path`.
+    pub fn with_worker(mut self, path: impl Into<PathBuf>) -> Self {
+        self.worker_path = path.into();
+        self
+    }
+}
+
+impl Runtime for JsRuntime {
+    fn info(&self) -> &RuntimeInfo {
+        match self.mode {
+            JsMode::Worker => &INFO,
+            JsMode::InProcess => &IN_PROCESS_INFO,
+        }
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn tool_signature(&self, tool: &ToolSpec) -> String {
+        tool.js_signature()
+    }
+
+    fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
+        Ok(Box::new(JsSession::new(
+            self.mode,
+            self.worker_path.clone(),
+            self.limits.clone(),
+            tools,
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use codeact_runtime::{NoTools, ScriptError, ToolError};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    struct Add;
+
+    impl ToolDispatch for Add {
+        fn specs(&self) -> &[ToolSpec] {
+            &[]
+        }
+        fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+            if name == "fail" {
+                return Err(ToolError::new("no such file"));
+            }
+            Ok(json!(
+                args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
+            ))
+        }
+    }
+
+    fn in_process(wall_ms: u64) -> Box<dyn Session> {
+        let limits = Limits {
+            wall_time: Duration::from_millis(wall_ms),
+            ..Limits::default()
+        };
+        JsRuntime::in_process(limits)
+            .new_session(Arc::new(Add))
+            .expect("session")
+    }
+
+    #[test]
+    fn the_in_process_mode_keeps_state_and_serves_tools() {
+        let mut session = in_process(5_000);
+        session
+            .run("let total = tools.add({a: 40, b: 1});")
+            .expect("host ok");
+        let outcome = session
+            .run("let total2 = total + 1; final_result(total2)")
+            .expect("host ok");
+        assert_eq!(
+            outcome.completion,
+            Ok(json!({"type": "final_result", "value": 42}))
+        );
+    }
+
+    /// The documented gap: the run returns at its deadline, but only because the
+    /// host stops waiting; the session restarts.
+    /// What the model reads: the script's line, never the prelude's code.
+    #[test]
+    fn an_error_points_at_the_script_and_never_at_the_prelude() {
+        for (script, line) in [
+            ("let a = 1;\nlet b = tools.fail({});\nb", ":2:"),
+            (
+                "let a;\nlet y = 2;\nfor (let i = 0; i < 2; i++) {\n  y += a.b;\n}\ny",
+                ":4:",
+            ),
+        ] {
+            let outcome = in_process(5_000).run(script).expect("host ok");
+            let Err(ScriptError::Thrown { message }) = outcome.completion else {
+                panic!("{:?}", outcome.completion);
+            };
+            assert!(!message.contains("prelude"), "{message}");
+            assert!(!message.contains("hostCall"), "{message}");
+            assert!(message.contains(&format!("(script{line}")), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_in_process_mode_returns_at_the_deadline_of_a_runaway_regex() {
+        let mut session = in_process(300);
+        session.run("var kept = 1;").expect("host ok");
+        let started = Instant::now();
+        let outcome = session
+            .run(r#"/(a+)+$/.test("a".repeat(26) + "b")"#)
+            .expect("host ok");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(matches!(
+            outcome.completion,
+            Err(ScriptError::LimitExceeded {
+                limit: LimitKind::WallTime,
+                ..
+            })
+        ));
+        let outcome = session.run("final_result(typeof kept)").expect("host ok");
+        assert_eq!(
+            outcome.completion,
+            Ok(json!({"type": "final_result", "value": "undefined"}))
+        );
+    }
+
+    #[test]
+    fn the_in_process_mode_says_memory_is_not_capped() {
+        let runtime = JsRuntime::in_process(Limits::default());
+        let memory = runtime
+            .info()
+            .enforcement
+            .iter()
+            .find(|row| row.limit == LimitKind::Memory)
+            .expect("a memory row");
+        assert!(memory.how.starts_with("NOT enforced"));
+        let _ = runtime.new_session(Arc::new(NoTools)).expect("session");
+    }
+}
