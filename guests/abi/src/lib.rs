@@ -64,9 +64,14 @@ pub fn alloc(len: usize) -> *mut u8 {
 }
 
 /// Takes back a buffer from [`alloc`] that the host filled with `len` bytes.
-pub fn take_input(ptr: *mut u8, len: usize) -> Vec<u8> {
-    // SAFETY: `ptr` came from `alloc(len)` (capacity `len.max(1)`), and the host
-    // wrote `len` bytes into it before handing it back.
+///
+/// # Safety
+///
+/// `ptr` must come from `alloc(len)` with this `len`, filled by the host, and be
+/// taken back once: what the ABI promises of the buffers the host hands over.
+pub unsafe fn take_input(ptr: *mut u8, len: usize) -> Vec<u8> {
+    // SAFETY: the caller's promise: `ptr` came from `alloc(len)` (capacity
+    // `len.max(1)`) and holds `len` initialised bytes.
     unsafe { Vec::from_raw_parts(ptr, len, len.max(1)) }
 }
 

@@ -59,18 +59,30 @@ pub extern "C" fn codeact_alarm() -> *const u8 {
     (flag as *const std::sync::atomic::AtomicBool).cast()
 }
 
+/// Starts the session from its configuration.
+///
+/// # Safety
+///
+/// The host passes a buffer it got from `codeact_alloc(len)` and filled.
 #[unsafe(no_mangle)]
-pub extern "C" fn codeact_start(ptr: *mut u8, len: usize) -> usize {
-    let config = abi::take_input(ptr, len);
+pub unsafe extern "C" fn codeact_start(ptr: *mut u8, len: usize) -> usize {
+    // SAFETY: the caller's promise.
+    let config = unsafe { abi::take_input(ptr, len) };
     abi::answer_start(abi::read_config(&config).map(|(limits, specs)| {
         let session = RhaiRuntime::new(limits).session(Arc::new(HostTools { specs }));
         SESSION.set(Some(session));
     }))
 }
 
+/// Runs one script.
+///
+/// # Safety
+///
+/// The host passes a buffer it got from `codeact_alloc(len)` and filled.
 #[unsafe(no_mangle)]
-pub extern "C" fn codeact_run(ptr: *mut u8, len: usize) -> usize {
-    let script = abi::take_input(ptr, len);
+pub unsafe extern "C" fn codeact_run(ptr: *mut u8, len: usize) -> usize {
+    // SAFETY: the caller's promise.
+    let script = unsafe { abi::take_input(ptr, len) };
     let script = String::from_utf8_lossy(&script);
     abi::answer_run(SESSION.with_borrow_mut(|session| match session.as_mut() {
         Some(session) => session.run(&script).map_err(|e| e.to_string()),
