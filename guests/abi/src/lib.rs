@@ -2,17 +2,20 @@
 //! module), shared by the guests built here. Each guest defines the exports as
 //! thin wrappers over these functions:
 //!
-//! - `codeact_alloc(len) -> ptr`: a buffer of `len` bytes the host fills and then
-//!   hands to one of the calls below, which take ownership of it ([`alloc`]);
-//! - `codeact_start(ptr, len) -> len`: starts the session from a JSON configuration
-//!   `{"limits": Limits, "tools": [ToolSpec]}` ([`read_config`]); answers
-//!   `{"ok": true}` or `{"error": message}`;
-//! - `codeact_run(ptr, len) -> len`: runs one script (UTF-8) and answers with
-//!   [`answer_run`];
-//! - `codeact_output() -> ptr`: where the last answer lies (`len` bytes of JSON,
-//!   valid until the next call) ([`output`]);
+//! - `codeact_input(len) -> ptr`: a buffer of at least `len` bytes for the host to
+//!   write the next input into ([`input`]); it stays where it is, and the host
+//!   reuses it, until the host asks for more room;
+//! - `codeact_start(len) -> i64`: starts the session from the first `len` bytes of
+//!   the input buffer, a JSON configuration `{"limits": Limits, "tools":
+//!   [ToolSpec]}` ([`read_config`]); answers `{"ok": true}` or `{"error": message}`
+//!   ([`answer_start`]);
+//! - `codeact_run(len) -> i64`: runs the script in the first `len` bytes of the
+//!   input buffer and answers with [`answer_run`];
 //! - optionally `codeact_alarm() -> ptr`: the address of a byte the host sets to 1
 //!   when a run's deadline passes, for an engine that checks it as it runs.
+//!
+//! An answer is JSON kept in the guest until the next call; the `i64` says where:
+//! its address in the high 32 bits, its length in the low 32.
 //!
 //! The guest imports `codeact.call_tool(ptr, len) -> len`, which runs a tool
 //! (`{"name", "args"}`) and keeps its reply (`{"ok": value}` or `{"error":
@@ -38,6 +41,7 @@ mod host {
 }
 
 thread_local! {
+    static INPUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static OUTPUT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -57,35 +61,29 @@ pub fn call_tool(name: &str, args: Value) -> Result<Value, String> {
     Ok(reply.get_mut("ok").map(Value::take).unwrap_or(Value::Null))
 }
 
-/// A buffer of `len` bytes for the host to fill (`codeact_alloc`).
-pub fn alloc(len: usize) -> *mut u8 {
-    let mut buffer = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(len.max(1)));
-    buffer.as_mut_ptr()
-}
-
-/// Takes back a buffer from [`alloc`] that the host filled with `len` bytes.
-///
-/// # Safety
-///
-/// `ptr` must come from `alloc(len)` with this `len`, filled by the host, and be
-/// taken back once: what the ABI promises of the buffers the host hands over.
-pub unsafe fn take_input(ptr: *mut u8, len: usize) -> Vec<u8> {
-    // SAFETY: the caller's promise: `ptr` came from `alloc(len)` (capacity
-    // `len.max(1)`) and holds `len` initialised bytes.
-    unsafe { Vec::from_raw_parts(ptr, len, len.max(1)) }
-}
-
-/// Keeps `value` as the answer and returns its length.
-pub fn answer(value: Value) -> usize {
-    OUTPUT.with_borrow_mut(|output| {
-        *output = value.to_string().into_bytes();
-        output.len()
+/// The input buffer (`codeact_input`), at least `len` bytes long.
+pub fn input(len: usize) -> *mut u8 {
+    INPUT.with_borrow_mut(|input| {
+        if input.len() < len {
+            input.resize(len.next_power_of_two(), 0);
+        }
+        input.as_mut_ptr()
     })
 }
 
-/// Where the last answer lies (`codeact_output`).
-pub fn output() -> *const u8 {
-    OUTPUT.with_borrow(|output| output.as_ptr())
+/// The first `len` bytes of the input buffer, as the host wrote them.
+pub fn take_input(len: usize) -> Vec<u8> {
+    INPUT.with_borrow(|input| input.get(..len).unwrap_or(input).to_vec())
+}
+
+/// Keeps `value` as the answer; where it lies, as the exports return it.
+pub fn answer(value: Value) -> i64 {
+    OUTPUT.with_borrow_mut(|output| {
+        *output = value.to_string().into_bytes();
+        let address = output.as_ptr() as usize as u64;
+        let len = output.len() as u64;
+        ((address << 32) | (len & 0xffff_ffff)) as i64
+    })
 }
 
 /// The session's configuration from `codeact_start`'s input.
@@ -97,7 +95,7 @@ pub fn read_config(input: &[u8]) -> Result<(Limits, Vec<ToolSpec>), String> {
 }
 
 /// Answers `codeact_start`: the session started, or why not.
-pub fn answer_start(started: Result<(), String>) -> usize {
+pub fn answer_start(started: Result<(), String>) -> i64 {
     match started {
         Ok(()) => answer(json!({"ok": true})),
         Err(reason) => answer(json!({"error": reason})),
@@ -107,7 +105,7 @@ pub fn answer_start(started: Result<(), String>) -> usize {
 /// Answers `codeact_run`: `{"completion": {"ok": value} | {"error": …}, "logs":
 /// {"kept": text, "dropped": bytes}}`, or `{"host_error": reason}` when the
 /// session could not run it.
-pub fn answer_run(outcome: Result<RunOutcome, String>) -> usize {
+pub fn answer_run(outcome: Result<RunOutcome, String>) -> i64 {
     answer(match outcome {
         Err(reason) => json!({"host_error": reason}),
         Ok(outcome) => json!({

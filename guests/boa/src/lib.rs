@@ -18,24 +18,14 @@ thread_local! {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn codeact_alloc(len: usize) -> *mut u8 {
-    abi::alloc(len)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn codeact_output() -> *const u8 {
-    abi::output()
+pub extern "C" fn codeact_input(len: usize) -> *mut u8 {
+    abi::input(len)
 }
 
 /// Starts the session from its configuration.
-///
-/// # Safety
-///
-/// The host passes a buffer it got from `codeact_alloc(len)` and filled.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn codeact_start(ptr: *mut u8, len: usize) -> usize {
-    // SAFETY: the caller's promise.
-    let config = unsafe { abi::take_input(ptr, len) };
+pub extern "C" fn codeact_start(len: usize) -> i64 {
+    let config = abi::take_input(len);
     abi::answer_start(abi::read_config(&config).and_then(|(limits, _tools)| {
         // Every tool name is a function of the prelude's `tools` proxy, and
         // `call_tool` takes any name: the host checks the name on each call.
@@ -46,14 +36,9 @@ pub unsafe extern "C" fn codeact_start(ptr: *mut u8, len: usize) -> usize {
 }
 
 /// Runs one script.
-///
-/// # Safety
-///
-/// The host passes a buffer it got from `codeact_alloc(len)` and filled.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn codeact_run(ptr: *mut u8, len: usize) -> usize {
-    // SAFETY: the caller's promise.
-    let script = unsafe { abi::take_input(ptr, len) };
+pub extern "C" fn codeact_run(len: usize) -> i64 {
+    let script = abi::take_input(len);
     let script = String::from_utf8_lossy(&script);
     abi::answer_run(CONTEXT.with_borrow_mut(|context| match context.as_mut() {
         Some(context) => Ok(context.run(&script)),

@@ -43,13 +43,8 @@ impl ToolDispatch for HostTools {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn codeact_alloc(len: usize) -> *mut u8 {
-    abi::alloc(len)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn codeact_output() -> *const u8 {
-    abi::output()
+pub extern "C" fn codeact_input(len: usize) -> *mut u8 {
+    abi::input(len)
 }
 
 /// The address of the run's deadline flag.
@@ -60,14 +55,9 @@ pub extern "C" fn codeact_alarm() -> *const u8 {
 }
 
 /// Starts the session from its configuration.
-///
-/// # Safety
-///
-/// The host passes a buffer it got from `codeact_alloc(len)` and filled.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn codeact_start(ptr: *mut u8, len: usize) -> usize {
-    // SAFETY: the caller's promise.
-    let config = unsafe { abi::take_input(ptr, len) };
+pub extern "C" fn codeact_start(len: usize) -> i64 {
+    let config = abi::take_input(len);
     abi::answer_start(abi::read_config(&config).map(|(limits, specs)| {
         let session = RhaiRuntime::new(limits).session(Arc::new(HostTools { specs }));
         SESSION.set(Some(session));
@@ -75,14 +65,9 @@ pub unsafe extern "C" fn codeact_start(ptr: *mut u8, len: usize) -> usize {
 }
 
 /// Runs one script.
-///
-/// # Safety
-///
-/// The host passes a buffer it got from `codeact_alloc(len)` and filled.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn codeact_run(ptr: *mut u8, len: usize) -> usize {
-    // SAFETY: the caller's promise.
-    let script = unsafe { abi::take_input(ptr, len) };
+pub extern "C" fn codeact_run(len: usize) -> i64 {
+    let script = abi::take_input(len);
     let script = String::from_utf8_lossy(&script);
     abi::answer_run(SESSION.with_borrow_mut(|session| match session.as_mut() {
         Some(session) => session.run(&script).map_err(|e| e.to_string()),

@@ -350,18 +350,19 @@ fn fd_write(
 struct Live {
     store: Store<AbiState>,
     memory: Memory,
-    alloc: TypedFunc<i32, i32>,
-    start: TypedFunc<(i32, i32), i32>,
-    run: TypedFunc<(i32, i32), i32>,
-    output: TypedFunc<(), i32>,
+    input: TypedFunc<i32, i32>,
+    start: TypedFunc<i32, i64>,
+    run: TypedFunc<i32, i64>,
+    /// The guest's input buffer, as last asked for: where, and how long at least.
+    input_buffer: Option<(usize, usize)>,
 }
 
-/// The exports that take an input buffer and answer in JSON.
+/// The exports that read the input buffer and answer in JSON.
 #[derive(Clone, Copy)]
 enum EntryPoint {
-    /// `codeact_start(config)`.
+    /// `codeact_start(len)`: the configuration.
     Start,
-    /// `codeact_run(script)`.
+    /// `codeact_run(len)`: a script.
     Run,
 }
 
@@ -453,27 +454,26 @@ impl AbiSession {
                 .ok_or_else(|| wasmtime::Error::msg("the guest exports no memory"))?;
             Ok((
                 memory,
-                instance.get_typed_func::<i32, i32>(&mut store, "codeact_alloc")?,
-                instance.get_typed_func::<(i32, i32), i32>(&mut store, "codeact_start")?,
-                instance.get_typed_func::<(i32, i32), i32>(&mut store, "codeact_run")?,
-                instance.get_typed_func::<(), i32>(&mut store, "codeact_output")?,
+                instance.get_typed_func::<i32, i32>(&mut store, "codeact_input")?,
+                instance.get_typed_func::<i32, i64>(&mut store, "codeact_start")?,
+                instance.get_typed_func::<i32, i64>(&mut store, "codeact_run")?,
                 // Optional: only an engine that checks the flag exports it.
                 instance
                     .get_typed_func::<(), i32>(&mut store, "codeact_alarm")
                     .ok(),
             ))
         })();
-        let (memory, alloc, start, run, output, alarm) = match exports {
+        let (memory, input, start, run, alarm) = match exports {
             Ok(exports) => exports,
             Err(e) => return Err(failed(&store, e)),
         };
         let mut live = Live {
             store,
             memory,
-            alloc,
+            input,
             start,
             run,
-            output,
+            input_buffer: None,
         };
         let config = json!({"limits": limits, "tools": self.tools.specs()}).to_string();
         let answer = match call(&mut live, EntryPoint::Start, config.as_bytes()) {
@@ -583,25 +583,35 @@ impl AbiSession {
     }
 }
 
-/// Hands `input` to the guest's `entry` point and reads its JSON answer.
+/// Hands `input` to the guest's `entry` point and reads its JSON answer. A step
+/// costs one call into the guest: the input buffer is asked for only when the
+/// input outgrows it.
 fn call(live: &mut Live, entry: EntryPoint, input: &[u8]) -> Result<Value, Stopped> {
     let _ticking = Ticking::start().map_err(Stopped::Garbled)?;
     let len = i32::try_from(input.len())
         .map_err(|_| Stopped::Garbled("the input is over 2 GiB".into()))?;
-    let alloc = live.alloc.clone();
-    let ptr = block_on(alloc.call_async(&mut live.store, len)).map_err(Stopped::Lost)?;
+    let buffer = match live.input_buffer {
+        Some((at, room)) if room >= input.len() => at,
+        _ => {
+            let ask = live.input.clone();
+            let at = block_on(ask.call_async(&mut live.store, len)).map_err(Stopped::Lost)?;
+            let at = at as u32 as usize;
+            live.input_buffer = Some((at, input.len()));
+            at
+        }
+    };
     live.memory
-        .write(&mut live.store, ptr as u32 as usize, input)
-        .map_err(|e| Stopped::Garbled(format!("the guest's buffer is out of bounds: {e}")))?;
+        .write(&mut live.store, buffer, input)
+        .map_err(|e| Stopped::Garbled(format!("the guest's input buffer is out of bounds: {e}")))?;
     let function = match entry {
         EntryPoint::Start => live.start.clone(),
         EntryPoint::Run => live.run.clone(),
     };
-    let answer_len =
-        block_on(function.call_async(&mut live.store, (ptr, len))).map_err(Stopped::Lost)?;
-    let output = live.output.clone();
-    let answer_ptr = block_on(output.call_async(&mut live.store, ())).map_err(Stopped::Lost)?;
-    let answer_len = answer_len as u32 as usize;
+    let answer = block_on(function.call_async(&mut live.store, len)).map_err(Stopped::Lost)?;
+    let (at, answer_len) = (
+        (answer as u64 >> 32) as usize,
+        answer as u64 as u32 as usize,
+    );
     if answer_len > live.store.data().max_transfer {
         return Err(Stopped::Garbled(format!(
             "the guest's answer of {answer_len} bytes is over what a transfer may hold"
@@ -609,7 +619,7 @@ fn call(live: &mut Live, entry: EntryPoint, input: &[u8]) -> Result<Value, Stopp
     }
     let mut answer = vec![0; answer_len];
     live.memory
-        .read(&live.store, answer_ptr as u32 as usize, &mut answer)
+        .read(&live.store, at, &mut answer)
         .map_err(|e| Stopped::Garbled(format!("the guest's answer is out of bounds: {e}")))?;
     serde_json::from_slice(&answer)
         .map_err(|e| Stopped::Garbled(format!("the guest's answer is not JSON: {e}")))
