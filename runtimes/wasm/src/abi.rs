@@ -55,6 +55,11 @@ fn backstop_grace(limits: &Limits) -> Duration {
     (limits.wall_time / 25).clamp(Duration::from_millis(5), Duration::from_millis(200))
 }
 
+/// The largest input buffer a guest keeps between calls (`codeact-guest-abi`'s
+/// `KEPT_INPUT_BYTES`): the host reuses a buffer up to this size and asks again
+/// for a larger input.
+const KEPT_INPUT_BYTES: usize = 64 << 10;
+
 /// A generous bound on the time a guest takes to parse and convert `bytes` of a tool
 /// reply: 50 ns a byte, several times what the Rhai guest needs here.
 fn reading_time(bytes: usize) -> Duration {
@@ -596,7 +601,7 @@ fn call(live: &mut Live, entry: EntryPoint, input: &[u8]) -> Result<Value, Stopp
             let ask = live.input.clone();
             let at = block_on(ask.call_async(&mut live.store, len)).map_err(Stopped::Lost)?;
             let at = at as u32 as usize;
-            live.input_buffer = Some((at, input.len()));
+            live.input_buffer = (input.len() <= KEPT_INPUT_BYTES).then_some((at, input.len()));
             at
         }
     };

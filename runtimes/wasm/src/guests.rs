@@ -142,6 +142,12 @@ pub const RHAI_GUEST_FILE: &str = "codeact-rhai-0.1.0.wasm";
 /// `scripts/build-guests.sh` writes it.
 pub const BOA_GUEST_FILE: &str = "codeact-boa-0.1.0.wasm";
 
+/// The guests built from this repository by `scripts/build-guests.sh`: runtime
+/// name and file in the guest directory, for `codeact guests list`.
+pub fn built_guests() -> impl Iterator<Item = (&'static str, &'static str)> {
+    BUILT.iter().map(|(name, file, ..)| (*name, *file))
+}
+
 /// The guests built from this repository: runtime name, file, language, fences.
 const BUILT: &[(&str, &str, &str, &[&str])] = &[
     ("wasm:rhai", RHAI_GUEST_FILE, "Rhai", &["rhai"]),

@@ -49,8 +49,8 @@ use wasmtime::{Linker, Module};
 
 pub use cache::Source;
 pub use guests::{
-    BOA_GUEST_FILE, GUEST_NAMES, Guest, GuestSource, Launch, RHAI_GUEST_FILE, default_guest_dir,
-    guest_sources,
+    BOA_GUEST_FILE, GUEST_NAMES, Guest, GuestSource, Launch, RHAI_GUEST_FILE, built_guests,
+    default_guest_dir, guest_sources,
 };
 pub use session::WasmSession;
 
