@@ -12,9 +12,22 @@ use std::cell::RefCell;
 
 use codeact_guest_abi as abi;
 use codeact_js::EmbeddedJs;
+use codeact_runtime::Limits;
 
 thread_local! {
     static CONTEXT: RefCell<Option<EmbeddedJs>> = const { RefCell::new(None) };
+    /// A context made by `codeact_preinit`, before any session: the host snapshots
+    /// the guest after it, so every session starts with it made.
+    static READY: RefCell<Option<EmbeddedJs>> = const { RefCell::new(None) };
+}
+
+/// Makes a context ahead of time (the engine, its builtins and the prelude): the
+/// host runs this once and snapshots the result (wasmtime-wizer).
+#[unsafe(no_mangle)]
+pub extern "C" fn codeact_preinit() {
+    if let Ok(context) = EmbeddedJs::new(Limits::default(), abi::call_tool) {
+        READY.set(Some(context));
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -29,7 +42,10 @@ pub extern "C" fn codeact_start(len: usize) -> i64 {
         abi::with_input(len, abi::read_config).and_then(|(limits, _tools)| {
             // Every tool name is a function of the prelude's `tools` proxy, and
             // `call_tool` takes any name: the host checks the name on each call.
-            let context = EmbeddedJs::new(limits, abi::call_tool)?;
+            let context = match READY.take() {
+                Some(ready) => ready.with_limits(limits),
+                None => EmbeddedJs::new(limits, abi::call_tool)?,
+            };
             CONTEXT.set(Some(context));
             Ok(())
         }),

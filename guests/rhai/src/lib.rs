@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use codeact_guest_abi as abi;
 use codeact_rhai::{RhaiRuntime, RhaiSession};
-use codeact_runtime::{Session, ToolDispatch, ToolError, ToolSpec};
+use codeact_runtime::{Limits, Runtime, Session, ToolDispatch, ToolError, ToolSpec};
 use serde_json::Value;
 
 /// Every allocation is counted, so Rhai's meter sees what a script holds wherever
@@ -25,6 +25,9 @@ static ALLOCATOR: codeact_alloc_meter::MeteredAllocator = codeact_alloc_meter::M
 
 thread_local! {
     static SESSION: RefCell<Option<RhaiSession>> = const { RefCell::new(None) };
+    /// The engine `codeact_preinit` built for the default limits, which most
+    /// sessions use: such a session starts on it instead of building its own.
+    static READY: RefCell<Option<RhaiRuntime>> = const { RefCell::new(None) };
 }
 
 /// The tools the host configured, called through the ABI's imports.
@@ -40,6 +43,14 @@ impl ToolDispatch for HostTools {
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
         abi::call_tool(name, args).map_err(ToolError::new)
     }
+}
+
+/// Builds the engine ahead of time (the standard library package, and the engine
+/// for the default limits): the host runs this once and snapshots the result
+/// (wasmtime-wizer).
+#[unsafe(no_mangle)]
+pub extern "C" fn codeact_preinit() {
+    READY.set(Some(RhaiRuntime::new(Limits::default())));
 }
 
 #[unsafe(no_mangle)]
@@ -59,7 +70,12 @@ pub extern "C" fn codeact_alarm() -> *const u8 {
 pub extern "C" fn codeact_start(len: usize) -> i64 {
     abi::answer_start(
         abi::with_input(len, abi::read_config).map(|(limits, specs)| {
-            let session = RhaiRuntime::new(limits).session(Arc::new(HostTools { specs }));
+            let tools = Arc::new(HostTools { specs });
+            let ready = READY.take().filter(|ready| ready.limits() == &limits);
+            let session = match ready {
+                Some(ready) => ready.session(tools),
+                None => RhaiRuntime::new(limits).session(tools),
+            };
             SESSION.set(Some(session));
         }),
     )

@@ -40,6 +40,16 @@ impl EmbeddedJs {
         })
     }
 
+    /// The same context under `limits`: what a context takes from its limits (the
+    /// loop and recursion limits, the output cap, the nesting depth) is set again,
+    /// so a context made ahead of time (a pre-initialised guest's) serves any
+    /// session.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        worker::apply_runtime_limits(&mut self.context, &limits);
+        self.limits = limits;
+        self
+    }
+
     /// Runs one script; variables and functions stay for the next.
     pub fn run(&mut self, script: &str) -> RunOutcome {
         worker::reset_logs(self.limits.max_output_bytes);

@@ -195,9 +195,7 @@ pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
     let mut context = ContextBuilder::new()
         .host_hooks(Rc::new(NoDynamicCode))
         .build()?;
-    let runtime_limits = context.runtime_limits_mut();
-    runtime_limits.set_loop_iteration_limit(limits.max_operations);
-    runtime_limits.set_recursion_limit(limits.max_call_depth.saturating_mul(8).min(512));
+    apply_runtime_limits(&mut context, limits);
     context.register_global_builtin_callable(
         js_string!("__codeact_call_tool"),
         2,
@@ -211,6 +209,14 @@ pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
     let prelude = PRELUDE.replace("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER);
     context.eval(Source::from_bytes(&prelude).with_path(Path::new(PRELUDE_PATH)))?;
     Ok(context)
+}
+
+/// Sets Boa's own limits from `limits`: loop iterations and recursion (8 frames
+/// per unit of the call depth limit, at most 512).
+pub(crate) fn apply_runtime_limits(context: &mut Context, limits: &Limits) {
+    let runtime_limits = context.runtime_limits_mut();
+    runtime_limits.set_loop_iteration_limit(limits.max_operations);
+    runtime_limits.set_recursion_limit(limits.max_call_depth.saturating_mul(8).min(512));
 }
 
 /// Runs one script; the completion value as JSON, or what went wrong.

@@ -108,6 +108,30 @@ pub(crate) struct AbiState {
     epoch: Instant,
 }
 
+impl AbiState {
+    /// The state of an instance that only pre-initialises (see `preinit`): no
+    /// tools, no deadline, default limits.
+    pub(crate) fn for_preinit() -> AbiState {
+        let limits = Limits::default();
+        AbiState {
+            tools: Arc::new(codeact_runtime::NoTools),
+            reply: Vec::new(),
+            memory: MemoryCap {
+                limit: limits.max_memory_bytes,
+                baseline: None,
+                refused: false,
+            },
+            deadline: None,
+            hard_deadline: None,
+            grace: Duration::ZERO,
+            alarm: None,
+            max_transfer: max_transfer(&limits),
+            stderr: Vec::new(),
+            epoch: Instant::now(),
+        }
+    }
+}
+
 /// Caps linear memory: while starting, at [`STARTUP_MEMORY`] plus the limit; from
 /// the first run on, at what the started guest held plus one and a half times the
 /// limit (the engine's meter stops scripts at the limit; the rest is room for the
@@ -702,7 +726,7 @@ impl Wake for NoopWake {
 /// Drives a guest call to its end on this thread. Every host function of an ABI
 /// guest is synchronous, so the call never waits on anything but the guest: it is
 /// ready at its first poll, and the loop only guards against that changing.
-fn block_on<F: Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     let waker = Waker::from(Arc::new(NoopWake));
     let mut context = Context::from_waker(&waker);
     let mut future = pin!(future);

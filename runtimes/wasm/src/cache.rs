@@ -131,6 +131,19 @@ pub(crate) fn load_or_compile(
     wasm: &[u8],
     sha256: &str,
 ) -> Result<(Module, Source), String> {
+    load_or_build(engine, dir, sha256, || Ok(wasm.to_vec()))
+}
+
+/// The module cached under `id` (a guest's sha256, or a name derived from it such
+/// as its pre-initialised form's), from this process, the disk cache in `dir`, or
+/// compiled from what `build` makes, in that order. `build` runs only on a miss.
+pub(crate) fn load_or_build(
+    engine: &Engine,
+    dir: Option<&Path>,
+    id: &str,
+    build: impl FnOnce() -> Result<Vec<u8>, String>,
+) -> Result<(Module, Source), String> {
+    let sha256 = id;
     let key = Key::new(engine, sha256);
     let memo_key = match dir {
         Some(dir) => dir.join(key.file_name()).to_string_lossy().into_owned(),
@@ -162,7 +175,8 @@ pub(crate) fn load_or_compile(
                 "compiling the guest {} once (seconds; about 10 s for CPython); later starts load it from the compile cache",
                 &sha256[..sha256.len().min(12)]
             );
-            let module = Module::new(engine, wasm).map_err(|e| format!("{e:#}"))?;
+            let wasm = build()?;
+            let module = Module::new(engine, &wasm).map_err(|e| format!("{e:#}"))?;
             tracing::info!(
                 target: "codeact::progress",
                 "compiled the guest in {:.1} s",

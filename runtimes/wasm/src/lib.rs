@@ -34,6 +34,7 @@ pub mod cache;
 mod engine;
 mod exchange;
 mod guests;
+mod preinit;
 pub mod protocol;
 mod session;
 
@@ -271,6 +272,7 @@ pub struct WasmRuntime {
     limits: Arc<Limits>,
     linked: Linked,
     source: Source,
+    preinitialised: bool,
     load_time: Duration,
 }
 
@@ -355,8 +357,13 @@ impl WasmRuntime {
             reason,
         };
         let engine = engine::engine().map_err(engine_error)?;
-        let (module, source) =
-            cache::load_or_compile(engine, cache_dir, &bytes, &actual).map_err(engine_error)?;
+        let ((module, source), preinitialised) = if guest.built_here() {
+            load_preinitialised(engine, cache_dir, &bytes, &actual).map_err(engine_error)?
+        } else {
+            let loaded =
+                cache::load_or_compile(engine, cache_dir, &bytes, &actual).map_err(engine_error)?;
+            (loaded, false)
+        };
         let limits = Arc::new(limits);
         let (info, linked) = if guest.launch == Launch::CodeactAbi {
             let pre = abi::link(engine, &module).map_err(|e| engine_error(format!("{e:#}")))?;
@@ -398,6 +405,7 @@ impl WasmRuntime {
             limits,
             linked,
             source,
+            preinitialised,
             load_time: started.elapsed(),
         })
     }
@@ -420,6 +428,12 @@ impl WasmRuntime {
         self.source
     }
 
+    /// Whether sessions start from a pre-initialised snapshot of the guest (the
+    /// guests built here, unless wasmtime-wizer could not make one).
+    pub fn preinitialised(&self) -> bool {
+        self.preinitialised
+    }
+
     /// How long loading took (reading, hashing, compiling or loading, linking).
     pub fn load_time(&self) -> Duration {
         self.load_time
@@ -430,6 +444,32 @@ impl WasmRuntime {
         match &self.linked {
             Linked::Stdio(blueprint) => WasmSession::stdio(blueprint.clone(), tools),
             Linked::Abi(blueprint) => WasmSession::abi(blueprint.clone(), tools),
+        }
+    }
+}
+
+/// A guest built here, pre-initialised (see [`preinit`]) and cached in that form;
+/// as it is, with a warning, when it cannot be. Also says which it was.
+fn load_preinitialised(
+    engine: &wasmtime::Engine,
+    cache_dir: Option<&Path>,
+    bytes: &[u8],
+    sha256: &str,
+) -> Result<((Module, Source), bool), String> {
+    let snapshot = cache::load_or_build(engine, cache_dir, &preinit::snapshot_id(sha256), || {
+        preinit::preinitialise(engine, bytes)
+    });
+    match snapshot {
+        Ok(loaded) => Ok((loaded, true)),
+        Err(why) => {
+            tracing::warn!(
+                "not pre-initialising the guest {}: {why}",
+                &sha256[..12.min(sha256.len())]
+            );
+            Ok((
+                cache::load_or_compile(engine, cache_dir, bytes, sha256)?,
+                false,
+            ))
         }
     }
 }

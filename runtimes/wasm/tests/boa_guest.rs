@@ -145,3 +145,11 @@ fn deep_recursion_and_deep_source_are_call_depth_errors_not_crashes() {
     );
     assert_eq!(run(&mut *session, "2 + 2").completion, Ok(json!(4)));
 }
+
+/// A new session starts from the snapshot `codeact_preinit` left (wasmtime-wizer);
+/// a guest that silently fell back to starting from scratch fails here.
+#[test]
+fn the_guest_is_pre_initialised() {
+    let runtime = WasmRuntime::by_name("wasm:boa", Limits::default()).expect("loads");
+    assert!(runtime.preinitialised());
+}

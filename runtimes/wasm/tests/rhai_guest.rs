@@ -332,3 +332,11 @@ fn a_guest_file_in_a_directory_others_can_write_is_refused() {
     assert!(text.contains("lets group or others write it"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A new session starts from the snapshot `codeact_preinit` left (wasmtime-wizer);
+/// a guest that silently fell back to starting from scratch fails here.
+#[test]
+fn the_guest_is_pre_initialised() {
+    let runtime = WasmRuntime::by_name("wasm:rhai", Limits::default()).expect("loads");
+    assert!(runtime.preinitialised());
+}
