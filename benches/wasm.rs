@@ -1,7 +1,9 @@
 //! What a step costs on the wasm backend, per guest: QuickJS (`wasm:js`),
-//! MicroPython (`wasm:micropython`) and CPython (`wasm:python`).
+//! MicroPython (`wasm:micropython`), CPython (`wasm:python`), and the guests built
+//! here, Rhai (`wasm:rhai`) and Boa (`wasm:boa`).
 //!
-//! `cargo bench --bench wasm` (guests from `scripts/fetch-guests.sh`). Cases: load
+//! `cargo bench --bench wasm` (guests from `scripts/fetch-guests.sh`, which also
+//! builds the last two). Cases: load
 //! from the disk cache, new session, warm trivial step, 1,000 tool calls, sum of
 //! 1..=1,000,000 in a loop, time to stop an infinite loop under a 200 ms limit, and
 //! a 10 KB JSON value from a tool and back as the result.
@@ -55,6 +57,22 @@ const CASES: &[Case] = &[
         spin: "while True:\n    pass",
         json: "d = data()\nfinal_result(d)",
     },
+    Case {
+        guest: "wasm:rhai",
+        trivial: "final_result(40 + 2)",
+        calls: "let s = 0; for i in 0..1000 { s += add(#{a: i, b: 1}); } final_result(s)",
+        sum: "let s = 0; for i in 1..=1000000 { s += i; } final_result(s)",
+        spin: "loop {}",
+        json: "let d = data(); final_result(d)",
+    },
+    Case {
+        guest: "wasm:boa",
+        trivial: "final_result(40 + 2)",
+        calls: "let s = 0; for (let i = 0; i < 1000; i++) s += tools.add({a: i, b: 1}); final_result(s)",
+        sum: "let s = 0; for (let i = 1; i <= 1000000; i++) s += i; final_result(s)",
+        spin: "while (true) {}",
+        json: "let d = tools.data({}); final_result(d)",
+    },
 ];
 
 fn toolbox() -> Arc<ToolBox> {
@@ -71,7 +89,7 @@ fn toolbox() -> Arc<ToolBox> {
 }
 
 fn guest(name: &str) -> Guest {
-    Guest::pinned(name, &default_guest_dir()).expect("a pinned guest")
+    Guest::pinned(name, &default_guest_dir()).expect("a known guest")
 }
 
 fn scratch_cache(name: &str) -> PathBuf {

@@ -1,5 +1,5 @@
-//! Guests built against codeact's import ABI (the `wasm:rhai` guest, from
-//! `guests/rhai`): the host calls exported functions to start a session and run a
+//! Guests built against codeact's import ABI (`wasm:rhai` and `wasm:boa`, from
+//! `guests/`): the host calls exported functions to start a session and run a
 //! script, and the guest calls imported `codeact` functions to run a tool. No text
 //! protocol, so nothing a script prints can pose as a host message.
 //!
@@ -109,12 +109,11 @@ pub(crate) struct AbiState {
 }
 
 impl AbiState {
-    /// The state of an instance that only pre-initialises (see `preinit`): no
-    /// tools, no deadline, default limits.
-    pub(crate) fn for_preinit() -> AbiState {
-        let limits = Limits::default();
+    /// The state of a new instance whose scripts call `tools` under `limits`: no
+    /// run yet, no deadline, memory capped for starting.
+    pub(crate) fn new(tools: Arc<dyn ToolDispatch>, limits: &Limits) -> AbiState {
         AbiState {
-            tools: Arc::new(codeact_runtime::NoTools),
+            tools,
             reply: Vec::new(),
             memory: MemoryCap {
                 limit: limits.max_memory_bytes,
@@ -125,7 +124,7 @@ impl AbiState {
             hard_deadline: None,
             grace: Duration::ZERO,
             alarm: None,
-            max_transfer: max_transfer(&limits),
+            max_transfer: max_transfer(limits),
             stderr: Vec::new(),
             epoch: Instant::now(),
         }
@@ -263,11 +262,16 @@ fn call_tool(mut caller: Caller<'_, AbiState>, ptr: i32, len: i32) -> wasmtime::
     };
     let reply = reply.to_string().into_bytes();
     // Time in the tool is the host's, and so is the guest's reading of the reply
-    // (it parses and converts it before the script's next operation): the guest
-    // gets its grace plus that reading's time after a tool returns, so the
-    // engine's own stop, which keeps the session, comes first.
+    // (it parses and converts it before the script's next operation): an engine
+    // that checks the alarm gets its grace plus that reading's time after a tool
+    // returns, so its own stop, which keeps the session, comes first. Only such an
+    // engine: it stops at its next operation once the alarm is up, so a script
+    // cannot stretch its time by calling tools. Any other guest keeps its
+    // deadline.
     let state = caller.data_mut();
-    if let Some(hard) = state.hard_deadline.as_mut() {
+    if state.alarm.is_some()
+        && let Some(hard) = state.hard_deadline.as_mut()
+    {
         *hard = (*hard).max(Instant::now() + state.grace + reading_time(reply.len()));
     }
     let len = i32::try_from(reply.len())
@@ -436,22 +440,8 @@ impl AbiSession {
     fn instantiate(&self) -> Result<Live, HostError> {
         let engine = crate::engine::engine().map_err(|e| self.start_error(e))?;
         let limits = &*self.blueprint.limits;
-        let state = AbiState {
-            tools: self.tools.clone(),
-            reply: Vec::new(),
-            memory: MemoryCap {
-                limit: limits.max_memory_bytes,
-                baseline: None,
-                refused: false,
-            },
-            deadline: None,
-            hard_deadline: Some(Instant::now() + crate::session::STARTUP_TIME),
-            grace: Duration::ZERO,
-            alarm: None,
-            max_transfer: max_transfer(limits),
-            stderr: Vec::new(),
-            epoch: Instant::now(),
-        };
+        let mut state = AbiState::new(self.tools.clone(), limits);
+        state.hard_deadline = Some(Instant::now() + crate::session::STARTUP_TIME);
         let mut store = Store::new(engine, state);
         store.limiter(|state| &mut state.memory);
         store.set_epoch_deadline(1);

@@ -12,6 +12,8 @@
 //! this machine when the snapshot is, never shipped, and shared by the sessions
 //! that start from it, as an in-process runtime's sessions share their thread's.
 
+use std::sync::Arc;
+
 use wasmtime::{Engine, Instance, Store, Val};
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
@@ -36,7 +38,11 @@ pub(crate) fn preinitialise(engine: &Engine, wasm: &[u8]) -> Result<Vec<u8>, Str
     let (context, instrumented) = wizer.instrument(wasm).map_err(|e| format!("{e:#}"))?;
     let module = wasmtime::Module::new(engine, &instrumented).map_err(|e| format!("{e:#}"))?;
     let pre = abi::link(engine, &module).map_err(|e| format!("{e:#}"))?;
-    let mut store = Store::new(engine, AbiState::for_preinit());
+    let limits = codeact_runtime::Limits::default();
+    let mut store = Store::new(
+        engine,
+        AbiState::new(Arc::new(codeact_runtime::NoTools), &limits),
+    );
     // Epoch interruption is on in this engine: give the initialiser a minute.
     let until = std::time::Instant::now() + PREINIT_TIME;
     store.set_epoch_deadline(1);

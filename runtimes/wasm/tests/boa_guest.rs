@@ -24,6 +24,7 @@ impl ToolDispatch for Add {
             "add" => Ok(json!(
                 args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
             )),
+            "blob" => Ok(json!("x".repeat(4 << 20))),
             other => Err(ToolError::new(format!("unknown tool '{other}'"))),
         }
     }
@@ -94,6 +95,28 @@ fn a_catastrophic_regex_stops_at_the_time_limit_and_the_session_starts_afresh() 
         Ok(json!("undefined")),
         "a fresh instance"
     );
+}
+
+/// Time in a tool is not the script's to stretch: a loop of tool calls whose
+/// replies take the guest a while to read still ends at the deadline (wasmtime
+/// stops Boa there; only an engine that checks the alarm gets time to read).
+#[test]
+fn a_loop_of_tool_calls_with_large_replies_ends_at_the_time_limit() {
+    let (sent, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut session = session(Limits {
+            wall_time: Duration::from_millis(300),
+            ..Limits::default()
+        });
+        let started = Instant::now();
+        let outcome = run(&mut *session, "for (;;) tools.blob({});");
+        let _ = sent.send((limit_hit(&outcome), started.elapsed()));
+    });
+    let (limit, elapsed) = received
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the run ended (a loop of tool calls stretched its time limit)");
+    assert_eq!(limit, Some(LimitKind::WallTime));
+    assert!(elapsed < Duration::from_millis(1_500), "stopped after {elapsed:?}");
 }
 
 /// Boa has no heap cap; the guest's linear memory has one.

@@ -46,6 +46,7 @@ impl HostTools {
         Self(vec![
             add,
             ToolSpec::new("fail", "Fails."),
+            ToolSpec::new("echo", "Returns its arguments."),
             ToolSpec::new("slow", "Sleeps 300 ms."),
             ToolSpec::new("numbers", "200,000 numbers in no order.").with_parameters(json!({
                 "type": "object", "properties": {"part": {"type": "integer"}}
@@ -65,6 +66,7 @@ impl ToolDispatch for HostTools {
                 args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
             )),
             "fail" => Err(ToolError::new("the disk is on fire")),
+            "echo" => Ok(args),
             "numbers" => {
                 let part = args["part"].as_u64().unwrap_or(0);
                 let numbers =
@@ -298,6 +300,41 @@ fn a_slow_tool_that_outlasts_the_deadline_ends_the_run_without_losing_the_sessio
         "the engine stopped it, not wasmtime: {detail:?}"
     );
     assert_eq!(run(&mut *session, "kept").completion, Ok(json!(1)));
+}
+
+/// Each tool call gives the guest time to read its reply, but the engine stops at
+/// its next operation once the alarm is up: a loop of calls cannot stretch it.
+#[test]
+fn a_loop_of_tool_calls_with_large_replies_ends_at_the_time_limit() {
+    let runtime = runtime(Limits {
+        wall_time: Duration::from_millis(300),
+        max_operations: u64::MAX,
+        ..Limits::default()
+    });
+    let mut session = runtime
+        .new_session(Arc::new(HostTools::new()))
+        .expect("the session starts");
+    let started = Instant::now();
+    let outcome = run(
+        &mut *session,
+        "let big = \"\"; big.pad(1000000, 'x'); loop { echo(#{big: big}); }",
+    );
+    let elapsed = started.elapsed();
+    assert_eq!(
+        limit_hit(&outcome),
+        Some(LimitKind::WallTime),
+        "{:?}",
+        outcome.completion
+    );
+    assert!(
+        elapsed < Duration::from_millis(1_500),
+        "stopped after {elapsed:?}"
+    );
+    assert_eq!(
+        run(&mut *session, "1").completion,
+        Ok(json!(1)),
+        "the session goes on"
+    );
 }
 
 #[test]
