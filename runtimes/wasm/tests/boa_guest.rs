@@ -116,7 +116,10 @@ fn a_loop_of_tool_calls_with_large_replies_ends_at_the_time_limit() {
         .recv_timeout(Duration::from_secs(10))
         .expect("the run ended (a loop of tool calls stretched its time limit)");
     assert_eq!(limit, Some(LimitKind::WallTime));
-    assert!(elapsed < Duration::from_millis(1_500), "stopped after {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_millis(1_500),
+        "stopped after {elapsed:?}"
+    );
 }
 
 /// Boa has no heap cap; the guest's linear memory has one.
