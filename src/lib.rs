@@ -86,10 +86,13 @@
 //!   defaults); search over a large catalog ([`ToolDiscovery`], [`SEARCH_TOOLS`],
 //!   [`DESCRIBE_TOOL`]); MCP servers' tools (feature `mcp`: `McpServer`, `McpError` and
 //!   their defaults).
+//! - **Files:** a run's working directory and mounts, reached through file helpers
+//!   ([`FileArea`], [`FileAreaBuilder`], [`Mount`], [`MountMode`], [`FileAreaError`],
+//!   [`DEFAULT_MAX_DISK_BYTES`], [`DEFAULT_MAX_FILE_BYTES`]).
 //! - **Final answers:** [`OutputSpec`], [`OutputContract`], [`Check`],
 //!   [`ExtraCheck`], [`OnValidatorError`], [`RefusedBy`], [`OutputSpecError`],
 //!   [`content_text`]; [`FinalOutput`], [`Validation`], [`artifact_path`],
-//!   [`ArtifactError`], [`DEFAULT_CONTENT_CAP`]; typed answers: [`FinalAnswer`]
+//!   [`Artifact`], [`ArtifactError`], [`DEFAULT_CONTENT_CAP`]; typed answers: [`FinalAnswer`]
 //!   (derive and trait), [`AnswerField`]; Rhai validators: [`RhaiValidator`],
 //!   [`Verdict`], [`ValidatorLoadError`]; Rhai policies: [`RhaiPolicy`].
 //! - **Prompts and untrusted text:** [`render_system_prompt`], [`render_card`],
@@ -108,6 +111,7 @@ pub mod cli;
 #[cfg(feature = "cli")]
 pub mod eval;
 mod exec;
+mod files;
 pub mod model;
 mod output;
 mod prompts;
@@ -132,6 +136,10 @@ pub use codeact_runtime::{
 };
 #[cfg(feature = "wasm")]
 pub use codeact_wasm::{Guest, WasmRuntime};
+pub use files::{
+    DEFAULT_MAX_DISK_BYTES, DEFAULT_MAX_FILE_BYTES, FileArea, FileAreaBuilder, FileAreaError,
+    Mount, MountMode,
+};
 pub use exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
 pub use exec::run_slots::{max_running_scripts, set_max_running_scripts};
 pub use exec::session::{ScriptRun, ScriptSession};
@@ -139,7 +147,7 @@ pub use exec::session::{ScriptRun, ScriptSession};
 pub use output::answer::__assert_answer_field;
 pub use output::answer::{AnswerField, FinalAnswer};
 pub use output::final_output::{
-    ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
+    Artifact, ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
 };
 pub use output::script_output::{ScriptOutput, Untagged};
 pub use output::spec::{

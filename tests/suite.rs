@@ -19,6 +19,8 @@ mod bench;
 mod cli;
 #[path = "suite/containment.rs"]
 mod containment;
+#[path = "suite/files.rs"]
+mod files;
 #[path = "suite/mcp.rs"]
 mod mcp;
 #[path = "suite/model_servers.rs"]

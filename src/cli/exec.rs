@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::files::FileArgs;
 use super::printer::terminal_safe;
 use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime, usage_error};
 use crate::exec::registry::runtime_by_name;
@@ -22,6 +23,8 @@ pub(crate) struct ExecArgs {
     limits: LimitArgs,
     #[command(flatten)]
     tools: ToolArgs,
+    #[command(flatten)]
+    files: FileArgs,
     /// The script file, or - for stdin.
     #[arg(value_name = "FILE|-")]
     file: String,
@@ -55,9 +58,17 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
         Ok(host) => host,
         Err(code) => return code,
     };
+    let area = match args.files.area() {
+        Ok(area) => area,
+        Err(e) => return usage_error(&e),
+    };
     let toolbox = match args
         .tools
         .tools(&host)
+        .map(|mut tools| {
+            tools.extend(area.iter().flat_map(|area| area.tools()));
+            tools
+        })
         .and_then(|tools| ToolBox::new(tools).map_err(|e| format!("--tool: {e}")))
     {
         Ok(toolbox) => toolbox,

@@ -3,6 +3,7 @@
 mod bench;
 mod eval;
 mod exec;
+mod files;
 #[cfg(feature = "wasm")]
 mod guests;
 mod mcp;

@@ -155,8 +155,13 @@ impl Printer {
                         output.content_bytes
                     ));
                 }
-                for path in &output.artifacts {
-                    notes.push(format!("artifact: {}", path.display()));
+                for artifact in &output.artifacts {
+                    notes.push(match artifact.bytes {
+                        Some(bytes) => {
+                            format!("artifact: {} ({bytes} bytes)", artifact.path.display())
+                        }
+                        None => format!("artifact: {} (not written)", artifact.path.display()),
+                    });
                 }
                 notes.iter().try_for_each(|note| writeln!(err, "{note}"))
             }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::files::{FileArgs, copy_artifacts};
 use super::printer::{Printer, terminal_safe};
 use super::{
     EXIT_BUDGET, EXIT_CANCELLED, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime,
@@ -26,6 +27,8 @@ use crate::agent::resume::ResumePoint;
 use crate::agent::team::TeamOutcome;
 use crate::agent::team_config::{TeamConfigError, load_team};
 use crate::exec::registry::runtime_by_name;
+use crate::files::FileArea;
+use crate::output::final_output::FinalOutput;
 use crate::output::spec::{OnValidatorError, OutputSpec};
 use crate::prompts::TransferTarget;
 use tokio_util::sync::CancellationToken;
@@ -139,6 +142,12 @@ pub(crate) struct RunArgs {
     limits: LimitArgs,
     #[command(flatten)]
     tools: ToolArgs,
+    #[command(flatten)]
+    files: FileArgs,
+    /// Copy the files the final result names (its artifacts) into DIR, at the
+    /// same relative paths.
+    #[arg(long, value_name = "DIR", conflicts_with = "chat")]
+    artifacts: Option<PathBuf>,
     /// Chat: read one user message per line from stdin (a `> ` prompt on stderr
     /// at a terminal), run each to its answer and print that answer's
     /// ScriptOutput line; the session and the history carry over from turn to
@@ -223,16 +232,55 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
         .model
         .clone()
         .or_else(|| resume.as_ref().and_then(|point| point.model.clone()));
+    let area = match args.files.area() {
+        Ok(area) => area,
+        Err(e) => return usage_error(&e),
+    };
+    let area = area.as_ref();
     match (&args.agents, model) {
-        (Some(file), _) => run_team(args, file, &host, listeners, &request),
-        (None, Some(model)) => run_agent(args, &model, &host, listeners, &request, resume),
+        (Some(file), _) => run_team(args, file, &host, listeners, &request, area),
+        (None, Some(model)) => run_agent(args, &model, &host, listeners, &request, resume, area),
         (None, None) => usage_error("--model or --agents is required"),
     }
 }
 
+/// `--artifacts DIR`: copies the accepted result's files out of the working
+/// directory; a failure to copy makes the run a host failure.
+fn copy_out(
+    args: &RunArgs,
+    area: Option<&FileArea>,
+    output: Option<&FinalOutput>,
+    code: ExitCode,
+) -> ExitCode {
+    let (Some(dest), Some(output)) = (&args.artifacts, output) else {
+        return code;
+    };
+    let workdir = match area {
+        Some(area) => area.root().to_path_buf(),
+        None => std::env::current_dir().unwrap_or_default(),
+    };
+    match copy_artifacts(output, &workdir, dest) {
+        Ok(copied) => {
+            if copied > 0 {
+                eprintln!("── {copied} artifact(s) copied to {}", dest.display());
+            }
+            code
+        }
+        Err(e) => {
+            eprintln!("codeact: --artifacts: {}", terminal_safe(&e));
+            ExitCode::from(EXIT_HOST_FAILURE)
+        }
+    }
+}
+
 /// What every agent of the run shares: limits, replies, streaming, listeners.
-fn configure(args: &RunArgs, listeners: &[Listener]) -> impl Fn(AgentBuilder) -> AgentBuilder {
+fn configure(
+    args: &RunArgs,
+    listeners: &[Listener],
+    area: Option<&FileArea>,
+) -> impl Fn(AgentBuilder) -> AgentBuilder {
     let listeners = listeners.to_vec();
+    let area = area.cloned();
     let (max_tokens, temperature, stream) = (args.max_tokens, args.temperature, !args.no_stream);
     move |mut builder: AgentBuilder| {
         builder = builder.max_tokens(max_tokens).stream(stream);
@@ -241,6 +289,9 @@ fn configure(args: &RunArgs, listeners: &[Listener]) -> impl Fn(AgentBuilder) ->
         }
         for listener in &listeners {
             builder = builder.listener(listener.clone());
+        }
+        if let Some(area) = &area {
+            builder = builder.files(area);
         }
         builder
     }
@@ -253,6 +304,7 @@ fn run_agent(
     listeners: Vec<Listener>,
     request: &OutputSpec,
     resume: Option<ResumePoint>,
+    area: Option<&FileArea>,
 ) -> ExitCode {
     let model = match model_from_spec(model, args.base_url.as_deref(), &args.model_options) {
         Ok(model) => model,
@@ -296,7 +348,7 @@ fn run_agent(
     for target in &args.transfer_targets {
         builder = builder.transfer_target(TransferTarget::new(target, ""));
     }
-    let agent = match configure(args, &listeners)(builder).build() {
+    let agent = match configure(args, &listeners, area)(builder).build() {
         Ok(agent) => agent,
         Err(e) => return usage_error(&e.to_string()),
     };
@@ -312,7 +364,12 @@ fn run_agent(
     .cancel_on(cancel);
     let run = host.block_on(request.run());
     match run {
-        Ok(result) => finish(&result.outcome),
+        Ok(result) => copy_out(
+            args,
+            area,
+            result.final_output.as_ref(),
+            finish(&result.outcome),
+        ),
         Err(AgentError::Output(e)) => usage_error(&e.to_string()),
         Err(e) => {
             eprintln!("codeact: {}", terminal_safe(&e.to_string()));
@@ -327,13 +384,14 @@ fn run_team(
     host: &tokio::runtime::Runtime,
     listeners: Vec<Listener>,
     request: &OutputSpec,
+    area: Option<&FileArea>,
 ) -> ExitCode {
     let timeout = Duration::from_millis(args.tools.tool_timeout_ms);
     let loaded = match load_team(
         file,
         &args.limits.limits(),
         timeout,
-        configure(args, &listeners),
+        configure(args, &listeners, area),
     ) {
         Ok(loaded) => loaded,
         Err(TeamConfigError::Invalid(message)) => return usage_error(&message),
@@ -359,7 +417,7 @@ fn run_team(
                     "── the result comes from agent '{agent}' after {} handover(s)",
                     run.handovers.len()
                 );
-                finish(&outcome)
+                copy_out(args, area, run.final_output.as_ref(), finish(&outcome))
             }
             TeamOutcome::TransferLimit { transfers, agent } => {
                 eprintln!(

@@ -45,9 +45,10 @@ pub struct FinalOutput {
     pub agent: String,
     /// When it was accepted, RFC 3339 in UTC with milliseconds.
     pub produced_at: String,
-    /// Files the result points to, relative to the run's working directory.
+    /// Files the result points to, relative to the run's working directory, with
+    /// the size and sha256 of those that existed when it was accepted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub artifacts: Vec<PathBuf>,
+    pub artifacts: Vec<Artifact>,
     /// How it was checked.
     pub validation: Validation,
 }
@@ -59,7 +60,7 @@ impl FinalOutput {
         cap: usize,
         format: Option<String>,
         agent: impl Into<String>,
-        artifacts: Vec<PathBuf>,
+        artifacts: Vec<Artifact>,
         validation: Validation,
     ) -> Self {
         let kept = prefix_within(content, cap);
@@ -74,6 +75,85 @@ impl FinalOutput {
             validation,
         }
     }
+}
+
+/// A file a final result points to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Artifact {
+    /// Relative to the run's working directory, normalised.
+    pub path: PathBuf,
+    /// Its size when the result was accepted; `None` when it did not exist (a
+    /// result may name a file still to be written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Its sha256 in hex when the result was accepted, beside `bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+impl Artifact {
+    /// Describes `path` (already checked by [`artifact_path`]) as it is now in
+    /// `workdir`: its size and digest when it is a regular file reached beneath
+    /// `workdir`, nothing more otherwise.
+    pub fn describe(workdir: &Path, path: PathBuf) -> Self {
+        use sha2::Digest;
+        let mut found = (None, None);
+        if let Some(mut file) = beneath::open_regular(workdir, &path) {
+            let mut hasher = sha2::Sha256::new();
+            if let Ok(bytes) = std::io::copy(&mut file, &mut hasher) {
+                let hex: String = hasher
+                    .finalize()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                found = (Some(bytes), Some(hex));
+            }
+        }
+        Self {
+            path,
+            bytes: found.0,
+            sha256: found.1,
+        }
+    }
+}
+
+/// Reads both an artifact record and a bare path (how records before sizes and
+/// digests kept them), so older transcripts still load.
+impl<'de> Deserialize<'de> for Artifact {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Record {
+            path: PathBuf,
+            #[serde(default)]
+            bytes: Option<u64>,
+            #[serde(default)]
+            sha256: Option<String>,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Path(PathBuf),
+            Record(Record),
+        }
+        Ok(match Either::deserialize(deserializer)? {
+            Either::Path(path) => Artifact {
+                path,
+                bytes: None,
+                sha256: None,
+            },
+            Either::Record(record) => Artifact {
+                path: record.path,
+                bytes: record.bytes,
+                sha256: record.sha256,
+            },
+        })
+    }
+}
+
+/// Opens the regular file `relative` (checked by [`artifact_path`]) beneath
+/// `workdir` for reading; `None` when it is missing or not a regular file.
+pub(crate) fn open_regular_beneath(workdir: &Path, relative: &Path) -> Option<std::fs::File> {
+    beneath::open_regular(workdir, relative)
 }
 
 /// Why an artifact path was refused.
@@ -186,6 +266,29 @@ mod beneath {
         Unproven,
     }
 
+    /// Opens the regular file `relative` beneath `workdir` for reading, without
+    /// blocking on a FIFO; `None` when it is anything else or cannot be opened.
+    pub(super) fn open_regular(workdir: &Path, relative: &Path) -> Option<std::fs::File> {
+        let root = rustix::fs::openat(
+            CWD,
+            workdir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let fd = rustix::fs::openat2(
+            &root,
+            relative,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        )
+        .ok()?;
+        let regular = rustix::fs::fstat(&fd)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        regular.then(|| std::fs::File::from(fd))
+    }
+
     /// Resolves `relative` (normal components only) beneath `workdir`.
     pub(super) fn resolve(workdir: &Path, relative: &Path) -> Verdict {
         let Ok(root) = rustix::fs::openat(
@@ -250,6 +353,15 @@ mod beneath {
         Inside,
         Escapes,
         Unproven,
+    }
+
+    pub(super) fn open_regular(workdir: &Path, relative: &Path) -> Option<std::fs::File> {
+        let (Ok(real), Ok(root)) = (workdir.join(relative).canonicalize(), workdir.canonicalize())
+        else {
+            return None;
+        };
+        let file = std::fs::File::open(&real).ok()?;
+        (real.starts_with(&root) && file.metadata().ok()?.is_file()).then_some(file)
     }
 
     pub(super) fn resolve(workdir: &Path, relative: &Path) -> Verdict {

@@ -13,6 +13,8 @@ use attack::Attack;
 
 #[path = "containment/compile_cache.rs"]
 mod compile_cache;
+#[path = "containment/files.rs"]
+mod files;
 #[path = "containment/guest_protocol.rs"]
 mod guest_protocol;
 #[path = "containment/host.rs"]
@@ -47,6 +49,7 @@ fn attacks() -> Vec<&'static Attack> {
         guest_protocol::ATTACKS,
         host::ATTACKS,
         network::ATTACKS,
+        files::ATTACKS,
     ];
     areas.iter().flat_map(|area| area.iter()).collect()
 }

@@ -418,7 +418,9 @@ async fn an_artifact_escaping_the_working_directory_gets_the_result_refused() {
         "{feedback}"
     );
     let output = run.final_output.expect("the second result is accepted");
-    assert_eq!(output.artifacts, vec![PathBuf::from("out/report.md")]);
+    let paths: Vec<_> = output.artifacts.iter().map(|a| a.path.clone()).collect();
+    assert_eq!(paths, vec![PathBuf::from("out/report.md")]);
+    assert_eq!(output.artifacts[0].bytes, None, "never written");
     assert_eq!(output.validation, Validation::NotRequired);
 }
 

@@ -108,6 +108,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Gives scripts the file helpers of `area` (`read_text`, `write_text`,
+    /// `list_dir`, `exists`) and makes its root the working directory artifacts
+    /// are looked up in. The area lives as long as the agent or a clone of it.
+    /// Default: no files.
+    pub fn files(self, area: &crate::files::FileArea) -> Self {
+        self.tools(area.tools()).working_dir(area.root())
+    }
+
     /// The loop's rules. Default: [`LoopConfig::default`].
     pub fn config(mut self, config: LoopConfig) -> Self {
         self.config = config;

@@ -18,7 +18,7 @@ use crate::agent::outcome::Outcome;
 use crate::agent::resume::{CallBudgets, HostTools, ResumePoint};
 use crate::chat::{ModelRequest, StreamEvent};
 use crate::exec::session::ScriptSession;
-use crate::output::final_output::{FinalOutput, Validation, artifact_path};
+use crate::output::final_output::{Artifact, FinalOutput, Validation, artifact_path};
 use crate::output::spec::{Check, OutputContract, RefusedBy, content_text};
 
 /// What one stretch of the loop works with: the session and its tools (a chat
@@ -197,7 +197,7 @@ impl Agent {
                         check_result(contract, working_dir, &value, &artifacts).await;
                     let mut decision = conversation.on_check(value.clone(), &check);
                     if let Next::Finish(Outcome::FinalResult { .. }) = &decision.next {
-                        let output = self.final_output(contract, &check, &value, artifacts);
+                        let output = self.final_output(contract, &check, &value, working_dir, artifacts);
                         decision.events.push(Event::FinalOutput {
                             output: output.clone(),
                         });
@@ -245,6 +245,7 @@ impl Agent {
         contract: &OutputContract,
         check: &Check,
         value: &Value,
+        working_dir: &Path,
         artifacts: Vec<PathBuf>,
     ) -> FinalOutput {
         let validation = match check {
@@ -259,7 +260,10 @@ impl Agent {
             self.config.max_output_content_bytes,
             contract.spec().format.clone(),
             &self.name,
-            artifacts,
+            artifacts
+                .into_iter()
+                .map(|path| Artifact::describe(working_dir, path))
+                .collect(),
             validation,
         )
     }

@@ -1,0 +1,176 @@
+//! Files in and out (issue 18): a working directory with a mounted input read and a
+//! report written from every runtime, the report coming back as an artifact with
+//! its size and digest, `codeact run --mount … --artifacts DIR` copying it out, and
+//! a temporary working directory removed at the end.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use codeact::model::ReplayModel;
+use codeact::{Agent, FileArea, Limits, Mount, MountMode, RhaiRuntime, ScriptOutput, ToolBox};
+use serde_json::json;
+
+use crate::cli::codeact;
+
+/// `data/prices.csv` mounted read-only into a fresh temporary root.
+fn area_with_prices(scratch: &Path) -> FileArea {
+    let data = scratch.join("data");
+    std::fs::create_dir_all(&data).expect("made");
+    std::fs::write(data.join("prices.csv"), "item,price\ncheese,7.8\nbread,2.2\n").expect("written");
+    FileArea::builder()
+        .mount(Mount {
+            host: data,
+            guest: "data".into(),
+            mode: MountMode::ReadOnly,
+        })
+        .open()
+        .expect("opens")
+}
+
+/// The same work in each language, with the helpers as a model would call them:
+/// read the CSV, add the prices, write a report, list the root.
+fn report_script(runtime: &str) -> &'static str {
+    match runtime {
+        "rhai" | "wasm:rhai" => {
+            r#"let lines = read_text("data/prices.csv").split("\n");
+let total = 0.0;
+for line in lines { let cells = line.split(","); if cells.len() == 2 && cells[0] != "item" { total += parse_float(cells[1]); } }
+write_text("out/report.md", `total: ${total}`);
+final_result(#{total: total, listed: list_dir("."), here: exists("out/report.md")}, ["out/report.md"])"#
+        }
+        "js" | "js-in-process" | "wasm:js" | "wasm:boa" => {
+            r#"const lines = tools.read_text({path: "data/prices.csv"}).split("\n");
+let total = 0;
+for (const line of lines.slice(1)) { const cells = line.split(","); if (cells.length === 2) total += parseFloat(cells[1]); }
+tools.write_text({path: "out/report.md", text: "total: " + total});
+final_result({total, listed: tools.list_dir({}), here: tools.exists({path: "out/report.md"})}, ["out/report.md"])"#
+        }
+        _ => {
+            r#"total = 0.0
+for line in read_text("data/prices.csv").split("\n")[1:]:
+    cells = line.split(",")
+    if len(cells) == 2:
+        total += float(cells[1])
+write_text("out/report.md", "total: " + str(total))
+final_result({"total": total, "listed": list_dir("."), "here": exists("out/report.md")}, ["out/report.md"])"#
+        }
+    }
+}
+
+/// If this fails, a runtime's scripts cannot use the working directory the host
+/// gave them: a mounted input unread, or a report not written where the host
+/// looks for it.
+#[test]
+fn a_mounted_csv_is_read_and_a_report_written_on_every_runtime() {
+    let mut failures = Vec::new();
+    for runtime in [
+        "rhai",
+        "js",
+        "js-in-process",
+        "wasm:js",
+        "wasm:micropython",
+        "wasm:python",
+        "wasm:rhai",
+        "wasm:boa",
+    ] {
+        let scratch = tempfile::tempdir().expect("scratch");
+        let area = area_with_prices(scratch.path());
+        let engine = crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
+        let tools = Arc::new(ToolBox::new(area.tools()).expect("tools"));
+        let mut session = codeact::ScriptSession::start(&*engine, tools).expect("starts");
+        let run = session.run_blocking(report_script(runtime)).expect("runs");
+        let report = std::fs::read_to_string(area.root().join("out/report.md")).unwrap_or_default();
+        let fine = match &run.output {
+            ScriptOutput::FinalResult { value, artifacts } => {
+                (value["total"].as_f64().unwrap_or_default() - 10.0).abs() < 1e-9
+                    && value["listed"] == json!(["data/", "out/"])
+                    && value["here"] == json!(true)
+                    && artifacts.as_deref() == Some(&["out/report.md".to_string()][..])
+                    && report.starts_with("total: 10")
+            }
+            _ => false,
+        };
+        if !fine {
+            failures.push(format!("{runtime}: {} (report: {report:?})", run.output));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// If this fails, the record of a result no longer says which file it points to
+/// as it was when accepted (size and sha256), or looks for it outside the area.
+#[tokio::test]
+async fn a_report_the_script_wrote_comes_back_as_an_artifact_with_its_size_and_digest() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let area = area_with_prices(scratch.path());
+    let model = Arc::new(ReplayModel::new([
+        "```rhai\nwrite_text(\"out/report.md\", \"hello\");\nfinal_result(\"see the report\", [\"out/report.md\"])\n```",
+    ]));
+    let agent = Agent::builder(model, Arc::new(RhaiRuntime::new(Limits::default())))
+        .files(&area)
+        .build()
+        .expect("builds");
+    let run = agent.run("Write the report.").await.expect("finishes");
+    let output = run.final_output.expect("accepted");
+    let artifact = &output.artifacts[0];
+    assert_eq!(artifact.path, Path::new("out/report.md"));
+    assert_eq!(artifact.bytes, Some(5));
+    assert_eq!(
+        artifact.sha256.as_deref(),
+        Some("2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"),
+        "sha256 of 'hello'"
+    );
+}
+
+/// If this fails, `codeact run` cannot hand a script files or bring its report
+/// back: the mount, the working directory or `--artifacts` is broken.
+#[test]
+fn codeact_run_mounts_an_input_and_copies_the_report_out() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let data = scratch.path().join("data");
+    std::fs::create_dir_all(&data).expect("made");
+    std::fs::write(data.join("names.txt"), "ada\ngrace\n").expect("written");
+    let replies = scratch.path().join("replies.json");
+    let reply = "```rhai\nlet names = read_text(\"in/names.txt\").split(\"\\n\");\nwrite_text(\"out/count.txt\", `${names.len()}`);\nfinal_result(\"counted\", [\"out/count.txt\"])\n```";
+    std::fs::write(&replies, json!({"replies": [reply]}).to_string()).expect("written");
+    let dest = scratch.path().join("artifacts");
+    let out = codeact(
+        &[
+            "run",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--mount",
+            &format!("{}:in", data.display()),
+            "--artifacts",
+            &dest.to_string_lossy(),
+            "Count the names.",
+        ],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dest.join("out/count.txt")).ok().as_deref(),
+        Some("3"),
+        "stderr: {stderr}"
+    );
+    assert!(stderr.contains("artifact: out/count.txt (1 bytes)"), "{stderr}");
+}
+
+/// If this fails, every run with files leaves a directory behind in the system's
+/// temporary directory, or a kept one is removed.
+#[test]
+fn a_temporary_working_directory_is_removed_unless_kept() {
+    let area = FileArea::temporary().expect("opens");
+    let root = area.root().to_path_buf();
+    let twin = area.clone();
+    drop(area);
+    assert!(root.is_dir(), "a clone still holds it");
+    drop(twin);
+    assert!(!root.exists(), "removed with the last handle");
+    let kept = FileArea::builder().keep(true).open().expect("opens");
+    let root = kept.root().to_path_buf();
+    drop(kept);
+    assert!(root.is_dir(), "kept");
+    std::fs::remove_dir_all(root).expect("cleaned up");
+}
