@@ -136,13 +136,13 @@ pub use codeact_runtime::{
 };
 #[cfg(feature = "wasm")]
 pub use codeact_wasm::{Guest, WasmRuntime};
+pub use exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
+pub use exec::run_slots::{max_running_scripts, set_max_running_scripts};
+pub use exec::session::{ScriptRun, ScriptSession};
 pub use files::{
     DEFAULT_MAX_DISK_BYTES, DEFAULT_MAX_FILE_BYTES, FileArea, FileAreaBuilder, FileAreaError,
     Mount, MountMode,
 };
-pub use exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
-pub use exec::run_slots::{max_running_scripts, set_max_running_scripts};
-pub use exec::session::{ScriptRun, ScriptSession};
 #[doc(hidden)]
 pub use output::answer::__assert_answer_field;
 pub use output::answer::{AnswerField, FinalAnswer};

@@ -26,7 +26,17 @@
 //!
 //! [output]                    # the stage level: overrides every agent's
 //! instructions = "Answer in one JSON object."
+//!
+//! [files]                     # one working directory the agents share, optional
+//! workdir = "work"            # default: a fresh temporary one, removed at the end
+//! keep = false                # keep a temporary one
+//! mounts = ["data:in:ro"]     # HOST:GUEST[:ro|rw], as --mount
+//! max_disk_mb = 64            # default
 //! ```
+//!
+//! With `[files]`, every agent gets the file helpers unless it says `files =
+//! false`; without it, an agent saying `files = true` gets them in a fresh
+//! temporary directory.
 //!
 //! Relative paths (tool manifests, replay files, schemas, validators) are read
 //! from the file's folder. Output specs are loaded with the team: a broken schema
@@ -41,6 +51,7 @@ use crate::agent::decide::LoopConfig;
 use crate::agent::driver::Agent;
 use crate::agent::team::{Team, TeamBuilder};
 use crate::exec::registry::runtime_by_name;
+use crate::files::{FileArea, Mount};
 use crate::model::{ModelSpecError, model_from_spec};
 use crate::output::spec::{OnValidatorError, OutputSpec};
 use crate::prompts::TransferTarget;
@@ -58,8 +69,39 @@ struct TeamFile {
     max_carry: Option<usize>,
     allow_transfer_back: Option<bool>,
     output: Option<OutputEntry>,
+    files: Option<FilesEntry>,
     #[serde(rename = "agent", default)]
     agents: Vec<AgentEntry>,
+}
+
+/// `[files]`: the working directory the team's agents share.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilesEntry {
+    workdir: Option<PathBuf>,
+    #[serde(default)]
+    keep: bool,
+    #[serde(default)]
+    mounts: Vec<String>,
+    max_disk_mb: Option<u64>,
+}
+
+impl FilesEntry {
+    fn open(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<FileArea, String> {
+        let mut builder = FileArea::builder().keep(self.keep);
+        if let Some(dir) = &self.workdir {
+            builder = builder.workdir(resolve(dir));
+        }
+        if let Some(mb) = self.max_disk_mb {
+            builder = builder.max_disk_bytes(mb.saturating_mul(1 << 20));
+        }
+        for spec in &self.mounts {
+            let mut mount = Mount::parse(spec).map_err(|e| e.to_string())?;
+            mount.host = resolve(&mount.host);
+            builder = builder.mount(mount);
+        }
+        builder.open().map_err(|e| e.to_string())
+    }
 }
 
 /// An output spec as a team file writes it: `schema` may name a file.
@@ -127,6 +169,8 @@ struct AgentEntry {
     max_errors: Option<usize>,
     max_refusals: Option<usize>,
     output: Option<OutputEntry>,
+    /// Whether this agent gets the file helpers; default: when the team has `[files]`.
+    files: Option<bool>,
 }
 
 fn default_runtime() -> String {
@@ -141,6 +185,8 @@ pub struct LoadedTeam {
     pub entry: Option<String>,
     /// The first agent declared, the entry when none is named.
     pub first: String,
+    /// The working directory of the agents given files, if any.
+    pub files: Option<FileArea>,
 }
 
 /// Why a team file could not be used.
@@ -181,6 +227,19 @@ pub fn load_team(
         } else {
             base.join(relative)
         }
+    };
+
+    let wants_files = |entry: &AgentEntry| entry.files.unwrap_or(file.files.is_some());
+    let area = if file.agents.iter().any(wants_files) {
+        let temporary = FilesEntry::default();
+        let entry = file.files.as_ref().unwrap_or(&temporary);
+        Some(
+            entry
+                .open(&resolve)
+                .map_err(|e| invalid(format!("[files]: {e}")))?,
+        )
+    } else {
+        None
     };
 
     let mut builder = Team::builder();
@@ -251,6 +310,9 @@ pub fn load_team(
                 .map_err(|e| invalid(format!("{label}: {e}")))?;
             agent = agent.policy(policy);
         }
+        if let Some(area) = area.as_ref().filter(|_| wants_files(entry)) {
+            agent = agent.files(area);
+        }
         for target in &entry.targets {
             let described = file
                 .agents
@@ -272,5 +334,6 @@ pub fn load_team(
         builder,
         entry: file.entry,
         first,
+        files: area,
     })
 }

@@ -44,12 +44,10 @@ impl FileArgs {
         if !wanted {
             return Ok(None);
         }
-        let mut builder = FileArea::builder()
-            .keep(self.keep_workdir)
-            .max_disk_bytes(
-                self.max_disk_mb
-                    .map_or(DEFAULT_MAX_DISK_BYTES, |mb| mb.saturating_mul(1 << 20)),
-            );
+        let mut builder = FileArea::builder().keep(self.keep_workdir).max_disk_bytes(
+            self.max_disk_mb
+                .map_or(DEFAULT_MAX_DISK_BYTES, |mb| mb.saturating_mul(1 << 20)),
+        );
         if let Some(dir) = &self.workdir {
             builder = builder.workdir(dir);
         }
@@ -58,7 +56,10 @@ impl FileArgs {
         }
         let area = builder.open().map_err(|e| e.to_string())?;
         if self.keep_workdir {
-            eprintln!("── the working directory is kept at {}", area.root().display());
+            eprintln!(
+                "── the working directory is kept at {}",
+                area.root().display()
+            );
         }
         Ok(Some(area))
     }

@@ -400,6 +400,10 @@ fn run_team(
             return ExitCode::from(EXIT_HOST_FAILURE);
         }
     };
+    if area.is_some() && loaded.files.is_some() {
+        return usage_error("the team file has [files]; leave out --files, --workdir and --mount");
+    }
+    let area = area.or(loaded.files.as_ref());
     let mut builder = loaded.builder;
     for listener in &listeners {
         builder = builder.team_listener(listener.clone());

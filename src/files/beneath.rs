@@ -256,8 +256,8 @@ fn make_folders(
     budget: &mut DiskBudget<'_>,
 ) -> Result<OwnedFd, FileError> {
     let flags = OFlags::PATH | OFlags::DIRECTORY;
-    let mut current = open_beneath(dir, Path::new(""), flags, Mode::empty())
-        .map_err(FileError::from_errno)?;
+    let mut current =
+        open_beneath(dir, Path::new(""), flags, Mode::empty()).map_err(FileError::from_errno)?;
     for part in path.components() {
         let part = Path::new(part.as_os_str());
         current = match open_beneath(&current, part, flags, Mode::empty()) {
@@ -268,8 +268,7 @@ fn make_folders(
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(errno) => return Err(FileError::from_errno(errno)),
                 }
-                open_beneath(&current, part, flags, Mode::empty())
-                    .map_err(FileError::from_errno)?
+                open_beneath(&current, part, flags, Mode::empty()).map_err(FileError::from_errno)?
             }
             Err(errno) => return Err(FileError::from_errno(errno)),
         };
@@ -282,13 +281,8 @@ pub(super) fn list(root: &Root, rest: &Path) -> Result<Vec<String>, FileError> {
     let Root::Dir(dir) = root else {
         return Err(FileError::NotADirectory);
     };
-    let fd = open_beneath(
-        dir,
-        rest,
-        OFlags::RDONLY | OFlags::DIRECTORY,
-        Mode::empty(),
-    )
-    .map_err(FileError::from_errno)?;
+    let fd = open_beneath(dir, rest, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+        .map_err(FileError::from_errno)?;
     let mut names = Vec::new();
     let entries = rustix::fs::Dir::read_from(&fd).map_err(FileError::from_errno)?;
     for entry in entries {
@@ -299,10 +293,12 @@ pub(super) fn list(root: &Root, rest: &Path) -> Result<Vec<String>, FileError> {
         }
         let is_dir = match entry.file_type() {
             FileType::Directory => true,
-            FileType::Unknown => {
-                rustix::fs::statat(&fd, entry.file_name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
-            }
+            FileType::Unknown => rustix::fs::statat(
+                &fd,
+                entry.file_name(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
             _ => false,
         };
         names.push(if is_dir { format!("{name}/") } else { name });

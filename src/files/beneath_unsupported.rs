@@ -46,7 +46,12 @@ pub(super) struct DiskBudget<'a> {
 pub(super) fn read(root: &Root, _: &Path, _: u64) -> Result<Vec<u8>, FileError> {
     match *root {}
 }
-pub(super) fn write(root: &Root, _: &Path, _: &[u8], _: &mut DiskBudget<'_>) -> Result<(), FileError> {
+pub(super) fn write(
+    root: &Root,
+    _: &Path,
+    _: &[u8],
+    _: &mut DiskBudget<'_>,
+) -> Result<(), FileError> {
     match *root {}
 }
 pub(super) fn list(root: &Root, _: &Path) -> Result<Vec<String>, FileError> {

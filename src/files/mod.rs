@@ -204,12 +204,11 @@ impl FileAreaBuilder {
                 }
             }
         };
-        let root = beneath::Root::open_dir(&root_path).map_err(|source| {
-            FileAreaError::Workdir {
+        let root =
+            beneath::Root::open_dir(&root_path).map_err(|source| FileAreaError::Workdir {
                 path: root_path.clone(),
                 source,
-            }
-        })?;
+            })?;
         let mut mounts: Vec<OpenMount> = Vec::new();
         for mount in &self.mounts {
             let spec = || format!("{}:{}", mount.host.display(), mount.guest);
@@ -433,7 +432,10 @@ mod tests {
 
     #[test]
     fn script_paths_are_normalised_beneath_the_root() {
-        assert_eq!(normalise("./out/../out/a.md"), Ok(PathBuf::from("out/a.md")));
+        assert_eq!(
+            normalise("./out/../out/a.md"),
+            Ok(PathBuf::from("out/a.md"))
+        );
         assert_eq!(normalise("/data/x.csv"), Ok(PathBuf::from("data/x.csv")));
         assert_eq!(normalise("."), Ok(PathBuf::new()));
         assert!(normalise("../etc/passwd").is_err());
@@ -443,11 +445,14 @@ mod tests {
 
     #[test]
     fn mounts_parse_with_an_optional_mode() {
-        let ro = Mount::parse("/srv/in:data").unwrap();
+        let ro = Mount::parse("/srv/in:data").expect("parses");
         assert_eq!(ro.mode, MountMode::ReadOnly);
         assert_eq!(ro.guest, "data");
-        let rw = Mount::parse("/srv/out:/out:rw").unwrap();
-        assert_eq!((rw.host.as_path(), rw.guest.as_str()), (Path::new("/srv/out"), "/out"));
+        let rw = Mount::parse("/srv/out:/out:rw").expect("parses");
+        assert_eq!(
+            (rw.host.as_path(), rw.guest.as_str()),
+            (Path::new("/srv/out"), "/out")
+        );
         assert_eq!(rw.mode, MountMode::ReadWrite);
         assert!(Mount::parse("just-a-path").is_err());
     }

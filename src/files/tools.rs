@@ -102,7 +102,9 @@ fn path_arg(args: &Value) -> Result<&str, ToolError> {
             "`path` must be a string, not {}",
             json_kind(other)
         ))),
-        None => Err(ToolError::new("`path` is missing: give the file's path, e.g. data/input.csv")),
+        None => Err(ToolError::new(
+            "`path` is missing: give the file's path, e.g. data/input.csv",
+        )),
     }
 }
 
@@ -127,7 +129,9 @@ fn refused(path: &Path, error: FileError) -> ToolError {
     ToolError::new(match error {
         FileError::NotFound => format!("'{path}' does not exist (list_dir shows what does)"),
         FileError::Escapes => {
-            format!("'{path}' leads out of the working directory (through a link); give a path inside it")
+            format!(
+                "'{path}' leads out of the working directory (through a link); give a path inside it"
+            )
         }
         FileError::IsALink => format!("'{path}' is a link; write to the file it names instead"),
         FileError::IsADirectory => format!("'{path}' is a folder, not a file"),
@@ -151,7 +155,9 @@ fn refused(path: &Path, error: FileError) -> ToolError {
 
 impl FileArea {
     fn read_text(&self, path: &str) -> Result<Value, ToolError> {
-        let at = self.resolve(path).map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
+        let at = self
+            .resolve(path)
+            .map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
         let bytes = beneath::read(at.base, &at.rest, self.inner.max_file_bytes)
             .map_err(|e| refused(&at.shown, e))?;
         String::from_utf8(bytes).map(Value::String).map_err(|e| {
@@ -164,7 +170,9 @@ impl FileArea {
     }
 
     fn write_text(&self, path: &str, text: &str) -> Result<Value, ToolError> {
-        let at = self.resolve(path).map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
+        let at = self
+            .resolve(path)
+            .map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
         if !at.writable {
             return Err(ToolError::new(format!(
                 "'{}' is in a read-only mount; write under another folder, e.g. out/",
@@ -192,7 +200,9 @@ impl FileArea {
     }
 
     fn list_dir(&self, path: &str) -> Result<Value, ToolError> {
-        let at = self.resolve(path).map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
+        let at = self
+            .resolve(path)
+            .map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
         let mut names = match beneath::list(at.base, &at.rest) {
             Ok(names) => names,
             // A folder that exists only because mounts lie beneath it.
@@ -209,7 +219,9 @@ impl FileArea {
     }
 
     fn exists(&self, path: &str) -> Result<Value, ToolError> {
-        let at = self.resolve(path).map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
+        let at = self
+            .resolve(path)
+            .map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
         if self.holds_mounts(&at.shown) {
             return Ok(Value::Bool(true));
         }

@@ -356,8 +356,10 @@ mod beneath {
     }
 
     pub(super) fn open_regular(workdir: &Path, relative: &Path) -> Option<std::fs::File> {
-        let (Ok(real), Ok(root)) = (workdir.join(relative).canonicalize(), workdir.canonicalize())
-        else {
+        let (Ok(real), Ok(root)) = (
+            workdir.join(relative).canonicalize(),
+            workdir.canonicalize(),
+        ) else {
             return None;
         };
         let file = std::fs::File::open(&real).ok()?;

@@ -16,7 +16,11 @@ use crate::cli::codeact;
 fn area_with_prices(scratch: &Path) -> FileArea {
     let data = scratch.join("data");
     std::fs::create_dir_all(&data).expect("made");
-    std::fs::write(data.join("prices.csv"), "item,price\ncheese,7.8\nbread,2.2\n").expect("written");
+    std::fs::write(
+        data.join("prices.csv"),
+        "item,price\ncheese,7.8\nbread,2.2\n",
+    )
+    .expect("written");
     FileArea::builder()
         .mount(Mount {
             host: data,
@@ -75,7 +79,8 @@ fn a_mounted_csv_is_read_and_a_report_written_on_every_runtime() {
     ] {
         let scratch = tempfile::tempdir().expect("scratch");
         let area = area_with_prices(scratch.path());
-        let engine = crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
+        let engine =
+            crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
         let tools = Arc::new(ToolBox::new(area.tools()).expect("tools"));
         let mut session = codeact::ScriptSession::start(&*engine, tools).expect("starts");
         let run = session.run_blocking(report_script(runtime)).expect("runs");
@@ -85,7 +90,7 @@ fn a_mounted_csv_is_read_and_a_report_written_on_every_runtime() {
                 (value["total"].as_f64().unwrap_or_default() - 10.0).abs() < 1e-9
                     && value["listed"] == json!(["data/", "out/"])
                     && value["here"] == json!(true)
-                    && artifacts.as_deref() == Some(&["out/report.md".to_string()][..])
+                    && artifacts == &["out/report.md".to_string()]
                     && report.starts_with("total: 10")
             }
             _ => false,
@@ -150,11 +155,16 @@ fn codeact_run_mounts_an_input_and_copies_the_report_out() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     assert_eq!(
-        std::fs::read_to_string(dest.join("out/count.txt")).ok().as_deref(),
+        std::fs::read_to_string(dest.join("out/count.txt"))
+            .ok()
+            .as_deref(),
         Some("3"),
         "stderr: {stderr}"
     );
-    assert!(stderr.contains("artifact: out/count.txt (1 bytes)"), "{stderr}");
+    assert!(
+        stderr.contains("artifact: out/count.txt (1 bytes)"),
+        "{stderr}"
+    );
 }
 
 /// If this fails, every run with files leaves a directory behind in the system's
@@ -173,4 +183,80 @@ fn a_temporary_working_directory_is_removed_unless_kept() {
     drop(kept);
     assert!(root.is_dir(), "kept");
     std::fs::remove_dir_all(root).expect("cleaned up");
+}
+
+/// If this fails, a team file's `[files]` no longer gives its agents one shared
+/// working directory with its mounts, or gives it to an agent that said no.
+#[tokio::test]
+async fn a_team_file_shares_one_working_directory_with_the_agents_that_want_it() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let dir = scratch.path();
+    std::fs::create_dir_all(dir.join("data")).expect("made");
+    std::fs::write(dir.join("data/name.txt"), "ada").expect("written");
+    let writer = "```rhai\nwrite_text(\"out/greeting.txt\", \"hello \" + read_text(\"in/name.txt\"));\ntransfer_to_agent(\"reader\")\n```";
+    let reader = "```rhai\nfinal_result(read_text(\"out/greeting.txt\"))\n```";
+    let outsider = "```rhai\nlet seen = \"no helper\";\ntry { seen = `${exists(\"out\")}`; } catch (e) { }\nfinal_result(seen)\n```";
+    for (name, reply) in [
+        ("writer", writer),
+        ("reader", reader),
+        ("outsider", outsider),
+    ] {
+        std::fs::write(
+            dir.join(format!("{name}.json")),
+            json!({"replies": [reply]}).to_string(),
+        )
+        .expect("written");
+    }
+    std::fs::write(
+        dir.join("team.toml"),
+        r#"
+[files]
+workdir = "work"
+mounts = ["data:in"]
+
+[[agent]]
+name = "writer"
+model = "replay:writer.json"
+targets = ["reader"]
+
+[[agent]]
+name = "reader"
+model = "replay:reader.json"
+
+[[agent]]
+name = "outsider"
+model = "replay:outsider.json"
+files = false
+"#,
+    )
+    .expect("written");
+    let loaded = codeact::load_team(
+        &dir.join("team.toml"),
+        &Limits::default(),
+        std::time::Duration::from_secs(5),
+        |builder| builder,
+    )
+    .expect("loads");
+    assert_eq!(
+        loaded.files.as_ref().map(|a| a.root().to_path_buf()),
+        Some(dir.join("work"))
+    );
+    let team = loaded.builder.build().expect("builds");
+    let run = team.run("writer", "Greet.").await.expect("runs");
+    let codeact::TeamOutcome::Finished { outcome, .. } = run.outcome else {
+        panic!("the team did not finish: {:?}", run.outcome);
+    };
+    assert_eq!(
+        outcome.script_output(),
+        Some(ScriptOutput::final_result(json!("hello ada")))
+    );
+    let outsider = team.run("outsider", "Look.").await.expect("runs");
+    let codeact::TeamOutcome::Finished { outcome, .. } = outsider.outcome else {
+        panic!("the outsider did not finish");
+    };
+    assert_eq!(
+        outcome.script_output(),
+        Some(ScriptOutput::final_result(json!("no helper"))),
+        "an agent with files = false reached the files"
+    );
 }

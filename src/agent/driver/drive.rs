@@ -197,7 +197,8 @@ impl Agent {
                         check_result(contract, working_dir, &value, &artifacts).await;
                     let mut decision = conversation.on_check(value.clone(), &check);
                     if let Next::Finish(Outcome::FinalResult { .. }) = &decision.next {
-                        let output = self.final_output(contract, &check, &value, working_dir, artifacts);
+                        let output =
+                            self.final_output(contract, &check, &value, working_dir, artifacts);
                         decision.events.push(Event::FinalOutput {
                             output: output.clone(),
                         });

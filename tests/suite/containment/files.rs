@@ -103,7 +103,11 @@ fn script(column: &str, cases: &[(&str, String, String)]) -> Option<String> {
     })
 }
 
-fn run(column: &str, area: &FileArea, script: &str) -> Result<(Vec<String>, ScriptSession), String> {
+fn run(
+    column: &str,
+    area: &FileArea,
+    script: &str,
+) -> Result<(Vec<String>, ScriptSession), String> {
     let runtime = crate::support::runtimes::runtime(column, Limits::default())?;
     let tools = Arc::new(ToolBox::new(area.tools()).map_err(|e| e.to_string())?);
     let mut session = ScriptSession::start(&*runtime, tools).map_err(|e| e.to_string())?;
@@ -118,7 +122,11 @@ fn run(column: &str, area: &FileArea, script: &str) -> Result<(Vec<String>, Scri
         .as_array()
         .ok_or("not a list")?
         .iter()
-        .map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        })
         .collect();
     Ok((got, session))
 }
@@ -126,7 +134,11 @@ fn run(column: &str, area: &FileArea, script: &str) -> Result<(Vec<String>, Scri
 /// Each case's result must start with `ok` or contain the refusal's words.
 fn judge(cases: &[(&str, String, String)], wants: &[&str], got: &[String]) -> Result<(), String> {
     if got.len() != cases.len() {
-        return Err(format!("{} results for {} cases: {got:?}", got.len(), cases.len()));
+        return Err(format!(
+            "{} results for {} cases: {got:?}",
+            got.len(),
+            cases.len()
+        ));
     }
     for ((case, want), got) in cases.iter().zip(wants).zip(got) {
         let fine = if *want == "ok" {
@@ -141,11 +153,16 @@ fn judge(cases: &[(&str, String, String)], wants: &[&str], got: &[String]) -> Re
     Ok(())
 }
 
-fn case(op: &'static str, path: &str, want: &'static str) -> ((&'static str, String, String), &'static str) {
+fn case(
+    op: &'static str,
+    path: &str,
+    want: &'static str,
+) -> ((&'static str, String, String), &'static str) {
     ((op, path.to_string(), "planted".to_string()), want)
 }
 
 fn escapes(column: &str) -> Option<Result<String, String>> {
+    script(column, &[])?;
     let tree = Tree::new();
     let area = tree.area(codeact::DEFAULT_MAX_DISK_BYTES);
     let (cases, wants): (Vec<_>, Vec<_>) = [
@@ -199,6 +216,7 @@ fn escapes(column: &str) -> Option<Result<String, String>> {
 }
 
 fn disk_limit(column: &str) -> Option<Result<String, String>> {
+    script(column, &[])?;
     let tree = Tree::new();
     let area = tree.area(64 * 1024);
     let kib = |n: usize| "x".repeat(n * 1024);
