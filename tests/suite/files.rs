@@ -260,3 +260,33 @@ files = false
         "an agent with files = false reached the files"
     );
 }
+
+/// If this fails, `codeact exec` ignores its file flags: no helpers with
+/// `--files`, or a disk limit of `--max-disk-mb` that does not hold.
+#[test]
+fn codeact_exec_gives_files_held_to_max_disk_mb() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let work = scratch.path().join("work");
+    let script = scratch.path().join("fill.rhai");
+    std::fs::write(
+        &script,
+        "let chunk = \"x\"; chunk.pad(600000, \"x\");\nlet written = 0;\nfor i in 0..4 { try { write_text(`part${i}.txt`, chunk); written += 1; } catch (e) { return final_result(#{written: written, refused: `${e}`}); } }\nfinal_result(#{written: written})",
+    )
+    .expect("written");
+    let out = codeact(
+        &[
+            "exec",
+            "--workdir",
+            &work.to_string_lossy(),
+            "--max-disk-mb",
+            "1",
+            &script.to_string_lossy(),
+        ],
+        None,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(r#""written":1"#), "{stdout}");
+    assert!(stdout.contains("disk limit of 1048576 bytes exceeded"), "{stdout}");
+    assert!(work.join("part0.txt").is_file() && !work.join("part1.txt").exists());
+}
