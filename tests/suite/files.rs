@@ -285,8 +285,16 @@ fn codeact_exec_gives_files_held_to_max_disk_mb() {
         None,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains(r#""written":1"#), "{stdout}");
-    assert!(stdout.contains("disk limit of 1048576 bytes exceeded"), "{stdout}");
+    assert!(
+        stdout.contains("disk limit of 1048576 bytes exceeded"),
+        "{stdout}"
+    );
     assert!(work.join("part0.txt").is_file() && !work.join("part1.txt").exists());
 }
