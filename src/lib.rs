@@ -88,7 +88,8 @@
 //!   their defaults).
 //! - **Files:** a run's working directory and mounts, reached through file helpers
 //!   ([`FileArea`], [`FileAreaBuilder`], [`Mount`], [`MountMode`], [`FileAreaError`],
-//!   [`DEFAULT_MAX_DISK_BYTES`], [`DEFAULT_MAX_FILE_BYTES`]).
+//!   [`DEFAULT_MAX_DISK_BYTES`], [`DEFAULT_MAX_FILE_BYTES`], the helpers' names
+//!   [`READ_TEXT_TOOL`], [`WRITE_TEXT_TOOL`], [`LIST_DIR_TOOL`], [`EXISTS_TOOL`]).
 //! - **Final answers:** [`OutputSpec`], [`OutputContract`], [`Check`],
 //!   [`ExtraCheck`], [`OnValidatorError`], [`RefusedBy`], [`OutputSpecError`],
 //!   [`content_text`]; [`FinalOutput`], [`Validation`], [`artifact_path`],
@@ -140,8 +141,8 @@ pub use exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, RuntimeByNameError, run
 pub use exec::run_slots::{max_running_scripts, set_max_running_scripts};
 pub use exec::session::{ScriptRun, ScriptSession};
 pub use files::{
-    DEFAULT_MAX_DISK_BYTES, DEFAULT_MAX_FILE_BYTES, FileArea, FileAreaBuilder, FileAreaError,
-    Mount, MountMode,
+    DEFAULT_MAX_DISK_BYTES, DEFAULT_MAX_FILE_BYTES, EXISTS_TOOL, FileArea, FileAreaBuilder,
+    FileAreaError, LIST_DIR_TOOL, Mount, MountMode, READ_TEXT_TOOL, WRITE_TEXT_TOOL,
 };
 #[doc(hidden)]
 pub use output::answer::__assert_answer_field;

@@ -78,6 +78,10 @@ pub fn render_card(
             signature: runtime.tool_signature(tool),
         })
         .collect();
+    // The card's "no file access" gives way to the file tools when a host gave them.
+    let has_file_tools = tools
+        .iter()
+        .any(|tool| tool.name == crate::files::READ_TEXT_TOOL);
     let limits = LimitsView {
         wall_time_ms: limits.wall_time.as_millis(),
         max_operations: limits.max_operations,
@@ -92,6 +96,7 @@ pub fn render_card(
             language => info.language,
             fence => info.fence_tags.first().copied().unwrap_or(info.name),
             tools => tools,
+            files => has_file_tools,
             limits => limits,
             transfer_targets => transfer_targets,
         },

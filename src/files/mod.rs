@@ -26,6 +26,8 @@ mod beneath;
 mod beneath;
 mod tools;
 
+pub use tools::{EXISTS_TOOL, LIST_DIR_TOOL, READ_TEXT_TOOL, WRITE_TEXT_TOOL};
+
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 

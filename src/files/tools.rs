@@ -30,8 +30,8 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
         Tool::from_fn(
             READ_TEXT_TOOL,
             format!(
-                "Returns the text of a file (UTF-8, at most {} bytes). {layout}",
-                area.inner.max_file_bytes
+                "Returns the text of a file (UTF-8, at most {}). {layout}",
+                human_bytes(area.inner.max_file_bytes)
             ),
             move |args| area.read_text(path_arg(&args)?),
         )
@@ -43,8 +43,8 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
         Tool::from_fn(
             WRITE_TEXT_TOOL,
             format!(
-                "Writes text to a file, replacing it, and makes missing folders. {layout} The run may write {} bytes in all.",
-                area.inner.max_disk_bytes
+                "Writes text to a file, replacing it, and makes missing folders. {layout} The run may write {} in all.",
+                human_bytes(area.inner.max_disk_bytes)
             ),
             move |args| {
                 let text = match args.get("text") {
@@ -93,6 +93,15 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
         .with_returns(json!({"type": "boolean"}))
     };
     vec![read, write, list, exists]
+}
+
+/// `bytes` as a person writes it: `4 MiB`, `64 KiB`, `1000 bytes`.
+fn human_bytes(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
 }
 
 fn path_arg(args: &Value) -> Result<&str, ToolError> {

@@ -185,3 +185,32 @@ fn the_quickjs_card_with_tools_matches_its_snapshot() {
     let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
     assert_snapshot("quickjs_card_with_tools.md", &card);
 }
+
+/// If this fails, a model given the file tools reads, on the same card, that it
+/// has no file access at all (and a small model believes the card).
+#[test]
+fn a_card_with_the_file_tools_no_longer_says_there_are_no_files() {
+    let area = codeact::FileArea::temporary().expect("opens");
+    let specs: Vec<ToolSpec> = area.tools().iter().map(|t| t.spec().clone()).collect();
+    for name in [
+        "rhai",
+        "js",
+        "wasm:js",
+        "wasm:micropython",
+        "wasm:python",
+        "wasm:rhai",
+        "wasm:boa",
+    ] {
+        let runtime = crate::support::runtimes::runtime(name, Limits::default()).expect("loads");
+        let with = render_card(&*runtime, &specs, &[]).expect("renders");
+        let without = render_card(&*runtime, &[add_tool()], &[]).expect("renders");
+        assert!(
+            with.contains("but through the file tools above"),
+            "{name}: {with}"
+        );
+        assert!(
+            !without.contains("file tools"),
+            "{name}: the card without them mentions them"
+        );
+    }
+}
