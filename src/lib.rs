@@ -125,6 +125,7 @@ pub use agent::{
     ResumeError, ResumePoint, RunItem, RunRequest, RunResult, Team, TeamBuilder, TeamOutcome,
     TeamRun, ToolCallOutcome, Transcript, TypedRun,
 };
+pub use agent::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
 pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
 #[cfg(feature = "js")]
 pub use codeact_js::{JsRuntime, run_worker_if_requested};

@@ -13,6 +13,8 @@ mod support;
 
 #[path = "suite/adversarial.rs"]
 mod adversarial;
+#[path = "suite/approvals.rs"]
+mod approvals;
 #[path = "suite/bench.rs"]
 mod bench;
 #[path = "suite/cli.rs"]

@@ -196,6 +196,7 @@ impl Progress {
             | Event::ToolCall { .. }
             | Event::Resumed { .. }
             | Event::PolicyVerdict { .. }
+            | Event::ApprovalDecided { .. }
             | Event::FinalOutput { .. }
             | Event::Finished { .. }
             | Event::Handover { .. }

@@ -41,6 +41,25 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// A call that needed approval was approved or denied
+    /// ([`Approver`](crate::Approver)).
+    ApprovalDecided {
+        /// The step whose script made the call.
+        step: usize,
+        /// The tool.
+        tool: String,
+        /// The arguments it was asked about.
+        args: Value,
+        /// Whether it ran.
+        approved: bool,
+        /// Why, when one was given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// Who or what decided (`terminal`, `policy: deny`, a user…).
+        decided_by: String,
+        /// When, RFC 3339 in UTC.
+        decided_at: String,
+    },
     /// A chat's user turn began ([`Chat::send`](crate::Chat::send)); its message
     /// follows. The error and refusal counts start again, and the step limit
     /// counts from here.

@@ -1,6 +1,7 @@
 //! The CodeAct loop: decisions in [`decide`], the async driver that does what they
 //! say (and only the I/O) in `driver`.
 
+pub(crate) mod approval;
 pub mod decide;
 pub(crate) mod driver;
 pub(crate) mod events;
@@ -12,6 +13,7 @@ pub(crate) mod script_notes;
 pub(crate) mod team;
 pub(crate) mod team_config;
 
+pub use approval::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
 pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
 pub use driver::{Agent, AgentBuilder, AgentError, Chat, RunItem, RunRequest, RunResult, TypedRun};
 pub use events::{Event, Listener, ToolCallOutcome, Transcript, parse_transcript, read_transcript};

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
 use serde_json::Value;
 
+use super::approval::{ApprovalDecision, ApprovalReason, ApprovalRequest, Approvals};
 use super::decide::Progress;
 use super::events::{Event, Listener, ToolCallOutcome};
 use super::outcome::Outcome;
@@ -158,7 +159,8 @@ impl ResumePoint {
                 | Event::Failed { .. }
                 | Event::Resumed { .. }
                 | Event::TurnStarted { .. }
-                | Event::PolicyVerdict { .. } => {}
+                | Event::PolicyVerdict { .. }
+                | Event::ApprovalDecided { .. } => {}
             }
         }
         let mut progress = Progress::replayed(events);
@@ -265,6 +267,19 @@ pub(crate) struct HostTools {
     run_budget_spent: AtomicBool,
     /// Asked before every call the script makes (`check_call`); `None`: none.
     policy: Option<Arc<codeact_rhai::RhaiPolicy>>,
+    /// Which calls wait for approval, and who decides.
+    approvals: Arc<Approvals>,
+    /// The running script, for an approval request.
+    script: Mutex<String>,
+    /// Ends a wait for approval when the run is cancelled.
+    cancel: Option<tokio_util::sync::CancellationToken>,
+}
+
+/// What the policy says about a call.
+enum PolicyCheck {
+    Allow,
+    Ask,
+    Refuse(ToolError),
 }
 
 /// How many tool calls a run and one of its scripts may make (`None`: no limit).
@@ -293,7 +308,81 @@ impl HostTools {
             script_calls: Mutex::new(Vec::new()),
             run_budget_spent: AtomicBool::new(false),
             policy: None,
+            approvals: Arc::new(Approvals::default()),
+            script: Mutex::new(String::new()),
+            cancel: None,
         }
+    }
+
+    /// The same tools with these approvals; a wait for one ends when `cancel` is
+    /// cancelled.
+    pub(crate) fn with_approvals(
+        mut self,
+        approvals: Arc<Approvals>,
+        cancel: Option<tokio_util::sync::CancellationToken>,
+    ) -> Self {
+        self.approvals = approvals;
+        self.cancel = cancel;
+        self
+    }
+
+    /// The script whose calls come next, for approval requests.
+    pub(crate) fn set_script(&self, code: &str) {
+        if self.approvals.is_empty() {
+            return;
+        }
+        let mut script = self.script.lock().unwrap_or_else(|p| p.into_inner());
+        script.clear();
+        script.push_str(code);
+    }
+
+    /// Whether `name` may run once approval was asked for where needed: `None`
+    /// when it may, else the denial as the script will see it.
+    fn approval_refusal(
+        &self,
+        name: &str,
+        args: &Value,
+        reason: ApprovalReason,
+    ) -> Option<ToolError> {
+        let step = self.step.load(Ordering::Relaxed);
+        let decision = match &self.approvals.approver {
+            None => ApprovalDecision::deny("this host has no one to ask").by("no approver"),
+            Some(approver) => {
+                let request = ApprovalRequest {
+                    agent: self.agent.clone(),
+                    step,
+                    tool: name.to_string(),
+                    args: args.clone(),
+                    script: self
+                        .script
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone(),
+                    reason,
+                };
+                wait_for_decision(approver.decide(request), self.cancel.as_ref())
+            }
+        };
+        let event = Event::ApprovalDecided {
+            step,
+            tool: name.to_string(),
+            args: args.clone(),
+            approved: decision.approved,
+            reason: decision.reason.clone(),
+            decided_by: decision.decided_by.clone(),
+            decided_at: crate::output::final_output::rfc3339_utc(std::time::SystemTime::now()),
+        };
+        for listener in &self.listeners {
+            listener(&self.agent, &event);
+        }
+        if decision.approved {
+            return None;
+        }
+        let why = decision.reason.unwrap_or_else(|| "no reason given".into());
+        Some(ToolError::new(format!(
+            "the call of '{name}' was denied by {}: {why}",
+            decision.decided_by
+        )))
     }
 
     /// The same tools with every call first put to `policy`'s `check_call`.
@@ -302,12 +391,18 @@ impl HostTools {
         self
     }
 
-    /// Why the policy refuses this call, if it does. It fails closed: a rule
-    /// that throws or runs past its limits refuses, and `"ask"` refuses too
-    /// (this host has no approvals yet).
-    fn policy_refusal(&self, name: &str, args: &Value) -> Option<ToolError> {
+    /// What the policy says about this call. It fails closed: a rule that
+    /// throws or runs past its limits refuses; `"ask"` routes the call to
+    /// approval.
+    fn policy_check(&self, name: &str, args: &Value) -> PolicyCheck {
         use codeact_rhai::Verdict;
-        let verdict = self.policy.as_ref()?.check_call(name, args)?;
+        let Some(verdict) = self
+            .policy
+            .as_ref()
+            .and_then(|policy| policy.check_call(name, args))
+        else {
+            return PolicyCheck::Allow;
+        };
         let event = Event::PolicyVerdict {
             step: self.step.load(Ordering::Relaxed),
             tool: Some(name.to_string()),
@@ -318,10 +413,15 @@ impl HostTools {
             listener(&self.agent, &event);
         }
         let message = match verdict {
-            Verdict::Valid => return None,
-            Verdict::Invalid { reason } if reason.trim() == "ask" => format!(
-                "the host's policy wants a person to approve this call of '{name}', and this host has no one to ask, so it is refused"
-            ),
+            Verdict::Valid => return PolicyCheck::Allow,
+            Verdict::Invalid { reason } if reason.trim() == "ask" => {
+                if self.approvals.approver.is_some() {
+                    return PolicyCheck::Ask;
+                }
+                format!(
+                    "the host's policy wants a person to approve this call of '{name}', and this host has no one to ask, so it is refused"
+                )
+            }
             Verdict::Invalid { reason } => {
                 format!("the host's policy refused this call of '{name}': {reason}")
             }
@@ -329,7 +429,19 @@ impl HostTools {
                 "the host's policy could not decide on this call of '{name}' ({reason}), so it is refused"
             ),
         };
-        Some(ToolError::new(message))
+        PolicyCheck::Refuse(ToolError::new(message))
+    }
+
+    /// Why this call may not run (the policy's refusal, or a denied approval),
+    /// if it may not.
+    fn refusal(&self, name: &str, args: &Value) -> Option<ToolError> {
+        let ask = match self.policy_check(name, args) {
+            PolicyCheck::Refuse(refusal) => return Some(refusal),
+            PolicyCheck::Ask => Some(ApprovalReason::Policy),
+            PolicyCheck::Allow if self.approvals.marks(name, args) => Some(ApprovalReason::Marked),
+            PolicyCheck::Allow => None,
+        };
+        self.approval_refusal(name, args, ask?)
     }
 
     /// The same tools under these tool-call budgets.
@@ -436,6 +548,37 @@ impl HostTools {
     }
 }
 
+/// Waits on this (blocking) thread for an approver's decision; a cancelled run
+/// denies at once.
+fn wait_for_decision(
+    decision: crate::agent::approval::ApprovalFuture,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
+) -> ApprovalDecision {
+    let cancelled = || ApprovalDecision::deny("the run was cancelled").by("cancellation");
+    if cancel.is_some_and(|token| token.is_cancelled()) {
+        return cancelled();
+    }
+    let handle = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle,
+        Err(_) => match crate::tools::toolbox::fallback_runtime() {
+            Some(handle) => handle.clone(),
+            None => {
+                return ApprovalDecision::deny("the host could not wait for a decision").by("host");
+            }
+        },
+    };
+    crate::exec::run_slots::released_during(|| match cancel {
+        None => handle.block_on(decision),
+        Some(token) => handle.block_on(async {
+            tokio::select! {
+                biased;
+                () = token.cancelled() => cancelled(),
+                decision = decision => decision,
+            }
+        }),
+    })
+}
+
 impl ToolDispatch for HostTools {
     fn specs(&self) -> &[ToolSpec] {
         self.inner.specs()
@@ -449,7 +592,7 @@ impl ToolDispatch for HostTools {
             self.count(name, &args, &result);
             return result;
         }
-        let refusal = self.policy_refusal(name, &args);
+        let refusal = self.refusal(name, &args);
         if refusal.is_none() && self.listeners.is_empty() && self.budgets.per_script.is_none() {
             // Nothing will read the arguments after the call: no copy of them.
             let result = self.inner.call(name, args);

@@ -1,5 +1,6 @@
 //! The `codeact` command line.
 
+mod approve;
 mod bench;
 mod eval;
 mod exec;

@@ -75,6 +75,21 @@ impl Printer {
                 reason.as_deref().unwrap_or("no reason")
             ),
             Event::PolicyVerdict { .. } => Ok(()),
+            Event::ApprovalDecided {
+                tool,
+                approved,
+                reason,
+                decided_by,
+                ..
+            } => writeln!(
+                err,
+                "  {} a call of {tool} ({decided_by}){}",
+                if *approved { "approved" } else { "denied" },
+                reason
+                    .as_deref()
+                    .map(|r| format!(": {}", shorten(r)))
+                    .unwrap_or_default()
+            ),
             Event::Resumed {
                 steps,
                 replayed_scripts,

@@ -144,6 +144,16 @@ pub(crate) struct RunArgs {
     tools: ToolArgs,
     #[command(flatten)]
     files: FileArgs,
+    /// Each call of TOOL waits for approval (see --approve). Repeatable; a tools
+    /// manifest marks a tool with "approval": true.
+    #[arg(long = "needs-approval", value_name = "TOOL")]
+    needs_approval: Vec<String>,
+    /// Who decides on calls that need approval (marked tools, and calls the
+    /// policy answers "ask" for): ask (a prompt on the terminal), allow or deny
+    /// [default: ask when stdin is a terminal, else deny]. A denied call throws a
+    /// tool error the script can catch.
+    #[arg(long, value_name = "MODE", value_parser = ["ask", "allow", "deny"])]
+    approve: Option<String>,
     /// Copy the files the final result names (its artifacts) into DIR, at the
     /// same relative paths.
     #[arg(long, value_name = "DIR", conflicts_with = "chat")]
@@ -281,6 +291,8 @@ fn configure(
 ) -> impl Fn(AgentBuilder) -> AgentBuilder {
     let listeners = listeners.to_vec();
     let area = area.cloned();
+    let marked = args.needs_approval.clone();
+    let approver = super::approve::approver(args.approve.as_deref());
     let (max_tokens, temperature, stream) = (args.max_tokens, args.temperature, !args.no_stream);
     move |mut builder: AgentBuilder| {
         builder = builder.max_tokens(max_tokens).stream(stream);
@@ -293,7 +305,10 @@ fn configure(
         if let Some(area) = &area {
             builder = builder.files(area);
         }
-        builder
+        for tool in &marked {
+            builder = builder.needs_approval(tool.clone());
+        }
+        builder.on_approval(approver.clone())
     }
 }
 

@@ -35,6 +35,9 @@ struct Entry {
     #[serde(default = "any_object")]
     parameters: Value,
     command: Vec<String>,
+    /// Each call waits for approval (`codeact run --approve`).
+    #[serde(default)]
+    approval: bool,
 }
 
 fn any_object() -> Value {
@@ -212,7 +215,13 @@ pub fn load_tool_manifest(path: &Path, timeout: Duration) -> Result<Vec<Tool>, S
                 argv: entry.command,
                 timeout,
             };
-            Ok(command_tool(entry.name, entry.description, spec).with_parameters(entry.parameters))
+            let tool =
+                command_tool(entry.name, entry.description, spec).with_parameters(entry.parameters);
+            Ok(if entry.approval {
+                tool.needing_approval()
+            } else {
+                tool
+            })
         })
         .collect()
 }

@@ -37,6 +37,7 @@ type Handler = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
 pub struct Tool {
     spec: ToolSpec,
     handler: Handler,
+    needs_approval: bool,
 }
 
 impl fmt::Debug for Tool {
@@ -58,6 +59,7 @@ impl Tool {
         Self {
             spec: ToolSpec::new(name, description),
             handler: Arc::new(move |args| Box::pin(handler(args))),
+            needs_approval: false,
         }
     }
 
@@ -146,6 +148,18 @@ impl Tool {
     pub fn with_untrusted_description(mut self) -> Self {
         self.spec.untrusted_description = true;
         self
+    }
+
+    /// The same tool, each call of which waits for approval when an agent runs
+    /// it (see [`AgentBuilder::on_approval`](crate::AgentBuilder::on_approval)).
+    pub fn needing_approval(mut self) -> Self {
+        self.needs_approval = true;
+        self
+    }
+
+    /// Whether each call waits for approval.
+    pub fn needs_approval(&self) -> bool {
+        self.needs_approval
     }
 
     /// What the model is told about the tool.

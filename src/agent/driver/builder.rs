@@ -6,6 +6,7 @@ use std::sync::Arc;
 use codeact_runtime::Runtime;
 
 use super::{Agent, AgentError};
+use crate::agent::approval::{Approvals, Approver};
 use crate::agent::decide::LoopConfig;
 use crate::agent::events::{Event, Listener};
 use crate::model::ModelClient;
@@ -24,6 +25,7 @@ pub struct AgentBuilder {
     tools: Vec<crate::tools::toolbox::Tool>,
     tool_discovery: ToolDiscovery,
     policy: Option<codeact_rhai::RhaiPolicy>,
+    approvals: Approvals,
     config: LoopConfig,
     instructions: String,
     output: OutputSpec,
@@ -73,10 +75,39 @@ impl AgentBuilder {
     /// every tool call (a reason refuses the call: the script gets a catchable
     /// tool error carrying it), its `check_code(code, language)` before every
     /// script (a reason is fed back as the step's error, and the script does not
-    /// run). It fails closed: a rule that throws or runs past its limits refuses,
-    /// and so does `"ask"` (approvals are not built yet). Default: none.
+    /// run). It fails closed: a rule that throws or runs past its limits refuses.
+    /// `"ask"` from `check_call` routes the call to the
+    /// [`on_approval`](Self::on_approval) callback (refused without one), and
+    /// from `check_code` refuses the script. Default: none.
     pub fn policy(mut self, policy: codeact_rhai::RhaiPolicy) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// Marks `tool` as needing approval: each call waits inside the script for
+    /// the [`on_approval`](Self::on_approval) callback, and runs only when it
+    /// approves (denied, the call throws a catchable tool error saying why).
+    /// Without a callback every such call is denied. Default: no tool is marked.
+    pub fn needs_approval(mut self, tool: impl Into<String>) -> Self {
+        self.approvals.mark(tool);
+        self
+    }
+
+    /// Marks the calls for which `rule(tool, args)` is true as needing approval,
+    /// e.g. a transfer above some amount.
+    pub fn needs_approval_when(
+        mut self,
+        rule: impl Fn(&str, &serde_json::Value) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.approvals.mark_when(Arc::new(rule));
+        self
+    }
+
+    /// Who decides on the calls that need approval (marked ones, and those the
+    /// policy answers `"ask"` for): see [`Approver`]. Default: none, so they are
+    /// denied.
+    pub fn on_approval(mut self, approver: Approver) -> Self {
+        self.approvals.approver = Some(approver);
         self
     }
 
@@ -156,7 +187,10 @@ impl AgentBuilder {
 
     /// Checks the tools, loads the output spec (compiling its schema and
     /// validator) and renders the system prompt once.
-    pub fn build(self) -> Result<Agent, AgentError> {
+    pub fn build(mut self) -> Result<Agent, AgentError> {
+        for tool in self.tools.iter().filter(|tool| tool.needs_approval()) {
+            self.approvals.mark(tool.spec().name.clone());
+        }
         let mut tools = self.tools;
         let specs: Vec<_> = tools.iter().map(|tool| tool.spec().clone()).collect();
         let listed_tools = if self.tool_discovery.applies(&specs, &*self.runtime) {
@@ -179,6 +213,7 @@ impl AgentBuilder {
             tools: Arc::new(tools),
             listed_tools,
             policy: self.policy.map(Arc::new),
+            approvals: Arc::new(self.approvals),
             config: self.config,
             output: self.output,
             contract,
@@ -206,6 +241,7 @@ impl Agent {
             tools: Vec::new(),
             tool_discovery: ToolDiscovery::default(),
             policy: None,
+            approvals: Approvals::default(),
             config: LoopConfig::default(),
             instructions: String::new(),
             output: OutputSpec::default(),

@@ -104,7 +104,8 @@ impl Agent {
                     per_run: self.config.max_tool_calls,
                     per_script: self.config.max_tool_calls_per_script,
                 })
-                .with_policy(self.policy.clone()),
+                .with_policy(self.policy.clone())
+                .with_approvals(self.approvals.clone(), cancel.cloned()),
         )
     }
 
@@ -177,6 +178,7 @@ impl Agent {
                         code: code.clone(),
                     });
                     tools.set_step(step);
+                    tools.set_script(&code);
                     let run = session
                         .run(code)
                         .instrument(tracing::info_span!("script", step));

@@ -65,6 +65,8 @@ pub struct Agent {
     config: LoopConfig,
     /// Put to every tool call and script first; `None`: no policy.
     policy: Option<Arc<codeact_rhai::RhaiPolicy>>,
+    /// Which calls wait for approval, and who decides.
+    approvals: Arc<crate::agent::approval::Approvals>,
     output: OutputSpec,
     contract: OutputContract,
     working_dir: Option<PathBuf>,

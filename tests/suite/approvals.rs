@@ -1,0 +1,259 @@
+//! Approvals inside a running script (issue 17): a marked call waits for the
+//! approver; approved it runs, denied it throws a tool error the script catches
+//! and goes on from; a policy's "ask" routes to the approver; with no approver the
+//! call is denied; a cancelled run stops waiting; `codeact run --approve`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use codeact::model::ReplayModel;
+use codeact::{
+    Agent, ApprovalDecision, ApprovalReason, ApprovalRequest, Approver, CancellationToken, Event,
+    Limits, Outcome, RhaiRuntime, Tool,
+};
+use serde_json::json;
+
+fn send_tool() -> Tool {
+    Tool::from_fn("send", "Sends a message.", |args| {
+        Ok(json!(format!(
+            "sent to {}",
+            args["to"].as_str().unwrap_or("?")
+        )))
+    })
+    .with_parameters(json!({"type": "object", "properties": {"to": {"type": "string"}}}))
+}
+
+fn replay(reply: &str) -> Arc<ReplayModel> {
+    Arc::new(ReplayModel::new([format!("```rhai\n{reply}\n```")]))
+}
+
+const TWO_SENDS: &str = "let sent = send(#{to: \"ada@example.com\"});\nlet refused = \"\";\ntry { send(#{to: \"eve@elsewhere.org\"}); } catch (e) { refused = e; }\nfinal_result(#{sent: sent, refused: refused})";
+
+/// If this fails, an approver cannot tell one call from another, a denied call
+/// ends the script instead of throwing what it can catch, or the decisions go
+/// unrecorded.
+#[tokio::test]
+async fn an_approved_call_runs_and_a_denied_one_throws_a_catchable_error() {
+    let asked: Arc<Mutex<Vec<ApprovalRequest>>> = Arc::default();
+    let seen = asked.clone();
+    let approver = Approver::new(move |request: ApprovalRequest| {
+        seen.lock().expect("unpoisoned").push(request.clone());
+        async move {
+            // A person takes a moment: the script waits inside the call.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if request.args["to"]
+                .as_str()
+                .is_some_and(|to| to.ends_with("@example.com"))
+            {
+                ApprovalDecision::approve().by("ops")
+            } else {
+                ApprovalDecision::deny("only example.com addresses").by("ops")
+            }
+        }
+    });
+    let events: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let recorded = events.clone();
+    let agent = Agent::builder(
+        replay(TWO_SENDS),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .tool(send_tool())
+    .needs_approval("send")
+    .on_approval(approver)
+    .listener(Arc::new(move |_: &str, event: &Event| {
+        recorded.lock().expect("unpoisoned").push(event.clone());
+    }))
+    .build()
+    .expect("builds");
+    let run = agent.run("Send both.").await.expect("runs");
+    let Outcome::FinalResult { value } = run.outcome else {
+        panic!("no result: {:?}", run.outcome);
+    };
+    assert_eq!(value["sent"], json!("sent to ada@example.com"));
+    let refused = value["refused"].as_str().unwrap_or_default();
+    assert!(
+        refused.contains("denied by ops: only example.com addresses"),
+        "{refused}"
+    );
+    let asked = asked.lock().expect("unpoisoned");
+    assert_eq!(asked.len(), 2);
+    assert_eq!(asked[0].step, 1);
+    assert_eq!(asked[0].reason, ApprovalReason::Marked);
+    assert!(
+        asked[0]
+            .script
+            .contains("send(#{to: \"eve@elsewhere.org\"})")
+    );
+    let decisions: Vec<(bool, String)> = events
+        .lock()
+        .expect("unpoisoned")
+        .iter()
+        .filter_map(|event| match event {
+            Event::ApprovalDecided {
+                approved,
+                decided_by,
+                decided_at,
+                ..
+            } => {
+                assert!(decided_at.ends_with('Z'), "{decided_at}");
+                Some((*approved, decided_by.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(decisions, vec![(true, "ops".into()), (false, "ops".into())]);
+}
+
+/// If this fails, a policy's "ask" no longer reaches the approver (or its
+/// answer is ignored).
+#[tokio::test]
+async fn a_policy_asking_routes_the_call_to_the_approver() {
+    let policy = codeact::RhaiPolicy::compile(
+        "policy.rhai",
+        "fn check_call(tool, args) { if args.to == \"ada@example.com\" { \"ask\" } else { \"only ada\" } }",
+        Limits::default(),
+    )
+    .expect("compiles");
+    let approver = Approver::new(|request: ApprovalRequest| async move {
+        assert_eq!(request.reason, ApprovalReason::Policy);
+        ApprovalDecision::approve()
+    });
+    let agent = Agent::builder(
+        replay(TWO_SENDS),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .tool(send_tool())
+    .policy(policy)
+    .on_approval(approver)
+    .build()
+    .expect("builds");
+    let run = agent.run("Send both.").await.expect("runs");
+    let Outcome::FinalResult { value } = run.outcome else {
+        panic!("no result: {:?}", run.outcome);
+    };
+    assert_eq!(value["sent"], json!("sent to ada@example.com"));
+    assert!(
+        value["refused"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the host's policy refused this call of 'send': only ada"),
+        "{value}"
+    );
+}
+
+/// If this fails, a tool marked as needing approval runs when nobody can be
+/// asked (the rule must fail closed).
+#[tokio::test]
+async fn without_an_approver_a_marked_call_is_denied() {
+    let agent = Agent::builder(
+        replay("let got = \"\";\ntry { got = send(#{to: \"ada@example.com\"}); } catch (e) { got = e; }\nfinal_result(got)"),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .tool(send_tool().needing_approval())
+    .build()
+    .expect("builds");
+    let run = agent.run("Send.").await.expect("runs");
+    let Outcome::FinalResult { value } = run.outcome else {
+        panic!("no result: {:?}", run.outcome);
+    };
+    assert!(
+        value
+            .as_str()
+            .unwrap_or_default()
+            .contains("the call of 'send' was denied by no approver: this host has no one to ask"),
+        "{value}"
+    );
+}
+
+/// If this fails, cancelling a run whose script waits for an approval that never
+/// comes leaves the run hanging.
+#[tokio::test]
+async fn a_run_cancelled_while_a_call_waits_for_approval_stops_at_once() {
+    let agent = Agent::builder(
+        replay(TWO_SENDS),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .tool(send_tool())
+    .needs_approval("send")
+    .on_approval(Approver::new(|_| std::future::pending()))
+    .build()
+    .expect("builds");
+    let cancel = CancellationToken::new();
+    let later = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        later.cancel();
+    });
+    let started = Instant::now();
+    let run = agent
+        .request("Send both.")
+        .cancel_on(cancel)
+        .run()
+        .await
+        .expect("runs");
+    assert_eq!(run.outcome, Outcome::Cancelled);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// If this fails, `codeact run` does not put marked calls to the operator's
+/// choice: `--approve allow` must run them, `deny` refuse them, and `ask` without
+/// a terminal refuse them, saying so.
+#[test]
+fn codeact_run_approves_denies_or_asks_as_told() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let manifest = scratch.path().join("tools.json");
+    std::fs::write(
+        &manifest,
+        json!([{
+            "name": "add",
+            "description": "Adds a and b.",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+            "command": ["python3", "-c", "import json,sys; a=json.load(sys.stdin); print(a['a']+a['b'])"],
+            "approval": true
+        }])
+        .to_string(),
+    )
+    .expect("written");
+    let replies = scratch.path().join("replies.json");
+    std::fs::write(
+        &replies,
+        json!({"replies": ["```rhai\nlet got = \"\";\ntry { got = add(2, 3); } catch (e) { got = e; }\nfinal_result(got)\n```"]}).to_string(),
+    )
+    .expect("written");
+    let model = format!("replay:{}", replies.display());
+    let run = |mode: &str| {
+        let out = std::process::Command::new("setsid")
+            .arg(env!("CARGO_BIN_EXE_codeact"))
+            .args([
+                "run",
+                "--model",
+                &model,
+                "--tools",
+                &manifest.to_string_lossy(),
+                "--approve",
+                mode,
+                "Add.",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("codeact runs");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (allowed, stderr) = run("allow");
+    assert!(allowed.contains(r#""value":5"#), "{allowed} {stderr}");
+    assert!(
+        stderr.contains("approved a call of add (policy: allow)"),
+        "{stderr}"
+    );
+    let (denied, _) = run("deny");
+    assert!(denied.contains("denied by policy: deny"), "{denied}");
+    let (asked, _) = run("ask");
+    assert!(asked.contains("no terminal to ask"), "{asked}");
+}
