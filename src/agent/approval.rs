@@ -58,6 +58,10 @@ pub struct ApprovalDecision {
     /// Who or what decided, for the record: `"terminal"`, `"policy: allow"`, a
     /// user's name. Default: `"callback"`.
     pub decided_by: String,
+    /// No decision yet: the run stops with
+    /// [`Outcome::AwaitingApproval`](crate::Outcome::AwaitingApproval) and is
+    /// resumed once someone decides (`approved` is false meanwhile).
+    pub deferred: bool,
 }
 
 impl ApprovalDecision {
@@ -67,6 +71,7 @@ impl ApprovalDecision {
             approved: true,
             reason: None,
             decided_by: "callback".into(),
+            deferred: false,
         }
     }
 
@@ -76,6 +81,18 @@ impl ApprovalDecision {
             approved: false,
             reason: Some(reason.into()),
             decided_by: "callback".into(),
+            deferred: false,
+        }
+    }
+
+    /// No decision now: the run stops, awaiting it, and its transcript is resumed
+    /// with one later (for approvals that take hours).
+    pub fn defer() -> Self {
+        Self {
+            approved: false,
+            reason: Some("awaiting approval".into()),
+            decided_by: "callback".into(),
+            deferred: true,
         }
     }
 
@@ -136,9 +153,35 @@ impl Approver {
         })
     }
 
+    /// Defers every call: the run stops awaiting approval (recorded as
+    /// `policy: defer`).
+    pub fn defer_all() -> Self {
+        Self::new(|_| async { ApprovalDecision::defer().by("policy: defer") })
+    }
+
     pub(crate) fn decide(&self, request: ApprovalRequest) -> ApprovalFuture {
         (self.0)(request)
     }
+}
+
+/// A decision made ahead for a call of `tool` with exactly `args` (a resumed run
+/// awaiting approval takes it instead of asking).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Grant {
+    pub tool: String,
+    pub args: Value,
+    pub decision: ApprovalDecision,
+}
+
+/// The call a run stopped for, as the transcript records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingApproval {
+    /// Its id, e.g. `s2c1`.
+    pub id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments.
+    pub args: Value,
 }
 
 type Predicate = Arc<dyn Fn(&str, &Value) -> bool + Send + Sync>;

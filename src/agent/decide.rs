@@ -197,6 +197,7 @@ impl Progress {
             | Event::Resumed { .. }
             | Event::PolicyVerdict { .. }
             | Event::ApprovalDecided { .. }
+            | Event::ApprovalAwaited { .. }
             | Event::FinalOutput { .. }
             | Event::Finished { .. }
             | Event::Handover { .. }

@@ -60,6 +60,20 @@ pub enum Event {
         /// When, RFC 3339 in UTC.
         decided_at: String,
     },
+    /// An approver deferred its decision on a call: the run stops, awaiting it
+    /// ([`Outcome::AwaitingApproval`]).
+    ApprovalAwaited {
+        /// The step whose script made the call.
+        step: usize,
+        /// The call's id, e.g. `s2c1`: `codeact run --resume T --approve-call s2c1`.
+        id: String,
+        /// The tool.
+        tool: String,
+        /// The arguments a decision is for.
+        args: Value,
+        /// The script that made the call.
+        script: String,
+    },
     /// A chat's user turn began ([`Chat::send`](crate::Chat::send)); its message
     /// follows. The error and refusal counts start again, and the step limit
     /// counts from here.

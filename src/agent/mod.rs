@@ -13,6 +13,7 @@ pub(crate) mod script_notes;
 pub(crate) mod team;
 pub(crate) mod team_config;
 
+pub use approval::PendingApproval;
 pub use approval::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
 pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
 pub use driver::{Agent, AgentBuilder, AgentError, Chat, RunItem, RunRequest, RunResult, TypedRun};

@@ -77,6 +77,20 @@ pub enum Outcome {
     /// running script was left to end at its own time limit. The transcript can
     /// be resumed.
     Cancelled,
+    /// A call waits for an approval the approver deferred
+    /// ([`ApprovalDecision::defer`](crate::ApprovalDecision::defer)): the run
+    /// stopped inside that call's script, which did not go on. Resuming the
+    /// transcript with a decision for it ([`RunRequest::grant`](crate::RunRequest::grant),
+    /// `codeact run --resume T --approve-call ID`) runs that script again from the
+    /// start, its earlier calls answered from the transcript.
+    AwaitingApproval {
+        /// The call's id in the transcript, e.g. `s2c1` (step 2, its first call).
+        id: String,
+        /// The tool.
+        tool: String,
+        /// The arguments the decision is for.
+        args: serde_json::Value,
+    },
 }
 
 impl Outcome {
@@ -95,7 +109,8 @@ impl Outcome {
             | Outcome::ToolCallBudget { .. }
             | Outcome::TokenBudget { .. }
             | Outcome::DeadlineExceeded { .. }
-            | Outcome::Cancelled => None,
+            | Outcome::Cancelled
+            | Outcome::AwaitingApproval { .. } => None,
         }
     }
 }

@@ -21,7 +21,9 @@ use std::sync::{Arc, Mutex};
 use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
 use serde_json::Value;
 
-use super::approval::{ApprovalDecision, ApprovalReason, ApprovalRequest, Approvals};
+use super::approval::{
+    ApprovalDecision, ApprovalReason, ApprovalRequest, Approvals, Grant, PendingApproval,
+};
 use super::decide::Progress;
 use super::events::{Event, Listener, ToolCallOutcome};
 use super::outcome::Outcome;
@@ -94,6 +96,8 @@ pub struct ResumePoint {
     pub pending_reply: Option<ModelResponse>,
     /// The tool calls the pending reply's script made before the run stopped.
     pub pending_calls: Vec<RecordedCall>,
+    /// The call the run stopped to await approval for, if it did.
+    pub pending_approval: Option<PendingApproval>,
 }
 
 impl ResumePoint {
@@ -105,6 +109,7 @@ impl ResumePoint {
         let (mut model, mut runtime) = (None, None);
         let mut scripts: Vec<RecordedScript> = Vec::new();
         let mut last_stop = StopReason::EndTurn;
+        let mut pending_approval = None;
         for event in events {
             match event {
                 Event::RunStarted {
@@ -135,11 +140,19 @@ impl ResumePoint {
                         });
                     }
                 }
-                // A cancelled run stopped where it was: it goes on from there.
+                // A cancelled run, or one awaiting an approval, stopped where it
+                // was: it goes on from there.
                 Event::Finished {
-                    outcome: Outcome::Cancelled,
+                    outcome: Outcome::Cancelled | Outcome::AwaitingApproval { .. },
                     ..
                 } => {}
+                Event::ApprovalAwaited { id, tool, args, .. } => {
+                    pending_approval = Some(PendingApproval {
+                        id: id.clone(),
+                        tool: tool.clone(),
+                        args: args.clone(),
+                    });
+                }
                 Event::Finished { outcome, .. } => {
                     let outcome = serde_json::to_value(outcome)
                         .ok()
@@ -159,8 +172,9 @@ impl ResumePoint {
                 | Event::Failed { .. }
                 | Event::Resumed { .. }
                 | Event::TurnStarted { .. }
-                | Event::PolicyVerdict { .. }
-                | Event::ApprovalDecided { .. } => {}
+                | Event::PolicyVerdict { .. } => {}
+                // A decision after the awaited call settles it.
+                Event::ApprovalDecided { .. } => pending_approval = None,
             }
         }
         let mut progress = Progress::replayed(events);
@@ -209,6 +223,7 @@ impl ResumePoint {
             finished_scripts: scripts,
             pending_reply,
             pending_calls,
+            pending_approval,
         })
     }
 
@@ -255,6 +270,10 @@ pub(crate) struct HostTools {
     /// While true (re-running a finished script), a call the transcript does not
     /// hold is an error rather than a real call.
     replay_only: AtomicBool,
+    /// While true (re-running the script a run stopped in to await approval), a
+    /// call other than the next recorded one is an error rather than the end of
+    /// the record: the script must take the path it took before, up to that call.
+    strict_prefix: AtomicBool,
     replayed: AtomicUsize,
     /// The run's and one script's tool-call budgets (`LoopConfig`).
     budgets: CallBudgets,
@@ -273,6 +292,13 @@ pub(crate) struct HostTools {
     script: Mutex<String>,
     /// Ends a wait for approval when the run is cancelled.
     cancel: Option<tokio_util::sync::CancellationToken>,
+    /// Decisions made ahead for exact calls, each taken once.
+    grants: Mutex<Vec<Grant>>,
+    /// Calls the running script made (for call ids).
+    script_call_count: AtomicUsize,
+    /// The call whose approval was deferred: the script's later calls are
+    /// refused, and the run stops after it.
+    awaited: Mutex<Option<PendingApproval>>,
 }
 
 /// What the policy says about a call.
@@ -302,6 +328,7 @@ impl HostTools {
             step: AtomicUsize::new(0),
             recorded: Mutex::new(VecDeque::new()),
             replay_only: AtomicBool::new(false),
+            strict_prefix: AtomicBool::new(false),
             replayed: AtomicUsize::new(0),
             budgets: CallBudgets::default(),
             calls: AtomicUsize::new(0),
@@ -311,7 +338,33 @@ impl HostTools {
             approvals: Arc::new(Approvals::default()),
             script: Mutex::new(String::new()),
             cancel: None,
+            grants: Mutex::new(Vec::new()),
+            script_call_count: AtomicUsize::new(0),
+            awaited: Mutex::new(None),
         }
+    }
+
+    /// The same tools with decisions made ahead for exact calls.
+    pub(crate) fn with_grants(self, grants: Vec<Grant>) -> Self {
+        *self.grants.lock().unwrap_or_else(|p| p.into_inner()) = grants;
+        self
+    }
+
+    /// The call whose approval was deferred, once one was.
+    pub(crate) fn awaited(&self) -> Option<PendingApproval> {
+        self.awaited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A decision made ahead for exactly this call, taken (once).
+    fn take_grant(&self, name: &str, args: &Value) -> Option<ApprovalDecision> {
+        let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+        let at = grants
+            .iter()
+            .position(|g| g.tool == name && &g.args == args)?;
+        Some(grants.remove(at).decision)
     }
 
     /// The same tools with these approvals; a wait for one ends when `cancel` is
@@ -345,9 +398,11 @@ impl HostTools {
         reason: ApprovalReason,
     ) -> Option<ToolError> {
         let step = self.step.load(Ordering::Relaxed);
-        let decision = match &self.approvals.approver {
-            None => ApprovalDecision::deny("this host has no one to ask").by("no approver"),
-            Some(approver) => {
+        let call_index = self.script_call_count.load(Ordering::Relaxed);
+        let decision = match (self.take_grant(name, args), &self.approvals.approver) {
+            (Some(granted), _) => granted,
+            (None, None) => ApprovalDecision::deny("this host has no one to ask").by("no approver"),
+            (None, Some(approver)) => {
                 let request = ApprovalRequest {
                     agent: self.agent.clone(),
                     step,
@@ -363,6 +418,32 @@ impl HostTools {
                 wait_for_decision(approver.decide(request), self.cancel.as_ref())
             }
         };
+        if decision.deferred {
+            let pending = PendingApproval {
+                id: format!("s{step}c{call_index}"),
+                tool: name.to_string(),
+                args: args.clone(),
+            };
+            let event = Event::ApprovalAwaited {
+                step,
+                id: pending.id.clone(),
+                tool: name.to_string(),
+                args: args.clone(),
+                script: self
+                    .script
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+            };
+            for listener in &self.listeners {
+                listener(&self.agent, &event);
+            }
+            let id = pending.id.clone();
+            *self.awaited.lock().unwrap_or_else(|p| p.into_inner()) = Some(pending);
+            return Some(ToolError::new(format!(
+                "the call of '{name}' waits for approval ({id}); the run stops here"
+            )));
+        }
         let event = Event::ApprovalDecided {
             step,
             tool: name.to_string(),
@@ -454,6 +535,7 @@ impl HostTools {
     /// count from zero).
     pub(crate) fn set_step(&self, step: usize) {
         self.step.store(step, Ordering::Relaxed);
+        self.script_call_count.store(0, Ordering::Relaxed);
         self.script_calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -512,6 +594,14 @@ impl HostTools {
     pub(crate) fn serve_recorded(&self, calls: Vec<RecordedCall>, replay_only: bool) {
         *self.recorded.lock().unwrap_or_else(|p| p.into_inner()) = calls.into();
         self.replay_only.store(replay_only, Ordering::Relaxed);
+        self.strict_prefix.store(false, Ordering::Relaxed);
+    }
+
+    /// Serves `calls` first, each of which the script must make in order (a
+    /// different call is refused as a divergence), then real calls.
+    pub(crate) fn serve_recorded_strictly(&self, calls: Vec<RecordedCall>) {
+        self.serve_recorded(calls, false);
+        self.strict_prefix.store(true, Ordering::Relaxed);
     }
 
     /// Recorded results served so far.
@@ -537,6 +627,12 @@ impl HostTools {
             None if self.replay_only.load(Ordering::Relaxed) => Some(Err(ToolError::new(format!(
                 "resume: the transcript records no call of '{name}' here; the call is not made again"
             )))),
+            Some(call) if self.strict_prefix.load(Ordering::Relaxed) => {
+                Some(Err(ToolError::new(format!(
+                    "resume: the script called '{name}' where the run it resumes called '{}' with other arguments; it took another path than before the approval it waited for, so the call is not made",
+                    call.name
+                ))))
+            }
             // The script went another way than recorded: the rest of the record no
             // longer applies.
             Some(_) => {
@@ -585,6 +681,15 @@ impl ToolDispatch for HostTools {
     }
 
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        self.script_call_count.fetch_add(1, Ordering::Relaxed);
+        if let Some(pending) = self.awaited() {
+            // Nothing runs after the call the run waits on; nor is it recorded,
+            // so a resumed run makes these calls for real.
+            return Err(ToolError::new(format!(
+                "'{name}' was not called: the run waits for approval of an earlier call ({})",
+                pending.id
+            )));
+        }
         if let Some(refusal) = self.over_budget(name) {
             return Err(refusal);
         }
@@ -603,6 +708,10 @@ impl ToolDispatch for HostTools {
             Some(refusal) => Err(refusal),
             None => self.inner.call(name, args.clone()),
         };
+        if self.awaited().is_some() {
+            // The deferred call itself: not made, and not recorded as made.
+            return result;
+        }
         self.count(name, &args, &result);
         if self.listeners.is_empty() {
             return result;

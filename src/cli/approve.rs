@@ -1,4 +1,4 @@
-//! `codeact run --approve ask|allow|deny`: who decides on calls that need
+//! `codeact run --approve ask|allow|deny|defer`: who decides on calls that need
 //! approval (`--needs-approval TOOL`, `"approval": true` in a tools manifest, or
 //! a policy answering `"ask"`).
 
@@ -19,6 +19,7 @@ pub(crate) fn approver(mode: Option<&str>) -> Approver {
     });
     match mode {
         "allow" => Approver::allow_all(),
+        "defer" => Approver::defer_all(),
         "ask" => Approver::new(|request| async move {
             tokio::task::spawn_blocking(move || ask_at_terminal(&request))
                 .await

@@ -33,6 +33,9 @@ pub(crate) const EXIT_HOST_FAILURE: u8 = 1;
 pub(crate) const EXIT_BUDGET: u8 = 3;
 /// Exit status of a run cancelled with Ctrl-C (128 + SIGINT, as shells report it).
 pub(crate) const EXIT_CANCELLED: u8 = 130;
+/// Exit status of a run that stopped because a call waits for approval
+/// (`--approve defer`); resume it with `--approve-call ID` or `--deny-call ID`.
+pub(crate) const EXIT_AWAITING_APPROVAL: u8 = 4;
 /// Exit status of `validate` for content that is invalid, or whose validator is
 /// unusable.
 pub(crate) const EXIT_NOT_VALID: u8 = 1;

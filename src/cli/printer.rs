@@ -75,6 +75,11 @@ impl Printer {
                 reason.as_deref().unwrap_or("no reason")
             ),
             Event::PolicyVerdict { .. } => Ok(()),
+            Event::ApprovalAwaited { id, tool, args, .. } => writeln!(
+                err,
+                "  a call of {tool}({}) waits for approval: {id}",
+                shorten(&args.to_string())
+            ),
             Event::ApprovalDecided {
                 tool,
                 approved,
@@ -135,6 +140,9 @@ impl Printer {
                     Outcome::Cancelled => {
                         "cancelled (resume it with --resume and the transcript)".to_string()
                     }
+                    Outcome::AwaitingApproval { id, tool, .. } => format!(
+                        "stopped: the call of {tool} waits for approval (resume the transcript with --approve-call {id} or --deny-call {id})"
+                    ),
                 };
                 writeln!(
                     err,

@@ -9,13 +9,14 @@ use clap::Args;
 use super::files::{FileArgs, copy_artifacts};
 use super::printer::{Printer, terminal_safe};
 use super::{
-    EXIT_BUDGET, EXIT_CANCELLED, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime,
-    usage_error,
+    EXIT_AWAITING_APPROVAL, EXIT_BUDGET, EXIT_CANCELLED, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs,
+    ToolArgs, host_runtime, usage_error,
 };
 use crate::model::{ModelSpecError, model_from_spec};
 use std::time::Duration;
 
 use super::validate::{load_contract, read_schema};
+use crate::agent::approval::{ApprovalDecision, PendingApproval};
 use crate::agent::decide::LoopConfig;
 use crate::agent::driver::AgentBuilder;
 use crate::agent::driver::{Agent, AgentError};
@@ -152,8 +153,27 @@ pub(crate) struct RunArgs {
     /// policy answers "ask" for): ask (a prompt on the terminal), allow or deny
     /// [default: ask when stdin is a terminal, else deny]. A denied call throws a
     /// tool error the script can catch.
-    #[arg(long, value_name = "MODE", value_parser = ["ask", "allow", "deny"])]
+    /// defer stops the run instead, with exit status 4, the call's id on stderr
+    /// and in the transcript, to be resumed later with --approve-call or
+    /// --deny-call.
+    #[arg(long, value_name = "MODE", value_parser = ["ask", "allow", "deny", "defer"])]
     approve: Option<String>,
+    /// With --resume: approve the call the transcript's run stopped for (its id,
+    /// e.g. s2c1). The grant holds for exactly that tool and those arguments.
+    #[arg(
+        long,
+        value_name = "ID",
+        requires = "resume",
+        conflicts_with = "deny_call"
+    )]
+    approve_call: Option<String>,
+    /// With --resume: deny the call the transcript's run stopped for; the script
+    /// gets a tool error with --reason.
+    #[arg(long, value_name = "ID", requires = "resume")]
+    deny_call: Option<String>,
+    /// Why the call is denied (with --deny-call).
+    #[arg(long, value_name = "TEXT", requires = "deny_call")]
+    reason: Option<String>,
     /// Copy the files the final result names (its artifacts) into DIR, at the
     /// same relative paths.
     #[arg(long, value_name = "DIR", conflicts_with = "chat")]
@@ -251,6 +271,34 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
         (Some(file), _) => run_team(args, file, &host, listeners, &request, area),
         (None, Some(model)) => run_agent(args, &model, &host, listeners, &request, resume, area),
         (None, None) => usage_error("--model or --agents is required"),
+    }
+}
+
+/// `--approve-call ID` / `--deny-call ID`: the call the resumed transcript waits
+/// on, and the decision for it; an id that is not the one awaited is an error.
+fn decided_call(
+    args: &RunArgs,
+    resume: Option<&ResumePoint>,
+) -> Result<Option<(PendingApproval, ApprovalDecision)>, String> {
+    let (id, decision) = match (&args.approve_call, &args.deny_call) {
+        (Some(id), _) => (
+            id,
+            ApprovalDecision::approve().by(format!("--approve-call {id}")),
+        ),
+        (None, Some(id)) => (
+            id,
+            ApprovalDecision::deny(args.reason.clone().unwrap_or_else(|| "denied".into()))
+                .by(format!("--deny-call {id}")),
+        ),
+        (None, None) => return Ok(None),
+    };
+    match resume.and_then(|point| point.pending_approval.clone()) {
+        Some(pending) if &pending.id == id => Ok(Some((pending, decision))),
+        Some(pending) => Err(format!(
+            "the transcript waits for approval of call {} ({}), not {id}",
+            pending.id, pending.tool
+        )),
+        None => Err("the transcript's run does not wait for any approval".into()),
     }
 }
 
@@ -371,13 +419,21 @@ fn run_agent(
         return chat(&agent, host, args.task.as_deref());
     }
     let cancel = cancel_on_ctrl_c(host);
-    let request = match &resume {
+    let grant = match decided_call(args, resume.as_ref()) {
+        Ok(grant) => grant,
+        Err(e) => return usage_error(&e),
+    };
+    let started = match &resume {
         Some(point) => agent.resume_request(point),
         None => agent.request(args.task.as_deref().unwrap_or_default()),
+    };
+    let run_request = match grant {
+        Some((pending, decision)) => started.grant(pending.tool, pending.args, decision),
+        None => started,
     }
     .output(request.clone())
     .cancel_on(cancel);
-    let run = host.block_on(request.run());
+    let run = host.block_on(run_request.run());
     match run {
         Ok(result) => copy_out(
             args,
@@ -529,6 +585,7 @@ fn finish(outcome: &Outcome) -> ExitCode {
         | Outcome::TokenBudget { .. }
         | Outcome::DeadlineExceeded { .. } => EXIT_BUDGET,
         Outcome::Cancelled => EXIT_CANCELLED,
+        Outcome::AwaitingApproval { .. } => EXIT_AWAITING_APPROVAL,
         Outcome::Refused { .. } | Outcome::ContextWindowExceeded => EXIT_HOST_FAILURE,
     })
 }

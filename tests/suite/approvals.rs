@@ -257,3 +257,267 @@ fn codeact_run_approves_denies_or_asks_as_told() {
     let (asked, _) = run("ask");
     assert!(asked.contains("no terminal to ask"), "{asked}");
 }
+
+const EACH_CAUGHT: &str = "let out = [];\nfor to in [\"ada\", \"bob\"] { try { out.push(send(#{to: to})); } catch (e) { out.push(`refused: ${e}`); } }\nfinal_result(out)";
+
+/// `send` that counts who it really sent to.
+fn counted_send(sent: &Arc<Mutex<Vec<String>>>) -> Tool {
+    let sent = sent.clone();
+    Tool::from_fn("send", "Sends a message.", move |args| {
+        let to = args["to"].as_str().unwrap_or("?").to_string();
+        sent.lock().expect("unpoisoned").push(to.clone());
+        Ok(json!(format!("sent to {to}")))
+    })
+    .with_parameters(json!({"type": "object", "properties": {"to": {"type": "string"}}}))
+}
+
+/// Runs `EACH_CAUGHT` with every `send` deferred, into a transcript at `path`.
+async fn deferred_run(path: &std::path::Path, sent: &Arc<Mutex<Vec<String>>>) -> Outcome {
+    let transcript = codeact::Transcript::create(path).expect("a transcript");
+    let agent = Agent::builder(
+        replay(EACH_CAUGHT),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .tool(counted_send(sent))
+    .needs_approval("send")
+    .on_approval(Approver::defer_all())
+    .listener(transcript.listener())
+    .build()
+    .expect("builds");
+    agent.run("Send to both.").await.expect("runs").outcome
+}
+
+async fn resumed(
+    path: &std::path::Path,
+    sent: &Arc<Mutex<Vec<String>>>,
+    grant_args: serde_json::Value,
+    approver: Approver,
+) -> serde_json::Value {
+    let events = codeact::agent::read_transcript(path).expect("reads");
+    let point = codeact::ResumePoint::from_events(&events).expect("resumable");
+    let pending = point.pending_approval.clone().expect("a pending approval");
+    assert_eq!(pending.id, "s1c1");
+    let agent = Agent::builder(
+        Arc::new(ReplayModel::new(Vec::<String>::new())),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .tool(counted_send(sent))
+    .needs_approval("send")
+    .on_approval(approver)
+    .build()
+    .expect("builds");
+    let run = agent
+        .resume_request(&point)
+        .grant(
+            pending.tool,
+            grant_args,
+            ApprovalDecision::approve().by("ops, later"),
+        )
+        .run()
+        .await
+        .expect("resumes");
+    let Outcome::FinalResult { value } = run.outcome else {
+        panic!("no result: {:?}", run.outcome);
+    };
+    value
+}
+
+/// If this fails, an approval that takes hours cannot stop a run and continue
+/// it later: the deferred call ran anyway, the script went on past it, the
+/// transcript lost it, or a grant applied to other arguments.
+#[tokio::test]
+async fn a_deferred_approval_stops_the_run_and_a_grant_for_those_exact_arguments_resumes_it() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let first = scratch.path().join("run.jsonl");
+    let sent: Arc<Mutex<Vec<String>>> = Arc::default();
+    let outcome = deferred_run(&first, &sent).await;
+    assert_eq!(
+        outcome,
+        Outcome::AwaitingApproval {
+            id: "s1c1".into(),
+            tool: "send".into(),
+            args: json!({"to": "ada"}),
+        }
+    );
+    assert!(
+        sent.lock().expect("unpoisoned").is_empty(),
+        "nothing was sent"
+    );
+
+    let second = scratch.path().join("copy.jsonl");
+    std::fs::copy(&first, &second).expect("copied");
+    let value = resumed(&first, &sent, json!({"to": "ada"}), Approver::allow_all()).await;
+    assert_eq!(value, json!(["sent to ada", "sent to bob"]));
+    assert_eq!(*sent.lock().expect("unpoisoned"), vec!["ada", "bob"]);
+
+    // A grant for other arguments does not cover the call: it is asked again.
+    sent.lock().expect("unpoisoned").clear();
+    let value = resumed(
+        &second,
+        &sent,
+        json!({"to": "mallory"}),
+        Approver::deny_all("not now"),
+    )
+    .await;
+    let shown = value.to_string();
+    assert!(shown.contains("denied by policy: deny: not now"), "{shown}");
+    assert!(sent.lock().expect("unpoisoned").is_empty());
+}
+
+/// If this fails, `codeact run --approve defer` does not stop with its own exit
+/// status, or `--resume … --approve-call` cannot continue the run (or accepts an
+/// id the transcript does not wait on).
+#[test]
+fn codeact_run_defers_and_resumes_with_approve_call() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let manifest = scratch.path().join("tools.json");
+    std::fs::write(
+        &manifest,
+        json!([{
+            "name": "add",
+            "description": "Adds a and b.",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+            "command": ["python3", "-c", "import json,sys; a=json.load(sys.stdin); print(a['a']+a['b'])"],
+            "approval": true
+        }])
+        .to_string(),
+    )
+    .expect("written");
+    let replies = scratch.path().join("replies.json");
+    std::fs::write(
+        &replies,
+        json!({"replies": ["```rhai\nfinal_result(add(2, 3))\n```"]}).to_string(),
+    )
+    .expect("written");
+    let transcript = scratch.path().join("run.jsonl");
+    let codeact = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("codeact runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let manifest = manifest.to_string_lossy();
+    let transcript = transcript.to_string_lossy();
+    let (code, _, stderr) = codeact(&[
+        "run",
+        "--model",
+        &format!("replay:{}", replies.display()),
+        "--tools",
+        &manifest,
+        "--approve",
+        "defer",
+        "--transcript",
+        &transcript,
+        "Add.",
+    ]);
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(stderr.contains("--approve-call s1c1"), "{stderr}");
+    let (code, _, stderr) = codeact(&[
+        "run",
+        "--resume",
+        &transcript,
+        "--tools",
+        &manifest,
+        "--approve-call",
+        "s9c9",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("waits for approval of call s1c1 (add), not s9c9"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = codeact(&[
+        "run",
+        "--resume",
+        &transcript,
+        "--tools",
+        &manifest,
+        "--approve-call",
+        "s1c1",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(r#"{"type":"final_result","value":5}"#),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("approved a call of add (--approve-call s1c1)"),
+        "{stderr}"
+    );
+}
+
+/// If this fails, a resumed run that waited for approval goes on when its script
+/// no longer makes the calls it made before that approval (a changed transcript,
+/// or a script that is not deterministic): the grant would apply to a different
+/// situation than the one approved.
+#[tokio::test]
+async fn a_resumed_script_taking_another_path_before_the_awaited_call_is_refused() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let path = scratch.path().join("run.jsonl");
+    let lookups: Arc<Mutex<Vec<String>>> = Arc::default();
+    let lookup = |seen: &Arc<Mutex<Vec<String>>>| {
+        let seen = seen.clone();
+        Tool::from_fn("lookup", "Finds a name.", move |args| {
+            seen.lock().expect("unpoisoned").push(args.to_string());
+            Ok(json!("ada"))
+        })
+    };
+    let script = "let out = [];\ntry { let who = lookup(#{id: 1}); out.push(who); out.push(send(#{to: who})); } catch (e) { out.push(`refused: ${e}`); }\nfinal_result(out)";
+    let sent: Arc<Mutex<Vec<String>>> = Arc::default();
+    let transcript = codeact::Transcript::create(&path).expect("a transcript");
+    let agent = Agent::builder(
+        replay(script),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .tools([lookup(&lookups), counted_send(&sent)])
+    .needs_approval("send")
+    .on_approval(Approver::defer_all())
+    .listener(transcript.listener())
+    .build()
+    .expect("builds");
+    let outcome = agent.run("Send.").await.expect("runs").outcome;
+    assert!(
+        matches!(outcome, Outcome::AwaitingApproval { .. }),
+        "{outcome:?}"
+    );
+    drop(transcript);
+    // The record of the call before the awaited one now says something else.
+    let text = std::fs::read_to_string(&path).expect("reads");
+    let tampered = text.replace(r#""args":{"id":1}"#, r#""args":{"id":2}"#);
+    assert_ne!(text, tampered, "the lookup was recorded");
+    std::fs::write(&path, tampered).expect("written");
+    lookups.lock().expect("unpoisoned").clear();
+
+    let events = codeact::agent::read_transcript(&path).expect("reads");
+    let point = codeact::ResumePoint::from_events(&events).expect("resumable");
+    let pending = point.pending_approval.clone().expect("pending");
+    let agent = Agent::builder(
+        Arc::new(ReplayModel::new(Vec::<String>::new())),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .tools([lookup(&lookups), counted_send(&sent)])
+    .needs_approval("send")
+    .build()
+    .expect("builds");
+    let run = agent
+        .resume_request(&point)
+        .grant(pending.tool, pending.args, ApprovalDecision::approve())
+        .run()
+        .await
+        .expect("resumes");
+    let Outcome::FinalResult { value } = run.outcome else {
+        panic!("no result: {:?}", run.outcome);
+    };
+    assert!(value.to_string().contains("took another path"), "{value}");
+    assert!(
+        lookups.lock().expect("unpoisoned").is_empty(),
+        "no real lookup"
+    );
+    assert!(sent.lock().expect("unpoisoned").is_empty(), "nothing sent");
+}

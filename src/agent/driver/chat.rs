@@ -61,7 +61,7 @@ impl Agent {
     /// chat. History is not compacted yet: a long chat ends with the model's
     /// context-window outcome.
     pub fn chat(&self) -> Result<Chat<'_>, AgentError> {
-        let tools = self.host_tools(None);
+        let tools = self.host_tools(None, Vec::new());
         let session = ScriptSession::start(&*self.runtime, tools.clone())?;
         let working_dir = match &self.working_dir {
             Some(dir) => dir.clone(),

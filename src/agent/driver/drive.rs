@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{Agent, AgentError};
+use super::RequestOutput;
+use crate::agent::approval::Grant;
 use crate::agent::decide::{Conversation, Decision, Next};
 use crate::agent::events::Event;
 use crate::agent::outcome::Outcome;
@@ -43,9 +45,10 @@ impl Agent {
         contract: &OutputContract,
         working_dir: &Path,
         resume: Option<&ResumePoint>,
-        cancel: Option<&CancellationToken>,
+        request: &RequestOutput,
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
-        let tools = self.host_tools(cancel);
+        let cancel = request.cancel.as_ref();
+        let tools = self.host_tools(cancel, request.grants.clone());
         let mut session = ScriptSession::start(&*self.runtime, tools.clone())?;
         let decision = match resume {
             None => conversation.start(),
@@ -93,7 +96,11 @@ impl Agent {
 
     /// The tools as a run's scripts see them: counted against the run's budgets,
     /// recorded as events, ended by `cancel`.
-    pub(super) fn host_tools(&self, cancel: Option<&CancellationToken>) -> Arc<HostTools> {
+    pub(super) fn host_tools(
+        &self,
+        cancel: Option<&CancellationToken>,
+        grants: Vec<Grant>,
+    ) -> Arc<HostTools> {
         let toolbox = match cancel {
             Some(token) => Arc::new((*self.tools).clone().cancelled_by(token.clone())),
             None => self.tools.clone(),
@@ -105,7 +112,8 @@ impl Agent {
                     per_script: self.config.max_tool_calls_per_script,
                 })
                 .with_policy(self.policy.clone())
-                .with_approvals(self.approvals.clone(), cancel.cloned()),
+                .with_approvals(self.approvals.clone(), cancel.cloned())
+                .with_grants(grants),
         )
     }
 
@@ -192,6 +200,16 @@ impl Agent {
                         }
                     };
                     let run = run?;
+                    // A deferred approval stops the run inside this step: what
+                    // the script went on to do rests on a call not made.
+                    if let Some(pending) = tools.awaited() {
+                        decision = conversation.stop(Outcome::AwaitingApproval {
+                            id: pending.id,
+                            tool: pending.tool,
+                            args: pending.args,
+                        });
+                        continue;
+                    }
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {

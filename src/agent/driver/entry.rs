@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Agent, AgentError, RequestOutput, RunResult, TypedRun};
+use crate::agent::approval::ApprovalDecision;
 use crate::agent::decide::Conversation;
 use crate::agent::events::Event;
 use crate::agent::outcome::Outcome;
@@ -92,6 +93,27 @@ impl<'a> RunRequest<'a> {
     /// transcript can be resumed. Default: none.
     pub fn cancel_on(mut self, token: tokio_util::sync::CancellationToken) -> Self {
         self.options.cancel = Some(token);
+        self
+    }
+
+    /// A decision made ahead for a call of `tool` with exactly `args`: when the
+    /// run's script makes that call, it takes this decision instead of asking the
+    /// approver (once). For resuming a run that stopped with
+    /// [`Outcome::AwaitingApproval`]: pass the pending call's tool and arguments
+    /// (from [`ResumePoint::pending_approval`](crate::ResumePoint::pending_approval))
+    /// and the decision; a call with other arguments is asked about again.
+    /// Default: none.
+    pub fn grant(
+        mut self,
+        tool: impl Into<String>,
+        args: serde_json::Value,
+        decision: ApprovalDecision,
+    ) -> Self {
+        self.options.grants.push(crate::agent::approval::Grant {
+            tool: tool.into(),
+            args,
+            decision,
+        });
         self
     }
 
@@ -372,7 +394,7 @@ impl Agent {
                 &contract,
                 &working_dir,
                 resume,
-                request.cancel.as_ref(),
+                request,
             )
             .await;
         if let Err(error) = &result {

@@ -122,6 +122,8 @@ pub(crate) struct RequestOutput {
     pub cancel: Option<tokio_util::sync::CancellationToken>,
     /// Listeners of this run only (the event stream), after the agent's own.
     pub listeners: Vec<Listener>,
+    /// Decisions made ahead for exact calls (a resumed run awaiting approval).
+    pub grants: Vec<crate::agent::approval::Grant>,
 }
 
 impl RequestOutput {

@@ -29,7 +29,11 @@ impl Agent {
                 .await?;
             tracing::debug!(step = script.step, output = %run.output, "replayed a script");
         }
-        tools.serve_recorded(point.pending_calls.clone(), false);
+        if point.pending_approval.is_some() {
+            tools.serve_recorded_strictly(point.pending_calls.clone());
+        } else {
+            tools.serve_recorded(point.pending_calls.clone(), false);
+        }
         self.emit(|| Event::Resumed {
             steps: point.steps,
             replayed_scripts: point.finished_scripts.len(),
