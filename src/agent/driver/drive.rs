@@ -11,8 +11,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Agent, AgentError};
 use super::RequestOutput;
+use super::{Agent, AgentError};
 use crate::agent::approval::Grant;
 use crate::agent::decide::{Conversation, Decision, Next};
 use crate::agent::events::Event;
