@@ -16,7 +16,9 @@
 //! ```
 //!
 //! `$VAR` or `${VAR}` in a header's value is read from the environment, so the
-//! secret stays out of the file.
+//! secret stays out of the file. A command tool with `"approval": true`, and an
+//! MCP server with `"approval": true` (all its tools) or `"approval": ["write_file"]`
+//! (its names for some), wait for approval on each call (`codeact run --approve`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -135,6 +137,18 @@ struct McpEntry {
     url: Option<String>,
     #[serde(default)]
     headers: std::collections::BTreeMap<String, String>,
+    /// `true` (every tool) or the server's names of the tools whose calls wait
+    /// for approval.
+    #[serde(default)]
+    approval: Option<McpApproval>,
+}
+
+#[cfg(feature = "mcp")]
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum McpApproval {
+    All(bool),
+    Tools(Vec<String>),
 }
 
 /// The MCP servers a manifest names (none for the array form), in name order.
@@ -173,7 +187,13 @@ pub fn load_mcp_servers(path: &Path) -> Result<Vec<crate::tools::mcp::McpServer>
                     ));
                 }
             };
-            Ok(server)
+            Ok(match entry.approval {
+                None | Some(McpApproval::All(false)) => server,
+                Some(McpApproval::All(true)) => server.all_need_approval(),
+                Some(McpApproval::Tools(tools)) => tools
+                    .into_iter()
+                    .fold(server, |server, tool| server.needs_approval(tool)),
+            })
         })
         .collect()
 }
@@ -294,8 +314,35 @@ mod tests {
             r#"{"mcp": []}"#,
             r#"{"servers": {}}"#,
             r#"{"mcp": {"x": {"url": "http://b", "headers": {"A": "$CODEACT_TEST_UNSET_VARIABLE"}}}}"#,
+            r#"{"mcp": {"x": {"url": "http://b", "approval": "yes"}}}"#,
         ] {
             assert!(servers(bad).is_err(), "{bad}");
         }
+        let marked = servers(
+            r#"{"mcp": {"some": {"url": "http://b", "approval": ["write_file"]}, "every": {"url": "http://c", "approval": true}}}"#,
+        )
+        .expect("valid");
+        let shown: Vec<String> = marked.iter().map(|server| format!("{server:?}")).collect();
+        assert!(
+            shown[0].contains("needs_approval: Some(None)"),
+            "{}",
+            shown[0]
+        );
+        assert!(
+            shown[1].contains(r#"needs_approval: Some(Some({"write_file"}))"#),
+            "{}",
+            shown[1]
+        );
+    }
+
+    #[test]
+    fn a_command_tool_may_need_approval() {
+        let tools = manifest(
+            r#"[{"name": "rm", "description": "", "command": ["true"], "approval": true},
+                {"name": "ls", "description": "", "command": ["true"]}]"#,
+        )
+        .expect("valid manifest");
+        let marked: Vec<bool> = tools.iter().map(Tool::needs_approval).collect();
+        assert_eq!(marked, [true, false]);
     }
 }

@@ -69,6 +69,9 @@ pub struct McpServer {
     transport: Transport,
     call_timeout: Duration,
     connect_timeout: Duration,
+    /// The server's tools (by its own names) whose calls wait for approval;
+    /// `None`: all of them.
+    needs_approval: Option<Option<std::collections::BTreeSet<String>>>,
 }
 
 #[derive(Clone)]
@@ -155,6 +158,7 @@ impl McpServer {
             transport,
             call_timeout: DEFAULT_MCP_CALL_TIMEOUT,
             connect_timeout: DEFAULT_MCP_CONNECT_TIMEOUT,
+            needs_approval: None,
         }
     }
 
@@ -215,6 +219,25 @@ impl McpServer {
         self
     }
 
+    /// The same server with each call of its tool `tool` (the server's own name
+    /// for it) waiting for approval; repeatable.
+    pub fn needs_approval(mut self, tool: impl Into<String>) -> Self {
+        match &mut self.needs_approval {
+            Some(None) => {}
+            Some(Some(tools)) => {
+                tools.insert(tool.into());
+            }
+            None => self.needs_approval = Some(Some([tool.into()].into())),
+        }
+        self
+    }
+
+    /// The same server with every call of every tool waiting for approval.
+    pub fn all_need_approval(mut self) -> Self {
+        self.needs_approval = Some(None);
+        self
+    }
+
     /// The name its tools' names start with.
     pub fn name(&self) -> &str {
         &self.name
@@ -249,7 +272,17 @@ impl McpServer {
                     "two of its tools are both named '{name}' here (names are made identifiers)"
                 )));
             }
-            tools.push(remote_tool(&connection, name, tool));
+            let marked = match &self.needs_approval {
+                None => false,
+                Some(None) => true,
+                Some(Some(names)) => names.contains(tool.name.as_ref()),
+            };
+            let local = remote_tool(&connection, name, tool);
+            tools.push(if marked {
+                local.needing_approval()
+            } else {
+                local
+            });
         }
         Ok(tools)
     }

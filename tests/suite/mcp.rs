@@ -815,3 +815,26 @@ async fn a_team_agents_policy_is_put_to_its_mcp_calls() {
         "{value}"
     );
 }
+
+/// If this fails, an MCP server's tools cannot be put behind approvals: a tool
+/// named for approval is not marked, or one not named is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_tools_named_for_approval_wait_for_it_and_the_others_do_not() {
+    let tools = scripted()
+        .needs_approval("add")
+        .tools()
+        .await
+        .expect("listed");
+    let marked: Vec<&str> = tools
+        .iter()
+        .filter(|tool| tool.needs_approval())
+        .map(|tool| tool.spec().name.as_str())
+        .collect();
+    assert_eq!(marked, vec!["scripted_add"]);
+    let all = scripted()
+        .all_need_approval()
+        .tools()
+        .await
+        .expect("listed");
+    assert!(all.iter().all(|tool| tool.needs_approval()));
+}
