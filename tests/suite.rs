@@ -17,6 +17,8 @@ mod adversarial;
 mod approvals;
 #[path = "suite/bench.rs"]
 mod bench;
+#[path = "suite/chats.rs"]
+mod chats;
 #[path = "suite/cli.rs"]
 mod cli;
 #[path = "suite/containment.rs"]

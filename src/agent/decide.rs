@@ -11,7 +11,7 @@ use super::extract::{Extraction, extract_code};
 use super::feedback;
 pub use super::outcome::Outcome;
 use super::script_notes;
-use crate::chat::{Message, ModelResponse, Role, StopReason, Usage};
+use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
 use crate::output::final_output::DEFAULT_CONTENT_CAP;
 use crate::output::script_output::{ScriptOutput, Untagged};
 use crate::output::spec::{Check, refusal_text};
@@ -69,6 +69,13 @@ pub struct LoopConfig {
     /// the deadline is abandoned (a script's own time limit still ends it) and
     /// the run ends with [`Outcome::DeadlineExceeded`]. Default: none.
     pub max_run_time: Option<std::time::Duration>,
+    /// The history a chat carries into a new turn, in bytes of message text
+    /// (about four per token): past it, the oldest whole turns are dropped when
+    /// the next turn starts, and the first message kept says so. A message is
+    /// never cut, and the turn being started is always kept, so a single turn
+    /// larger than this still ends at the model's context window. Variables and
+    /// functions from dropped turns stay defined. Default: 256 KiB.
+    pub max_history_bytes: Option<usize>,
 }
 
 /// What the loop does with a script's bare last value (one that is not
@@ -102,6 +109,7 @@ impl Default for LoopConfig {
             max_input_tokens: None,
             max_output_tokens: None,
             max_run_time: None,
+            max_history_bytes: Some(256 * 1024),
         }
     }
 }
@@ -144,6 +152,46 @@ pub struct Decision {
     pub events: Vec<Event>,
 }
 
+/// The oldest whole turns to drop so that the history fits `budget` bytes, as
+/// the event that drops them; `None` when it fits, or when only the newest turn
+/// is left. Turns are dropped from their user message up to the next turn's.
+fn compaction(progress: &Progress, budget: usize) -> Option<Event> {
+    let sizes: Vec<usize> = progress
+        .messages
+        .iter()
+        .map(|m| m.joined_text().len())
+        .collect();
+    let mut total: usize = sizes.iter().sum();
+    if total <= budget {
+        return None;
+    }
+    // Turns that may go: all but the newest, which just started. What comes
+    // before the first turn goes with it.
+    let starts = &progress.turn_starts;
+    let mut dropped_turns = 0;
+    let mut cut = 0;
+    for &next_start in starts.iter().skip(1) {
+        if total <= budget {
+            break;
+        }
+        total -= sizes[cut..next_start].iter().sum::<usize>();
+        cut = next_start;
+        dropped_turns += 1;
+    }
+    (dropped_turns > 0).then_some(Event::HistoryCompacted {
+        dropped_turns,
+        dropped_messages: cut,
+    })
+}
+
+/// The words the first message kept after a compaction starts with: the host's,
+/// never fenced.
+pub(crate) fn compaction_marker(dropped_turns: usize) -> String {
+    format!(
+        "(Earlier in this chat: the first {dropped_turns} turn(s) were dropped to keep the history within its budget. Variables and functions defined in them are still defined.)\n\n"
+    )
+}
+
 /// What a run's events add up to: the conversation so far and the loop's
 /// counters. A live [`Conversation`] changes it only by applying the events it
 /// reports, and a resumed run rebuilds it by applying the recorded ones
@@ -163,6 +211,11 @@ pub struct Progress {
     /// The steps taken before the current chat turn began (0 outside a chat):
     /// the step limit counts from here.
     pub turn_start_step: usize,
+    /// Where each chat turn's user message is in `messages` (empty outside a
+    /// chat), for dropping whole turns.
+    pub turn_starts: Vec<usize>,
+    /// The model's replies dropped from `messages` with the oldest turns.
+    pub dropped_replies: usize,
 }
 
 impl Progress {
@@ -188,6 +241,27 @@ impl Progress {
                 self.consecutive_errors = 0;
                 self.refusals = 0;
                 self.turn_start_step = self.steps;
+                self.turn_starts.push(self.messages.len());
+            }
+            Event::HistoryCompacted {
+                dropped_turns,
+                dropped_messages,
+            } => {
+                let dropped = (*dropped_messages).min(self.messages.len());
+                self.dropped_replies += self.messages[..dropped]
+                    .iter()
+                    .filter(|m| m.role == Role::Assistant)
+                    .count();
+                self.messages.drain(..dropped);
+                self.turn_starts.retain(|&at| at >= dropped);
+                for at in &mut self.turn_starts {
+                    *at -= dropped;
+                }
+                if let Some(first) = self.messages.first_mut() {
+                    first
+                        .content
+                        .insert(0, ContentBlock::text(compaction_marker(*dropped_turns)));
+                }
             }
             Event::RunStarted { .. }
             | Event::ModelRequest { .. }
@@ -328,7 +402,12 @@ impl Conversation {
         self
     }
 
-    /// The messages so far, task first.
+    /// The model's replies dropped with a chat's oldest turns.
+    pub fn dropped_replies(&self) -> usize {
+        self.progress.dropped_replies
+    }
+
+    /// The messages so far, task first (a chat's dropped turns left out).
     pub fn messages(&self) -> &[Message] {
         &self.progress.messages
     }
@@ -439,6 +518,13 @@ impl Conversation {
         self.record(Event::Message {
             message: Message::user(message),
         });
+        if let Some(compacted) = self
+            .config
+            .max_history_bytes
+            .and_then(|budget| compaction(&self.progress, budget))
+        {
+            self.record(compacted);
+        }
         self.start()
     }
 

@@ -74,6 +74,16 @@ pub enum Event {
         /// The script that made the call.
         script: String,
     },
+    /// A chat's history outgrew
+    /// [`LoopConfig::max_history_bytes`](crate::LoopConfig::max_history_bytes) as a
+    /// turn began: its oldest whole turns were dropped, and the first message kept
+    /// now starts by saying so.
+    HistoryCompacted {
+        /// Turns dropped.
+        dropped_turns: usize,
+        /// Messages dropped, from the first.
+        dropped_messages: usize,
+    },
     /// A chat's user turn began ([`Chat::send`](crate::Chat::send)); its message
     /// follows. The error and refusal counts start again, and the step limit
     /// counts from here.

@@ -89,6 +89,10 @@ pub struct ResumePoint {
     /// The steps before the last chat turn began (0 for a plain run): the step
     /// limit counts from here.
     pub turn_start_step: usize,
+    /// Where each chat turn's user message is in `messages`.
+    pub turn_starts: Vec<usize>,
+    /// The model's replies dropped from `messages` with a chat's oldest turns.
+    pub dropped_replies: usize,
     /// Scripts that finished, in order: re-run to rebuild the session.
     pub finished_scripts: Vec<RecordedScript>,
     /// The last reply, when the run stopped before its step was over (its script
@@ -98,6 +102,10 @@ pub struct ResumePoint {
     pub pending_calls: Vec<RecordedCall>,
     /// The call the run stopped to await approval for, if it did.
     pub pending_approval: Option<PendingApproval>,
+    /// A chat's turns so far (0 for a plain run).
+    pub turns: usize,
+    /// A chat's last turn did not finish: it is finished first on resume.
+    pub turn_open: bool,
 }
 
 impl ResumePoint {
@@ -106,7 +114,19 @@ impl ResumePoint {
     /// own rules ([`Progress::replayed`]); what is read here is only where the run
     /// stands: its scripts and their tool calls, and the reply of a step cut short.
     pub fn from_events(events: &[Event]) -> Result<Self, ResumeError> {
+        Self::read(events, false)
+    }
+
+    /// The same for a chat's transcript ([`Agent::resume_chat`](crate::Agent::resume_chat)),
+    /// where each turn ends with its own `finished` line: the chat goes on after
+    /// the last one, or finishes the turn that was cut short.
+    pub fn from_chat_events(events: &[Event]) -> Result<Self, ResumeError> {
+        Self::read(events, true)
+    }
+
+    fn read(events: &[Event], chat: bool) -> Result<Self, ResumeError> {
         let (mut model, mut runtime) = (None, None);
+        let (mut turns, mut turn_open) = (0, false);
         let mut scripts: Vec<RecordedScript> = Vec::new();
         let mut last_stop = StopReason::EndTurn;
         let mut pending_approval = None;
@@ -153,6 +173,12 @@ impl ResumePoint {
                         args: args.clone(),
                     });
                 }
+                // A chat's turn ended; the chat goes on.
+                Event::Finished { .. } if chat => turn_open = false,
+                Event::TurnStarted { .. } => {
+                    turns += 1;
+                    turn_open = true;
+                }
                 Event::Finished { outcome, .. } => {
                     let outcome = serde_json::to_value(outcome)
                         .ok()
@@ -171,8 +197,8 @@ impl ResumePoint {
                 | Event::FinalOutput { .. }
                 | Event::Failed { .. }
                 | Event::Resumed { .. }
-                | Event::TurnStarted { .. }
-                | Event::PolicyVerdict { .. } => {}
+                | Event::PolicyVerdict { .. }
+                | Event::HistoryCompacted { .. } => {}
                 // A decision after the awaited call settles it.
                 Event::ApprovalDecided { .. } => pending_approval = None,
             }
@@ -190,7 +216,15 @@ impl ResumePoint {
         // recorded calls are served again.
         let step = progress.steps;
         let mut pending_calls = Vec::new();
-        let pending_reply = progress.take_back_reply().map(|reply| {
+        // A chat whose last turn finished ends with that turn's answer: nothing
+        // is pending.
+        let finished_chat = chat && !turn_open;
+        let taken_back = if finished_chat {
+            None
+        } else {
+            progress.take_back_reply()
+        };
+        let pending_reply = taken_back.map(|reply| {
             if scripts.last().is_some_and(|s| s.step == step)
                 && let Some(script) = scripts.pop()
             {
@@ -210,6 +244,8 @@ impl ResumePoint {
             consecutive_errors,
             refusals,
             turn_start_step,
+            turn_starts,
+            dropped_replies,
         } = progress;
         Ok(ResumePoint {
             model,
@@ -220,10 +256,14 @@ impl ResumePoint {
             consecutive_errors,
             refusals,
             turn_start_step,
+            turn_starts,
+            dropped_replies,
             finished_scripts: scripts,
             pending_reply,
             pending_calls,
             pending_approval,
+            turns,
+            turn_open,
         })
     }
 
@@ -236,6 +276,8 @@ impl ResumePoint {
             consecutive_errors: self.consecutive_errors,
             refusals: self.refusals,
             turn_start_step: self.turn_start_step,
+            turn_starts: self.turn_starts.clone(),
+            dropped_replies: self.dropped_replies,
         }
     }
 

@@ -215,6 +215,10 @@ pub struct ModelRequest {
     pub temperature: Option<f32>,
     /// Sequences that end the reply. Default: none.
     pub stop: Vec<String>,
+    /// The model's replies no longer in `messages` (a chat's oldest turns,
+    /// dropped to keep its history within budget). Never sent to a provider; a
+    /// replay counts them to know which reply comes next. Default: 0.
+    pub earlier_replies: usize,
 }
 
 impl ModelRequest {
@@ -226,6 +230,7 @@ impl ModelRequest {
             max_tokens: 2_048,
             temperature: None,
             stop: Vec::new(),
+            earlier_replies: 0,
         }
     }
 }

@@ -62,6 +62,10 @@ impl Printer {
                 }
             },
             Event::TurnStarted { turn } => writeln!(err, "\n── turn {turn}"),
+            Event::HistoryCompacted { dropped_turns, .. } => writeln!(
+                err,
+                "── the history outgrew its budget: the oldest {dropped_turns} turn(s) were dropped"
+            ),
             Event::PolicyVerdict {
                 tool,
                 allowed: false,

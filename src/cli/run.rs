@@ -182,8 +182,12 @@ pub(crate) struct RunArgs {
     /// at a terminal), run each to its answer and print that answer's
     /// ScriptOutput line; the session and the history carry over from turn to
     /// turn. Ctrl-D ends the chat. TASK, when given, is the first message.
-    #[arg(long, conflicts_with_all = ["resume", "agents", "events"])]
+    #[arg(long, conflicts_with_all = ["agents", "events"])]
     chat: bool,
+    /// The history a chat carries into a new turn, in KiB of message text: past
+    /// it, the oldest whole turns are dropped (the model is told) [default: 256].
+    #[arg(long, value_name = "KIB", requires = "chat", value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_history_kib: Option<u64>,
     /// A Rhai policy file put to what scripts do: `fn check_call(tool, args)`
     /// before every tool call, `fn check_code(code, language)` before every
     /// script; `()` or "" allows, a string refuses with that reason, and "ask",
@@ -229,8 +233,14 @@ pub(crate) fn run(args: &RunArgs) -> ExitCode {
     let resume = match &args.resume {
         Some(path) => match read_transcript(path)
             .map_err(|e| e.to_string())
-            .and_then(|events| ResumePoint::from_events(&events).map_err(|e| e.to_string()))
-        {
+            .and_then(|events| {
+                if args.chat {
+                    ResumePoint::from_chat_events(&events)
+                } else {
+                    ResumePoint::from_events(&events)
+                }
+                .map_err(|e| e.to_string())
+            }) {
             Ok(point) => Some(point),
             Err(e) => {
                 return usage_error(&format!("cannot resume '{}': {e}", path.display()));
@@ -406,6 +416,10 @@ fn run_agent(
         max_input_tokens: args.max_input_tokens,
         max_output_tokens: args.max_output_tokens,
         max_run_time: args.max_run_seconds.map(Duration::from_secs),
+        max_history_bytes: match args.max_history_kib {
+            Some(kib) => Some(usize::try_from(kib << 10).unwrap_or(usize::MAX)),
+            None => LoopConfig::default().max_history_bytes,
+        },
         ..LoopConfig::default()
     });
     for target in &args.transfer_targets {
@@ -416,7 +430,7 @@ fn run_agent(
         Err(e) => return usage_error(&e.to_string()),
     };
     if args.chat {
-        return chat(&agent, host, args.task.as_deref());
+        return chat(&agent, host, args.task.as_deref(), resume.as_ref());
     }
     let cancel = cancel_on_ctrl_c(host);
     let grant = match decided_call(args, resume.as_ref()) {
@@ -512,10 +526,24 @@ fn run_team(
 
 /// `--chat`: one turn per line of stdin until its end; each answer's ScriptOutput
 /// line on stdout. Exit 0 at the end of input, 1 when a turn failed.
-fn chat(agent: &Agent, host: &tokio::runtime::Runtime, first: Option<&str>) -> ExitCode {
+fn chat(
+    agent: &Agent,
+    host: &tokio::runtime::Runtime,
+    first: Option<&str>,
+    resume: Option<&ResumePoint>,
+) -> ExitCode {
     use std::io::{BufRead, IsTerminal};
-    let mut chat = match agent.chat() {
-        Ok(chat) => chat,
+    let started = match resume {
+        None => agent.chat().map(|chat| (chat, None)),
+        Some(point) => host.block_on(agent.resume_chat(point)),
+    };
+    let mut chat = match started {
+        Ok((chat, cut_short)) => {
+            if let Some(output) = cut_short.and_then(|turn| turn.outcome.script_output()) {
+                println!("{output}");
+            }
+            chat
+        }
         Err(e) => {
             eprintln!("codeact: {}", terminal_safe(&e.to_string()));
             return ExitCode::from(EXIT_HOST_FAILURE);

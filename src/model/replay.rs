@@ -14,7 +14,8 @@ use crate::chat::{ContentBlock, ModelRequest, ModelResponse, StopReason, Usage};
 /// is kept, so tests can assert on what the loop fed back.
 ///
 /// Which reply comes next is read off the request: a conversation holding `n`
-/// assistant messages gets reply `n + 1`. So one replay serves any number of runs,
+/// assistant messages (counting those a chat dropped,
+/// [`ModelRequest::earlier_replies`]) gets reply `n + 1`. So one replay serves any number of runs,
 /// one after another or at once.
 #[derive(Debug)]
 pub struct ReplayModel {
@@ -109,11 +110,13 @@ impl ModelClient for ReplayModel {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .push(request.clone());
         }
-        let asked = 1 + request
-            .messages
-            .iter()
-            .filter(|m| m.role == crate::chat::Role::Assistant)
-            .count();
+        let asked = 1
+            + request.earlier_replies
+            + request
+                .messages
+                .iter()
+                .filter(|m| m.role == crate::chat::Role::Assistant)
+                .count();
         let reply = self
             .replies
             .get(asked - 1)

@@ -10,7 +10,7 @@ use super::drive::Turn;
 use super::{Agent, AgentError, RunResult};
 use crate::agent::decide::{Conversation, Progress};
 use crate::agent::events::Event;
-use crate::agent::resume::HostTools;
+use crate::agent::resume::{HostTools, ResumePoint};
 use crate::chat::Message;
 use crate::exec::session::ScriptSession;
 
@@ -58,8 +58,9 @@ impl Agent {
     /// conversation that every [`Chat::send`] continues. The budgets of
     /// [`LoopConfig`](crate::LoopConfig) hold per turn (steps, errors in a row,
     /// refusals, the deadline) except the tool-call budget, which holds for the
-    /// chat. History is not compacted yet: a long chat ends with the model's
-    /// context-window outcome.
+    /// chat. A history past
+    /// [`max_history_bytes`](crate::LoopConfig::max_history_bytes) loses its oldest
+    /// whole turns as the next one starts, and the model is told.
     pub fn chat(&self) -> Result<Chat<'_>, AgentError> {
         let tools = self.host_tools(None, Vec::new());
         let session = ScriptSession::start(&*self.runtime, tools.clone())?;
@@ -92,6 +93,42 @@ impl Agent {
             turns: 0,
         })
     }
+
+    /// Continues a chat from its transcript (read with
+    /// [`ResumePoint::from_chat_events`]): the session is rebuilt by running the
+    /// finished scripts again with their recorded tool results, and the history
+    /// and counts are the transcript's. A turn that was cut short (a crash, a
+    /// cancel, an approval deferred) is finished first; its result comes back
+    /// beside the chat. The next [`Chat::send`] is the next turn.
+    pub async fn resume_chat<'a>(
+        &'a self,
+        point: &ResumePoint,
+    ) -> Result<(Chat<'a>, Option<RunResult>), AgentError> {
+        let mut chat = self.chat()?;
+        self.rebuild(point, &mut chat.session, &chat.tools).await?;
+        chat.conversation = Conversation::resumed(
+            point.progress(),
+            self.runtime.info().fence_tags,
+            self.config.clone(),
+        )
+        .with_transfer_targets(
+            self.targets.iter().map(|t| t.name.clone()).collect(),
+            self.name.clone(),
+        )
+        .with_tools(
+            codeact_runtime::ToolDispatch::specs(&*self.tools)
+                .iter()
+                .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
+        );
+        chat.turns = point.turns;
+        let cut_short = if point.turn_open || point.pending_reply.is_some() {
+            let decision = chat.conversation.resume(point.pending_reply.as_ref());
+            Some(chat.finish_turn(decision).await?)
+        } else {
+            None
+        };
+        Ok((chat, cut_short))
+    }
 }
 
 impl Chat<'_> {
@@ -110,6 +147,15 @@ impl Chat<'_> {
         }
         self.turns += 1;
         let decision = self.conversation.next_turn(self.turns, message);
+        self.finish_turn(decision).await
+    }
+
+    /// Drives the turn from `decision` to its end.
+    async fn finish_turn(
+        &mut self,
+        decision: crate::agent::decide::Decision,
+    ) -> Result<RunResult, AgentError> {
+        let agent = self.agent;
         let turn = Turn {
             session: &mut self.session,
             tools: &self.tools,

@@ -241,6 +241,7 @@ impl Agent {
         let mut request = ModelRequest::new(system_prompt, conversation.messages().to_vec());
         request.max_tokens = self.max_tokens;
         request.temperature = conversation.temperature(self.temperature);
+        request.earlier_replies = conversation.dropped_replies();
         self.emit(|| Event::ModelRequest {
             step,
             messages: request.messages.len(),
@@ -747,6 +748,63 @@ mod tests {
         let heard: Vec<&Event> = heard.iter().collect();
         assert_eq!(streamed, heard);
         assert!(matches!(streamed.last(), Some(Event::Finished { .. })));
+    }
+
+    /// If this fails, a long chat is cut silently (or not at all): the oldest
+    /// whole turns must go, the model must be told, the session must keep what
+    /// they defined, and a transcript's replay must give the same history.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chat_past_its_history_budget_drops_its_oldest_turns_and_says_so() {
+        let model = Arc::new(ReplayModel::new([
+            "```rhai\nlet kept = 41;\nfinal_result(\"noted\")\n```",
+            "```rhai\nfinal_result(\"second\")\n```",
+            "```rhai\nfinal_result(kept + 1)\n```",
+        ]));
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let seen = heard.clone();
+        let agent = Agent::builder(model.clone(), Arc::new(RhaiRuntime::new(Limits::default())))
+            .config(LoopConfig {
+                max_history_bytes: Some(180),
+                ..LoopConfig::default()
+            })
+            .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
+            .build()
+            .expect("builds");
+        let mut chat = agent.chat().expect("a chat");
+        chat.send(&format!("Keep 41. {}", "pad ".repeat(20)))
+            .await
+            .expect("turn 1");
+        chat.send("A second turn.").await.expect("turn 2");
+        let third = chat
+            .send("Add one to what you kept.")
+            .await
+            .expect("turn 3");
+        assert_eq!(
+            third.outcome,
+            Outcome::FinalResult {
+                value: serde_json::json!(42)
+            },
+            "the session still holds turn 1's variable"
+        );
+        let requests = model.requests();
+        let last = requests.last().expect("three requests");
+        let sent: Vec<String> = last.messages.iter().map(Message::joined_text).collect();
+        assert!(!sent.iter().any(|m| m.contains("Keep 41.")), "{sent:?}");
+        assert!(
+            sent[0].starts_with("(Earlier in this chat: the first 1 turn(s) were dropped"),
+            "{sent:?}"
+        );
+        assert!(sent[0].ends_with("A second turn."), "{sent:?}");
+        let heard = heard.lock().expect("not poisoned");
+        assert!(heard.iter().any(|e| matches!(
+            e,
+            Event::HistoryCompacted {
+                dropped_turns: 1,
+                ..
+            }
+        )));
+        let replayed = crate::agent::decide::Progress::replayed(heard.iter());
+        assert_eq!(replayed.messages, chat.messages());
     }
 
     /// Turn 3 uses what turn 1 defined; each turn ends with its own outcome, and
