@@ -549,6 +549,7 @@ fn chat(
             return ExitCode::from(EXIT_HOST_FAILURE);
         }
     };
+    let turn_cancel = TurnCancel::on_ctrl_c(host);
     let prompt = std::io::stdin().is_terminal();
     let mut lines = std::io::stdin().lock().lines();
     let mut pending = first.map(str::to_string);
@@ -567,6 +568,7 @@ fn chat(
                 }
             }
         };
+        chat.cancel_on(turn_cancel.next_turn());
         match host.block_on(chat.send(&message)) {
             Ok(result) => match result.outcome.script_output() {
                 Some(output) => println!("{output}"),
@@ -597,6 +599,35 @@ fn cancel_on_ctrl_c(host: &tokio::runtime::Runtime) -> CancellationToken {
         }
     });
     token
+}
+
+/// Ctrl-C in a chat: the first cancels the turn under way (the chat goes on with
+/// the next line), a second before the next turn starts quits at once.
+struct TurnCancel(Arc<std::sync::Mutex<CancellationToken>>);
+
+impl TurnCancel {
+    fn on_ctrl_c(host: &tokio::runtime::Runtime) -> Self {
+        let current = Arc::new(std::sync::Mutex::new(CancellationToken::new()));
+        let watched = current.clone();
+        host.spawn(async move {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                let token = watched.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if token.is_cancelled() {
+                    std::process::exit(i32::from(EXIT_CANCELLED));
+                }
+                eprintln!("\ncodeact: cancelling this turn (Ctrl-C again to quit)");
+                token.cancel();
+            }
+        });
+        Self(current)
+    }
+
+    /// A fresh token for the turn about to start.
+    fn next_turn(&self) -> CancellationToken {
+        let token = CancellationToken::new();
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = token.clone();
+        token
+    }
 }
 
 /// Prints a terminal outcome's `ScriptOutput` line and maps it to an exit status.

@@ -136,3 +136,107 @@ fn codeact_run_chat_resumes_a_chat() {
         "{stderr}"
     );
 }
+
+/// Answers like its replay, but never answers a message saying "hang".
+struct HangsOnRequest(ReplayModel);
+
+#[async_trait::async_trait]
+impl codeact::model::ModelClient for HangsOnRequest {
+    fn label(&self) -> String {
+        "hangs".into()
+    }
+
+    async fn complete(
+        &self,
+        request: &codeact::chat::ModelRequest,
+    ) -> Result<codeact::chat::ModelResponse, codeact::model::ModelError> {
+        let last = request.messages.last().map(|m| m.joined_text());
+        if last.is_some_and(|text| text.contains("hang")) {
+            std::future::pending::<()>().await;
+        }
+        self.0.complete(request).await
+    }
+}
+
+/// If this fails, an app cannot stop one turn of a chat (a model that never
+/// answers holds the chat forever), or the chat is unusable afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_turn_is_cancelled_and_the_chat_goes_on() {
+    let model = HangsOnRequest(ReplayModel::new([
+        "```rhai\nlet kept = 41;\nfinal_result(\"noted\")\n```",
+        "```rhai\nfinal_result(kept + 1)\n```",
+    ]));
+    let agent = Agent::builder(
+        Arc::new(model),
+        Arc::new(RhaiRuntime::new(Limits::default())),
+    )
+    .build()
+    .expect("builds");
+    let mut chat = agent.chat().expect("a chat");
+    chat.send("Keep 41.").await.expect("turn 1");
+    let token = codeact::CancellationToken::new();
+    chat.cancel_on(token.clone());
+    let later = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        later.cancel();
+    });
+    let stuck = tokio::time::timeout(std::time::Duration::from_secs(5), chat.send("Now hang."))
+        .await
+        .expect("the cancel ended the turn")
+        .expect("turn 2");
+    assert_eq!(stuck.outcome, Outcome::Cancelled);
+    chat.cancel_on(codeact::CancellationToken::new());
+    let third = chat.send("Add one.").await.expect("turn 3");
+    assert_eq!(third.outcome, Outcome::FinalResult { value: json!(42) });
+}
+
+/// If this fails, Ctrl-C in `codeact run --chat` ends the whole chat (or
+/// nothing) instead of the turn under way.
+#[test]
+fn ctrl_c_in_a_chat_cancels_the_turn_and_the_chat_goes_on() {
+    use std::io::Write;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let replies = scratch.path().join("replies.json");
+    std::fs::write(
+        &replies,
+        json!({"replies": [
+            "```rhai\nlet n = 0;\nloop { n += 1; }\n```",
+            "```rhai\nfinal_result(\"still here\")\n```"
+        ]})
+        .to_string(),
+    )
+    .expect("written");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args([
+            "run",
+            "--chat",
+            "--model",
+            &format!("replay:{}", replies.display()),
+            "--timeout-ms",
+            "3000",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut stdin = child.stdin.take().expect("piped");
+    stdin.write_all(b"Spin.\n").expect("written");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    stdin.write_all(b"Are you there?\n").expect("written");
+    drop(stdin);
+    let out = child.wait_with_output().expect("finishes");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cancelling this turn"), "{stderr}");
+    assert!(
+        stdout.contains(r#"{"type":"final_result","value":"still here"}"#),
+        "{stdout}\n{stderr}"
+    );
+}

@@ -42,6 +42,8 @@ pub struct Chat<'a> {
     tools: Arc<HostTools>,
     working_dir: PathBuf,
     turns: usize,
+    /// Stops the turn under way when cancelled.
+    cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl std::fmt::Debug for Chat<'_> {
@@ -91,6 +93,7 @@ impl Agent {
             tools,
             working_dir,
             turns: 0,
+            cancel: None,
         })
     }
 
@@ -162,7 +165,7 @@ impl Chat<'_> {
             system_prompt: &agent.system_prompt,
             contract: &agent.contract,
             working_dir: &self.working_dir,
-            cancel: None,
+            cancel: self.cancel.as_ref(),
         };
         let result = agent
             .drive_turn(&mut self.conversation, decision, turn)
@@ -179,6 +182,16 @@ impl Chat<'_> {
             messages: self.conversation.messages().to_vec(),
             final_output,
         })
+    }
+
+    /// Stops the turns sent from now on when `token` is cancelled: the turn under
+    /// way ends with [`Outcome::Cancelled`](crate::Outcome::Cancelled) at once when
+    /// it waits for the model or between steps (a running script ends first, at
+    /// the latest at its time limit), and the chat goes on with the next
+    /// [`send`](Self::send). A cancelled token cancels every later turn at once:
+    /// give a new one to cancel one turn. Default: none.
+    pub fn cancel_on(&mut self, token: tokio_util::sync::CancellationToken) {
+        self.cancel = Some(token);
     }
 
     /// The user turns sent so far.
