@@ -521,3 +521,67 @@ async fn a_resumed_script_taking_another_path_before_the_awaited_call_is_refused
     );
     assert!(sent.lock().expect("unpoisoned").is_empty(), "nothing sent");
 }
+
+/// If this fails, `--approve ask` at a real terminal (a pseudo-terminal made by
+/// util-linux's `script`) no longer asks there, or ignores the answer.
+#[test]
+fn approve_ask_asks_at_the_terminal_and_takes_the_answer_as_the_reason() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: util-linux `script` is not installed, so no terminal can be made");
+        return;
+    }
+    let scratch = tempfile::tempdir().expect("scratch");
+    let manifest = scratch.path().join("tools.json");
+    std::fs::write(
+        &manifest,
+        json!([{
+            "name": "add",
+            "description": "Adds a and b.",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+            "command": ["python3", "-c", "import json,sys; a=json.load(sys.stdin); print(a['a']+a['b'])"],
+            "approval": true
+        }])
+        .to_string(),
+    )
+    .expect("written");
+    let replies = scratch.path().join("replies.json");
+    std::fs::write(
+        &replies,
+        json!({"replies": ["```rhai\nlet got = \"\";\ntry { got = add(2, 3); } catch (e) { got = e; }\nfinal_result(got)\n```"]}).to_string(),
+    )
+    .expect("written");
+    let command = format!(
+        "{} run --model replay:{} --tools {} --approve ask Add.",
+        env!("CARGO_BIN_EXE_codeact"),
+        replies.display(),
+        manifest.display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script starts");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(b"over budget\n")
+        .expect("answered");
+    let out = child.wait_with_output().expect("finishes");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("approve? [y/N, or a reason to deny]"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("the call of 'add' was denied by terminal: over budget"),
+        "{shown}"
+    );
+}
