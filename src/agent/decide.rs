@@ -243,6 +243,13 @@ impl Progress {
                 self.turn_start_step = self.steps;
                 self.turn_starts.push(self.messages.len());
             }
+            Event::ImagesShown { blocks, .. } => {
+                if let Some(last) = self.messages.last_mut()
+                    && last.role == Role::User
+                {
+                    last.content.extend(blocks.iter().cloned());
+                }
+            }
             Event::HistoryCompacted {
                 dropped_turns,
                 dropped_messages,
@@ -313,6 +320,8 @@ pub struct Conversation {
     /// Notes to prepend to the next feedback (a truncated reply that still ran,
     /// a helper the script redefined).
     pending_notes: Vec<String>,
+    /// Images the running step's script showed, for its feedback.
+    shown_images: Vec<ContentBlock>,
     /// Names the host provides to scripts (helpers and tools): a script that
     /// defines one is told so.
     provided_names: Vec<String>,
@@ -378,6 +387,7 @@ impl Conversation {
             happened: Vec::new(),
             last_error: None,
             pending_notes: Vec::new(),
+            shown_images: Vec::new(),
             provided_names: script_notes::HELPERS
                 .iter()
                 .map(|h| h.to_string())
@@ -899,6 +909,19 @@ impl Conversation {
         self.record(Event::Message {
             message: Message::user(notes.join("\n\n")),
         });
+        let blocks = std::mem::take(&mut self.shown_images);
+        if !blocks.is_empty() {
+            self.record(Event::ImagesShown {
+                step: self.progress.steps,
+                blocks,
+            });
+        }
+    }
+
+    /// Images the step's script showed: they join its feedback, if the step has
+    /// any (a result that ends the run has none).
+    pub fn show_images(&mut self, blocks: Vec<ContentBlock>) {
+        self.shown_images = blocks;
     }
 
     /// The script of the step in progress failed: `text` goes back to the model,

@@ -74,6 +74,15 @@ pub enum Event {
         /// The script that made the call.
         script: String,
     },
+    /// Images a script showed joined the feedback of its step (the last message):
+    /// each as a picture for a model that sees images, else as a line of text.
+    /// The transcript keeps each one's path, type, size and digest, not its bytes.
+    ImagesShown {
+        /// The step.
+        step: usize,
+        /// The blocks added to the feedback.
+        blocks: Vec<crate::chat::ContentBlock>,
+    },
     /// A chat's history outgrew
     /// [`LoopConfig::max_history_bytes`](crate::LoopConfig::max_history_bytes) as a
     /// turn began: its oldest whole turns were dropped, and the first message kept

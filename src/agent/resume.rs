@@ -198,7 +198,8 @@ impl ResumePoint {
                 | Event::Failed { .. }
                 | Event::Resumed { .. }
                 | Event::PolicyVerdict { .. }
-                | Event::HistoryCompacted { .. } => {}
+                | Event::HistoryCompacted { .. }
+                | Event::ImagesShown { .. } => {}
                 // A decision after the awaited call settles it.
                 Event::ApprovalDecided { .. } => pending_approval = None,
             }

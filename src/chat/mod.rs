@@ -44,6 +44,21 @@ pub enum ContentBlock {
         /// The thinking text.
         thinking: String,
     },
+    /// An image a script showed (`show_image`), for a model that sees images.
+    Image {
+        /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+        media_type: String,
+        /// Where it came from: its path in the working directory.
+        source: String,
+        /// Its size.
+        bytes: u64,
+        /// Its sha256 in hex.
+        sha256: String,
+        /// The bytes, while the run holds them; a transcript read back has none,
+        /// and the image is then described in words.
+        #[serde(skip)]
+        data: Option<ImageBytes>,
+    },
     /// The result of a provider-native tool call.
     ToolResult {
         /// The id of the call this answers.
@@ -56,7 +71,26 @@ pub enum ContentBlock {
     },
 }
 
+/// An image's bytes, held while a run shows it to a model; never written to a
+/// transcript (which keeps where it came from and its digest).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ImageBytes(pub std::sync::Arc<Vec<u8>>);
+
+impl std::fmt::Debug for ImageBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ImageBytes({} bytes)", self.0.len())
+    }
+}
+
 impl ContentBlock {
+    /// What a model that is not sent the image reads instead.
+    pub fn image_note(media_type: &str, source: &str, bytes: u64, sha256: &str) -> String {
+        format!(
+            "[The script showed an image: {source} ({media_type}, {bytes} bytes, sha256 {}…); this model is not sent images.]",
+            sha256.get(..12).unwrap_or(sha256)
+        )
+    }
+
     /// A text block.
     pub fn text(text: impl Into<String>) -> Self {
         ContentBlock::Text { text: text.into() }

@@ -62,6 +62,9 @@ impl Printer {
                 }
             },
             Event::TurnStarted { turn } => writeln!(err, "\n── turn {turn}"),
+            Event::ImagesShown { blocks, .. } => {
+                writeln!(err, "  {} image(s) shown to the model", blocks.len())
+            }
             Event::HistoryCompacted { dropped_turns, .. } => writeln!(
                 err,
                 "── the history outgrew its budget: the oldest {dropped_turns} turn(s) were dropped"

@@ -149,6 +149,10 @@ pub(crate) struct RunArgs {
     /// manifest marks a tool with "approval": true.
     #[arg(long = "needs-approval", value_name = "TOOL")]
     needs_approval: Vec<String>,
+    /// Send the images scripts show (show_image) to the model as pictures, for a
+    /// model that accepts images; without it, each is described in a line of text.
+    #[arg(long)]
+    see_images: bool,
     /// Who decides on calls that need approval (marked tools, and calls the
     /// policy answers "ask" for): ask (a prompt on the terminal), allow or deny
     /// [default: ask when stdin is a terminal, else deny]. A denied call throws a
@@ -350,6 +354,7 @@ fn configure(
     let listeners = listeners.to_vec();
     let area = area.cloned();
     let marked = args.needs_approval.clone();
+    let see_images = args.see_images;
     let approver = super::approve::approver(args.approve.as_deref());
     let (max_tokens, temperature, stream) = (args.max_tokens, args.temperature, !args.no_stream);
     move |mut builder: AgentBuilder| {
@@ -366,6 +371,7 @@ fn configure(
         for tool in &marked {
             builder = builder.needs_approval(tool.clone());
         }
+        builder = builder.see_images(see_images);
         builder.on_approval(approver.clone())
     }
 }

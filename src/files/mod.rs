@@ -26,7 +26,7 @@ mod beneath;
 mod beneath;
 mod tools;
 
-pub use tools::{EXISTS_TOOL, LIST_DIR_TOOL, READ_TEXT_TOOL, WRITE_TEXT_TOOL};
+pub use tools::{EXISTS_TOOL, LIST_DIR_TOOL, READ_TEXT_TOOL, SHOW_IMAGE_TOOL, WRITE_TEXT_TOOL};
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -42,6 +42,21 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 4 << 20;
 pub const ENTRY_COST_BYTES: u64 = 4096;
 /// Names `list_dir` returns at most. 1,000.
 pub const MAX_LISTED_NAMES: usize = 1000;
+/// Bytes of one image `show_image` accepts: 5 MiB, the most Anthropic's API takes.
+pub const MAX_IMAGE_BYTES: u64 = 5 << 20;
+/// Images one script may show: 4.
+pub const MAX_IMAGES_PER_SCRIPT: usize = 4;
+
+/// An image a script showed, waiting to go to the model with the step's feedback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownImage {
+    /// Its path in the working directory.
+    pub path: String,
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub media_type: &'static str,
+    /// Its bytes.
+    pub data: Vec<u8>,
+}
 
 /// How a mount may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +265,7 @@ impl FileAreaBuilder {
                 max_disk_bytes: self.max_disk_bytes,
                 max_file_bytes: self.max_file_bytes,
                 written: Mutex::new(0),
+                shown: Mutex::new(Vec::new()),
                 _temporary: temporary,
             }),
         })
@@ -274,6 +290,8 @@ struct AreaInner {
     /// Bytes charged so far against `max_disk_bytes`; also serialises writes, so two
     /// scripts writing at once cannot both pass the check.
     written: Mutex<u64>,
+    /// Images shown since the driver last took them.
+    shown: Mutex<Vec<ShownImage>>,
     _temporary: Option<tempfile::TempDir>,
 }
 
@@ -306,8 +324,13 @@ impl FileArea {
         *self.inner.written.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The images scripts showed since the last call, oldest first.
+    pub fn take_shown_images(&self) -> Vec<ShownImage> {
+        std::mem::take(&mut *self.inner.shown.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The file helpers as tools: `read_text(path)`, `write_text(path, text)`,
-    /// `list_dir(path)`, `exists(path)`.
+    /// `list_dir(path)`, `exists(path)` and `show_image(path)`.
     pub fn tools(&self) -> Vec<Tool> {
         tools::file_tools(self)
     }

@@ -17,6 +17,8 @@ pub const WRITE_TEXT_TOOL: &str = "write_text";
 pub const LIST_DIR_TOOL: &str = "list_dir";
 /// `exists(path)`: whether a path exists.
 pub const EXISTS_TOOL: &str = "exists";
+/// `show_image(path)`: shows an image file to the model with the step's result.
+pub const SHOW_IMAGE_TOOL: &str = "show_image";
 
 pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
     let layout = area.layout();
@@ -92,7 +94,36 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
         .with_parameters(path_only("the file or folder"))
         .with_returns(json!({"type": "boolean"}))
     };
-    vec![read, write, list, exists]
+    let show = {
+        let area = area.clone();
+        Tool::from_fn(
+            SHOW_IMAGE_TOOL,
+            format!(
+                "Shows you an image file (PNG, JPEG, GIF or WebP, at most {}) with this script's result. {layout}",
+                human_bytes(super::MAX_IMAGE_BYTES)
+            ),
+            move |args| area.show_image(path_arg(&args)?),
+        )
+        .with_parameters(path_only("the image, e.g. out/chart.png"))
+        .with_returns(json!({"type": "object", "properties": {
+            "shown": {"type": "string"}, "bytes": {"type": "integer"}}}))
+    };
+    vec![read, write, list, exists, show]
+}
+
+/// The image type `bytes` start like, if any this host shows.
+fn image_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
 }
 
 /// `bytes` as a person writes it: `4 MiB`, `64 KiB`, `1000 bytes`.
@@ -225,6 +256,34 @@ impl FileArea {
         names.sort();
         names.truncate(super::MAX_LISTED_NAMES);
         Ok(json!(names))
+    }
+
+    fn show_image(&self, path: &str) -> Result<Value, ToolError> {
+        let at = self
+            .resolve(path)
+            .map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
+        let shown_path = at.shown.display().to_string();
+        let data = beneath::read(at.base, &at.rest, super::MAX_IMAGE_BYTES)
+            .map_err(|e| refused(&at.shown, e))?;
+        let media_type = image_type(&data).ok_or_else(|| {
+            ToolError::new(format!(
+                "'{shown_path}' is not a PNG, JPEG, GIF or WebP image"
+            ))
+        })?;
+        let mut shown = self.inner.shown.lock().unwrap_or_else(|e| e.into_inner());
+        if shown.len() >= super::MAX_IMAGES_PER_SCRIPT {
+            return Err(ToolError::new(format!(
+                "one script may show at most {} images",
+                super::MAX_IMAGES_PER_SCRIPT
+            )));
+        }
+        let bytes = data.len();
+        shown.push(super::ShownImage {
+            path: shown_path.clone(),
+            media_type,
+            data,
+        });
+        Ok(json!({"shown": shown_path, "bytes": bytes}))
     }
 
     fn exists(&self, path: &str) -> Result<Value, ToolError> {

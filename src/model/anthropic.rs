@@ -117,6 +117,26 @@ impl AnthropicClient {
                     .filter_map(|block| {
                         Some(match block {
                             ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+                            ContentBlock::Image {
+                                media_type,
+                                data: Some(data),
+                                ..
+                            } => {
+                                use base64::Engine as _;
+                                json!({"type": "image", "source": {
+                                    "type": "base64",
+                                    "media_type": media_type,
+                                    "data": base64::engine::general_purpose::STANDARD.encode(data.0.as_slice()),
+                                }})
+                            }
+                            ContentBlock::Image {
+                                media_type,
+                                source,
+                                bytes,
+                                sha256,
+                                data: None,
+                            } => json!({"type": "text", "text":
+                                ContentBlock::image_note(media_type, source, *bytes, sha256)}),
                             // Sent back only with its signature, which is not kept: the
                             // API accepts an assistant turn without it.
                             ContentBlock::Thinking { .. } => return None,

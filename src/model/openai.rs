@@ -94,6 +94,48 @@ pub struct OpenAiClient {
     http: reqwest::Client,
 }
 
+/// A message's content on the wire: its text, or, when it carries images, text
+/// and image parts (a data URL each). An image whose bytes are gone (a resumed
+/// transcript) is described in words.
+fn content_of(message: &crate::chat::Message) -> Value {
+    let has_image = message
+        .content
+        .iter()
+        .any(|block| matches!(block, ContentBlock::Image { .. }));
+    if !has_image {
+        return Value::String(message.joined_text());
+    }
+    let mut parts = Vec::new();
+    for block in &message.content {
+        match block {
+            ContentBlock::Text { text } => parts.push(json!({"type": "text", "text": text})),
+            ContentBlock::Image {
+                media_type,
+                data: Some(data),
+                ..
+            } => {
+                use base64::Engine as _;
+                let encoded = base64::engine::general_purpose::STANDARD.encode(data.0.as_slice());
+                parts.push(json!({"type": "image_url", "image_url": {
+                    "url": format!("data:{media_type};base64,{encoded}")
+                }}));
+            }
+            ContentBlock::Image {
+                media_type,
+                source,
+                bytes,
+                sha256,
+                data: None,
+            } => parts.push(json!({"type": "text", "text":
+                ContentBlock::image_note(media_type, source, *bytes, sha256)})),
+            ContentBlock::Thinking { .. }
+            | ContentBlock::ToolUse { .. }
+            | ContentBlock::ToolResult { .. } => {}
+        }
+    }
+    Value::Array(parts)
+}
+
 impl OpenAiClient {
     /// A client for `config`. Fails when the official endpoint has no key or the
     /// base URL is not http(s).
@@ -120,7 +162,7 @@ impl OpenAiClient {
                 Role::User => "user",
                 Role::Assistant => "assistant",
             };
-            messages.push(json!({"role": role, "content": message.joined_text()}));
+            messages.push(json!({"role": role, "content": content_of(message)}));
         }
         let mut body = json!({
             "model": self.config.model,

@@ -1118,3 +1118,138 @@ async fn a_10_mb_reply_is_not_sent_back_whole_with_the_next_request() {
         second.len()
     );
 }
+
+/// A 1×1 PNG.
+const DOT_PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+const SHOW: &str = "```rhai\nshow_image(\"in/dot.png\");\nobservation(\"look\")\n```";
+const SEEN: &str = "```rhai\nfinal_result(\"seen\")\n```";
+
+/// An agent over `model` whose scripts may show `in/dot.png`.
+fn seeing_agent(
+    model: Arc<dyn codeact::model::ModelClient>,
+    see: bool,
+    scratch: &std::path::Path,
+) -> Agent {
+    std::fs::create_dir_all(scratch.join("in")).expect("made");
+    std::fs::write(scratch.join("in/dot.png"), DOT_PNG).expect("written");
+    let area = codeact::FileArea::builder()
+        .mount(codeact::Mount {
+            host: scratch.join("in"),
+            guest: "in".into(),
+            mode: codeact::MountMode::ReadOnly,
+        })
+        .open()
+        .expect("opens");
+    Agent::builder(model, Arc::new(RhaiRuntime::new(Limits::default())))
+        .files(&area)
+        .see_images(see)
+        .stream(false)
+        .build()
+        .expect("builds")
+}
+
+/// If this fails, a model that sees images no longer gets the picture a script
+/// showed (OpenAI's format: an `image_url` part holding a data URL), or a
+/// transcript would carry the image's bytes.
+#[tokio::test]
+async fn an_image_a_script_shows_reaches_an_openai_model_as_an_image_part() {
+    let server = FakeServer::start(vec![completion(SHOW), completion(SEEN)]).await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let agent = seeing_agent(Arc::new(openai(&server)), true, scratch.path());
+    let run = agent.request("Look at the dot.").events();
+    use futures_util::StreamExt;
+    let items: Vec<_> = Box::pin(run).collect().await;
+    assert!(matches!(
+        items.last(),
+        Some(codeact::RunItem::Finished(Ok(_)))
+    ));
+    let received = server.received();
+    let parts = received[1].body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(|m| m["content"].clone())
+        .expect("the feedback");
+    let image = parts
+        .as_array()
+        .and_then(|parts| parts.iter().find(|p| p["type"] == "image_url"))
+        .expect("an image part");
+    use base64::Engine as _;
+    let url = image["image_url"]["url"].as_str().unwrap_or_default();
+    assert_eq!(
+        url,
+        format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(DOT_PNG)
+        )
+    );
+    let shown = items
+        .iter()
+        .find_map(|item| match item {
+            codeact::RunItem::Event {
+                event: Event::ImagesShown { blocks, .. },
+                ..
+            } => Some(serde_json::to_string(blocks).expect("serializes")),
+            _ => None,
+        })
+        .expect("an images_shown event");
+    assert!(shown.contains(r#""source":"in/dot.png""#), "{shown}");
+    assert!(
+        !shown.contains("iVBOR"),
+        "the transcript keeps no bytes: {shown}"
+    );
+}
+
+/// If this fails, Anthropic's models get the picture in another shape than
+/// their API's base64 image block.
+#[tokio::test]
+async fn an_image_a_script_shows_reaches_an_anthropic_model_as_an_image_block() {
+    let server = FakeServer::start(vec![anthropic_message(SHOW), anthropic_message(SEEN)]).await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let run = seeing_agent(Arc::new(anthropic(&server)), true, scratch.path())
+        .run("Look at the dot.")
+        .await
+        .expect("finishes");
+    assert!(matches!(run.outcome, Outcome::FinalResult { .. }));
+    let received = server.received();
+    let content = received[1].body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(|m| m["content"].clone())
+        .expect("the feedback");
+    let image = content
+        .as_array()
+        .and_then(|blocks| blocks.iter().find(|b| b["type"] == "image"))
+        .expect("an image block");
+    assert_eq!(image["source"]["type"], "base64");
+    assert_eq!(image["source"]["media_type"], "image/png");
+}
+
+/// If this fails, a model that is not sent images gets nothing (or the bytes)
+/// where a script showed one, instead of a line saying what it was.
+#[tokio::test]
+async fn a_model_not_sent_images_reads_a_line_about_the_image() {
+    let server = FakeServer::start(vec![completion(SHOW), completion(SEEN)]).await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    seeing_agent(Arc::new(openai(&server)), false, scratch.path())
+        .run("Look at the dot.")
+        .await
+        .expect("finishes");
+    let received = server.received();
+    let last = received[1].body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(|m| m["content"].clone())
+        .expect("the feedback");
+    let text = last.as_str().unwrap_or_default();
+    assert!(
+        text.contains("[The script showed an image: in/dot.png (image/png, 70 bytes, sha256"),
+        "{text}"
+    );
+}

@@ -26,6 +26,8 @@ pub struct AgentBuilder {
     tool_discovery: ToolDiscovery,
     policy: Option<codeact_rhai::RhaiPolicy>,
     approvals: Approvals,
+    files: Option<crate::files::FileArea>,
+    see_images: bool,
     config: LoopConfig,
     instructions: String,
     output: OutputSpec,
@@ -143,8 +145,18 @@ impl AgentBuilder {
     /// `list_dir`, `exists`) and makes its root the working directory artifacts
     /// are looked up in. The area lives as long as the agent or a clone of it.
     /// Default: no files.
-    pub fn files(self, area: &crate::files::FileArea) -> Self {
+    pub fn files(mut self, area: &crate::files::FileArea) -> Self {
+        self.files = Some(area.clone());
         self.tools(area.tools()).working_dir(area.root())
+    }
+
+    /// Whether the model is sent the images scripts show (`show_image`) as
+    /// pictures, with the step's feedback: for models that accept images
+    /// (OpenAI's and Anthropic's formats). Otherwise each is described in a line
+    /// of text (its path, type, size and digest). Default: false.
+    pub fn see_images(mut self, see: bool) -> Self {
+        self.see_images = see;
+        self
     }
 
     /// The loop's rules. Default: [`LoopConfig::default`].
@@ -214,6 +226,8 @@ impl AgentBuilder {
             listed_tools,
             policy: self.policy.map(Arc::new),
             approvals: Arc::new(self.approvals),
+            files: self.files,
+            see_images: self.see_images,
             config: self.config,
             output: self.output,
             contract,
@@ -242,6 +256,8 @@ impl Agent {
             tool_discovery: ToolDiscovery::default(),
             policy: None,
             approvals: Approvals::default(),
+            files: None,
+            see_images: false,
             config: LoopConfig::default(),
             instructions: String::new(),
             output: OutputSpec::default(),

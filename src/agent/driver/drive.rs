@@ -94,6 +94,39 @@ impl Agent {
         }
     }
 
+    /// Shown images as the model gets them: pictures when it sees images, else a
+    /// line of text each.
+    fn image_blocks(&self, shown: Vec<crate::files::ShownImage>) -> Vec<crate::chat::ContentBlock> {
+        use crate::chat::{ContentBlock, ImageBytes};
+        use sha2::Digest;
+        shown
+            .into_iter()
+            .map(|image| {
+                let sha256: String = sha2::Sha256::digest(&image.data)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let bytes = image.data.len() as u64;
+                if self.see_images {
+                    ContentBlock::Image {
+                        media_type: image.media_type.to_string(),
+                        source: image.path,
+                        bytes,
+                        sha256,
+                        data: Some(ImageBytes(Arc::new(image.data))),
+                    }
+                } else {
+                    ContentBlock::text(ContentBlock::image_note(
+                        image.media_type,
+                        &image.path,
+                        bytes,
+                        &sha256,
+                    ))
+                }
+            })
+            .collect()
+    }
+
     /// The tools as a run's scripts see them: counted against the run's budgets,
     /// recorded as events, ended by `cancel`.
     pub(super) fn host_tools(
@@ -209,6 +242,12 @@ impl Agent {
                             args: pending.args,
                         });
                         continue;
+                    }
+                    if let Some(area) = &self.files {
+                        let shown = area.take_shown_images();
+                        if !shown.is_empty() {
+                            conversation.show_images(self.image_blocks(shown));
+                        }
                     }
                     conversation.on_completion(&run.completion, &run.logs).0
                 }

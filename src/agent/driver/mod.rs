@@ -67,6 +67,10 @@ pub struct Agent {
     policy: Option<Arc<codeact_rhai::RhaiPolicy>>,
     /// Which calls wait for approval, and who decides.
     approvals: Arc<crate::agent::approval::Approvals>,
+    /// Where scripts' files are, and the images they show.
+    files: Option<crate::files::FileArea>,
+    /// Whether shown images go to the model as pictures.
+    see_images: bool,
     output: OutputSpec,
     contract: OutputContract,
     working_dir: Option<PathBuf>,
