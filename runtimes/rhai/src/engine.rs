@@ -189,6 +189,7 @@ fn register_helpers(engine: &mut Engine, max_depth: usize) {
         text.chars().count() as rhai::INT
     });
     // Spellings models bring from JavaScript and Python; Rhai lacks them.
+    crate::spellings::register(engine);
     engine.register_fn("join", |array: &mut rhai::Array, separator: &str| {
         array
             .iter()

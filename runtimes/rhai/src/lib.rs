@@ -23,6 +23,7 @@ mod memory_meter;
 mod run_state;
 mod semicolons;
 mod session;
+mod spellings;
 mod tool_functions;
 mod validator;
 

@@ -182,7 +182,11 @@ fn escapes(column: &str) -> Option<Result<String, String>> {
         case("write_text", "data", "read-only"),
         case("write_text", "out/../../planted.txt", "climbs out"),
         case("show_image", "link/secret.txt", "leads out"),
-        case("show_image", "data/prices.csv", "is not a PNG, JPEG, GIF or WebP image"),
+        case(
+            "show_image",
+            "data/prices.csv",
+            "is not a PNG, JPEG, GIF or WebP image",
+        ),
         case("write_text", "out/report.md", "ok"),
     ]
     .into_iter()

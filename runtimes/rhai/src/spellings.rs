@@ -1,0 +1,115 @@
+//! Methods models bring from JavaScript and Python that Rhai spells otherwise or
+//! lacks, so a small model's first script runs instead of costing a step on
+//! "Function not found" (the evaluation's transcripts: `(1..n).filter(…)`,
+//! `text.slice(i, j)`).
+//!
+//! - `slice(start)` and `slice(start, end)` on strings (by character) and arrays,
+//!   as JavaScript's: `end` excluded, a negative index counts from the end, and
+//!   indexes past either end are clamped.
+//! - `filter`, `map` and `reduce` on ranges (`0..n`, `0..=n`), as on arrays. The
+//!   range is walked, never collected first, and each element is a call of the
+//!   script's closure, so the operation limit and the deadline hold as in a loop.
+
+use std::ops::{Range, RangeInclusive};
+
+use rhai::{Array, Dynamic, Engine, EvalAltResult, FnPtr, INT, ImmutableString, NativeCallContext};
+
+type Called<T> = Result<T, Box<EvalAltResult>>;
+
+/// Registers the methods on `engine`.
+pub(crate) fn register(engine: &mut Engine) {
+    engine.register_fn("slice", |text: &mut ImmutableString, start: INT| {
+        let chars: Vec<char> = text.chars().collect();
+        let (from, to) = bounds(chars.len(), start, None);
+        chars[from..to].iter().collect::<String>()
+    });
+    engine.register_fn(
+        "slice",
+        |text: &mut ImmutableString, start: INT, end: INT| {
+            let chars: Vec<char> = text.chars().collect();
+            let (from, to) = bounds(chars.len(), start, Some(end));
+            chars[from..to].iter().collect::<String>()
+        },
+    );
+    engine.register_fn("slice", |array: &mut Array, start: INT| {
+        let (from, to) = bounds(array.len(), start, None);
+        array[from..to].to_vec()
+    });
+    engine.register_fn("slice", |array: &mut Array, start: INT, end: INT| {
+        let (from, to) = bounds(array.len(), start, Some(end));
+        array[from..to].to_vec()
+    });
+    register_range_methods::<Range<INT>>(engine);
+    register_range_methods::<RangeInclusive<INT>>(engine);
+}
+
+/// JavaScript's `slice` bounds over `len` items: negative from the end, clamped,
+/// and an end before the start gives nothing.
+fn bounds(len: usize, start: INT, end: Option<INT>) -> (usize, usize) {
+    let len = INT::try_from(len).unwrap_or(INT::MAX);
+    let at = |index: INT| {
+        let index = if index < 0 {
+            len.saturating_add(index)
+        } else {
+            index
+        };
+        usize::try_from(index.clamp(0, len)).unwrap_or(0)
+    };
+    let from = at(start);
+    let to = end.map_or(usize::try_from(len).unwrap_or(0), at);
+    (from, to.max(from))
+}
+
+fn register_range_methods<R>(engine: &mut Engine)
+where
+    R: IntoIterator<Item = INT> + Clone + Send + Sync + 'static,
+{
+    engine.register_fn(
+        "filter",
+        |ctx: NativeCallContext, range: &mut R, keep: FnPtr| -> Called<Array> {
+            let mut kept = Array::new();
+            for x in range.clone() {
+                let item = Dynamic::from(x);
+                let verdict: Dynamic = keep.call_within_context(&ctx, (item.clone(),))?;
+                if verdict.as_bool().unwrap_or(false) {
+                    kept.push(item);
+                }
+            }
+            Ok(kept)
+        },
+    );
+    engine.register_fn(
+        "map",
+        |ctx: NativeCallContext, range: &mut R, change: FnPtr| -> Called<Array> {
+            let mut mapped = Array::new();
+            for x in range.clone() {
+                mapped.push(change.call_within_context(&ctx, (Dynamic::from(x),))?);
+            }
+            Ok(mapped)
+        },
+    );
+    engine.register_fn(
+        "reduce",
+        |ctx: NativeCallContext, range: &mut R, fold: FnPtr, initial: Dynamic| -> Called<Dynamic> {
+            let mut total = initial;
+            for x in range.clone() {
+                total = fold.call_within_context(&ctx, (total, Dynamic::from(x)))?;
+            }
+            Ok(total)
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounds;
+
+    #[test]
+    fn slice_bounds_follow_javascript() {
+        assert_eq!(bounds(5, 1, Some(3)), (1, 3));
+        assert_eq!(bounds(5, -2, None), (3, 5));
+        assert_eq!(bounds(5, 0, Some(-1)), (0, 4));
+        assert_eq!(bounds(5, 4, Some(2)), (4, 4), "an end before the start");
+        assert_eq!(bounds(5, -99, Some(99)), (0, 5), "clamped");
+    }
+}
