@@ -168,12 +168,12 @@ pub(crate) struct RunArgs {
         long,
         value_name = "ID",
         requires = "resume",
-        conflicts_with = "deny_call"
+        conflicts_with_all = ["deny_call", "chat"]
     )]
     approve_call: Option<String>,
     /// With --resume: deny the call the transcript's run stopped for; the script
     /// gets a tool error with --reason.
-    #[arg(long, value_name = "ID", requires = "resume")]
+    #[arg(long, value_name = "ID", requires = "resume", conflicts_with = "chat")]
     deny_call: Option<String>,
     /// Why the call is denied (with --deny-call).
     #[arg(long, value_name = "TEXT", requires = "deny_call")]

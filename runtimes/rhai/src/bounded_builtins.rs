@@ -10,7 +10,7 @@
 //!   character at a time, several seconds for a string at the cap in debug builds.
 //! - `replace(find, substitute)`: Rhai's builds the whole result before the size
 //!   check, so a million matches each replaced by a megabyte allocate a terabyte.
-//! - `split`, `split_rev` and `to_chars`: Rhai's build an array of one item per
+//! - `split`, `split_rev`, `to_chars` (and `chars`, an array here): Rhai's build an array of one item per
 //!   piece before the array cap is checked: `split("")` of a string at the cap made
 //!   16 million strings (about 1 GB) before being refused. These count the pieces
 //!   first (one pass over the string) and refuse past the array cap.
@@ -80,6 +80,15 @@ fn register_splits(engine: &mut Engine) {
         fits_array(&ctx, text.chars().count())?;
         Ok(text.chars().map(Dynamic::from).collect::<Array>())
     });
+    // `text.chars()` and `text.chars` as models write them (Rust's spelling): the
+    // characters as an array, so `filter`, `map`, `rev` and `join` work on them
+    // (Rhai's own `chars` is a stream with none of these), bounded as `to_chars`.
+    let chars = |ctx: NativeCallContext, text: &mut ImmutableString| -> Splits {
+        fits_array(&ctx, text.chars().count())?;
+        Ok(text.chars().map(Dynamic::from).collect::<Array>())
+    };
+    engine.register_fn("chars", chars);
+    engine.register_fn("get$chars", chars);
     engine.register_fn(
         "split",
         |ctx: NativeCallContext, text: ImmutableString| -> Splits {

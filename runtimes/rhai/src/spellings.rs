@@ -6,6 +6,9 @@
 //! - `slice(start)` and `slice(start, end)` on strings (by character) and arrays,
 //!   as JavaScript's: `end` excluded, a negative index counts from the end, and
 //!   indexes past either end are clamped.
+//! - `rev()` on arrays, and Rust's character predicates (`is_alphanumeric`,
+//!   `is_alphabetic`, `is_numeric`, `is_digit`, `is_whitespace`, `is_uppercase`,
+//!   `is_lowercase`); `chars` is an array (`bounded_builtins`).
 //! - `filter`, `map` and `reduce` on ranges (`0..n`, `0..=n`), as on arrays. The
 //!   range is walked, never collected first, and each element is a call of the
 //!   script's closure, so the operation limit and the deadline hold as in a loop.
@@ -39,6 +42,18 @@ pub(crate) fn register(engine: &mut Engine) {
         let (from, to) = bounds(array.len(), start, Some(end));
         array[from..to].to_vec()
     });
+    // Rust's iterator spelling, on arrays: a reversed copy.
+    engine.register_fn("rev", |array: &mut Array| {
+        array.iter().rev().cloned().collect::<Array>()
+    });
+    // Rust's predicates on characters.
+    engine.register_fn("is_alphanumeric", |c: char| c.is_alphanumeric());
+    engine.register_fn("is_alphabetic", |c: char| c.is_alphabetic());
+    engine.register_fn("is_numeric", |c: char| c.is_numeric());
+    engine.register_fn("is_digit", |c: char| c.is_ascii_digit());
+    engine.register_fn("is_whitespace", |c: char| c.is_whitespace());
+    engine.register_fn("is_uppercase", |c: char| c.is_uppercase());
+    engine.register_fn("is_lowercase", |c: char| c.is_lowercase());
     register_range_methods::<Range<INT>>(engine);
     register_range_methods::<RangeInclusive<INT>>(engine);
 }
