@@ -13,6 +13,25 @@ use codeact::{
 };
 use serde_json::json;
 
+/// A tools manifest in `dir` with one command tool, `add`, marked as needing
+/// approval.
+fn add_needing_approval(dir: &std::path::Path) -> std::path::PathBuf {
+    let manifest = dir.join("tools.json");
+    std::fs::write(
+        &manifest,
+        json!([{
+            "name": "add",
+            "description": "Adds a and b.",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+            "command": ["python3", "-c", "import json,sys; a=json.load(sys.stdin); print(a['a']+a['b'])"],
+            "approval": true
+        }])
+        .to_string(),
+    )
+    .expect("written");
+    manifest
+}
+
 fn send_tool() -> Tool {
     Tool::from_fn("send", "Sends a message.", |args| {
         Ok(json!(format!(
@@ -205,19 +224,7 @@ async fn a_run_cancelled_while_a_call_waits_for_approval_stops_at_once() {
 #[test]
 fn codeact_run_approves_denies_or_asks_as_told() {
     let scratch = tempfile::tempdir().expect("scratch");
-    let manifest = scratch.path().join("tools.json");
-    std::fs::write(
-        &manifest,
-        json!([{
-            "name": "add",
-            "description": "Adds a and b.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
-            "command": ["python3", "-c", "import json,sys; a=json.load(sys.stdin); print(a['a']+a['b'])"],
-            "approval": true
-        }])
-        .to_string(),
-    )
-    .expect("written");
+    let manifest = add_needing_approval(scratch.path());
     let replies = scratch.path().join("replies.json");
     std::fs::write(
         &replies,
@@ -370,19 +377,7 @@ async fn a_deferred_approval_stops_the_run_and_a_grant_for_those_exact_arguments
 #[test]
 fn codeact_run_defers_and_resumes_with_approve_call() {
     let scratch = tempfile::tempdir().expect("scratch");
-    let manifest = scratch.path().join("tools.json");
-    std::fs::write(
-        &manifest,
-        json!([{
-            "name": "add",
-            "description": "Adds a and b.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
-            "command": ["python3", "-c", "import json,sys; a=json.load(sys.stdin); print(a['a']+a['b'])"],
-            "approval": true
-        }])
-        .to_string(),
-    )
-    .expect("written");
+    let manifest = add_needing_approval(scratch.path());
     let replies = scratch.path().join("replies.json");
     std::fs::write(
         &replies,
@@ -535,19 +530,7 @@ fn approve_ask_asks_at_the_terminal_and_takes_the_answer_as_the_reason() {
         return;
     }
     let scratch = tempfile::tempdir().expect("scratch");
-    let manifest = scratch.path().join("tools.json");
-    std::fs::write(
-        &manifest,
-        json!([{
-            "name": "add",
-            "description": "Adds a and b.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
-            "command": ["python3", "-c", "import json,sys; a=json.load(sys.stdin); print(a['a']+a['b'])"],
-            "approval": true
-        }])
-        .to_string(),
-    )
-    .expect("written");
+    let manifest = add_needing_approval(scratch.path());
     let replies = scratch.path().join("replies.json");
     std::fs::write(
         &replies,

@@ -24,19 +24,22 @@ fn agent(transcript: &Transcript) -> Agent {
     .expect("builds")
 }
 
+/// Chats two turns (turn 1 keeps 41) into a transcript at `path`.
+async fn two_turn_chat(path: &std::path::Path) {
+    let transcript = Transcript::create(path).expect("created");
+    let agent = agent(&transcript);
+    let mut chat = agent.chat().expect("a chat");
+    chat.send("Keep 41.").await.expect("turn 1");
+    chat.send("Say second.").await.expect("turn 2");
+}
+
 /// If this fails, a chat cannot go on in another process: its variables, its
 /// history or its turn count are lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_resumed_from_its_transcript_keeps_its_variables_and_turns() {
     let scratch = tempfile::tempdir().expect("scratch");
     let path = scratch.path().join("chat.jsonl");
-    {
-        let transcript = Transcript::create(&path).expect("created");
-        let agent = agent(&transcript);
-        let mut chat = agent.chat().expect("a chat");
-        chat.send("Keep 41.").await.expect("turn 1");
-        chat.send("Say second.").await.expect("turn 2");
-    }
+    two_turn_chat(&path).await;
     let events = codeact::agent::read_transcript(&path).expect("reads");
     assert!(
         ResumePoint::from_events(&events).is_err(),
@@ -61,13 +64,7 @@ async fn a_chat_resumed_from_its_transcript_keeps_its_variables_and_turns() {
 async fn a_chat_cut_short_inside_a_turn_finishes_that_turn_on_resume() {
     let scratch = tempfile::tempdir().expect("scratch");
     let path = scratch.path().join("chat.jsonl");
-    {
-        let transcript = Transcript::create(&path).expect("created");
-        let agent = agent(&transcript);
-        let mut chat = agent.chat().expect("a chat");
-        chat.send("Keep 41.").await.expect("turn 1");
-        chat.send("Say second.").await.expect("turn 2");
-    }
+    two_turn_chat(&path).await;
     // As if the process died right after turn 2's reply arrived.
     let text = std::fs::read_to_string(&path).expect("reads");
     let lines: Vec<&str> = text.lines().collect();

@@ -72,8 +72,23 @@ impl Agent {
                 AgentError::Setup(format!("cannot read the working directory: {e}"))
             })?,
         };
-        let conversation = Conversation::resumed(
-            Progress::default(),
+        let conversation = self.chat_conversation(Progress::default());
+        Ok(Chat {
+            agent: self,
+            conversation,
+            session,
+            tools,
+            working_dir,
+            turns: 0,
+            cancel: None,
+        })
+    }
+
+    /// A chat's conversation from `progress`, knowing the agent's transfer
+    /// targets and tools.
+    fn chat_conversation(&self, progress: Progress) -> Conversation {
+        Conversation::resumed(
+            progress,
             self.runtime.info().fence_tags,
             self.config.clone(),
         )
@@ -85,16 +100,7 @@ impl Agent {
             codeact_runtime::ToolDispatch::specs(&*self.tools)
                 .iter()
                 .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
-        );
-        Ok(Chat {
-            agent: self,
-            conversation,
-            session,
-            tools,
-            working_dir,
-            turns: 0,
-            cancel: None,
-        })
+        )
     }
 
     /// Continues a chat from its transcript (read with
@@ -109,20 +115,7 @@ impl Agent {
     ) -> Result<(Chat<'a>, Option<RunResult>), AgentError> {
         let mut chat = self.chat()?;
         self.rebuild(point, &mut chat.session, &chat.tools).await?;
-        chat.conversation = Conversation::resumed(
-            point.progress(),
-            self.runtime.info().fence_tags,
-            self.config.clone(),
-        )
-        .with_transfer_targets(
-            self.targets.iter().map(|t| t.name.clone()).collect(),
-            self.name.clone(),
-        )
-        .with_tools(
-            codeact_runtime::ToolDispatch::specs(&*self.tools)
-                .iter()
-                .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
-        );
+        chat.conversation = self.chat_conversation(point.progress());
         chat.turns = point.turns;
         let cut_short = if point.turn_open || point.pending_reply.is_some() {
             let decision = chat.conversation.resume(point.pending_reply.as_ref());
