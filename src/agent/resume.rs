@@ -422,6 +422,21 @@ impl HostTools {
         self
     }
 
+    /// The script making the calls now, as `set_script` last recorded it.
+    fn running_script(&self) -> String {
+        self.script
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Tells every listener.
+    fn report(&self, event: &Event) {
+        for listener in &self.listeners {
+            listener(&self.agent, event);
+        }
+    }
+
     /// The script whose calls come next, for approval requests.
     pub(crate) fn set_script(&self, code: &str) {
         if self.approvals.is_empty() {
@@ -451,11 +466,7 @@ impl HostTools {
                     step,
                     tool: name.to_string(),
                     args: args.clone(),
-                    script: self
-                        .script
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .clone(),
+                    script: self.running_script(),
                     reason,
                 };
                 wait_for_decision(approver.decide(request), self.cancel.as_ref())
@@ -472,15 +483,9 @@ impl HostTools {
                 id: pending.id.clone(),
                 tool: name.to_string(),
                 args: args.clone(),
-                script: self
-                    .script
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone(),
+                script: self.running_script(),
             };
-            for listener in &self.listeners {
-                listener(&self.agent, &event);
-            }
+            self.report(&event);
             let id = pending.id.clone();
             *self.awaited.lock().unwrap_or_else(|p| p.into_inner()) = Some(pending);
             return Some(ToolError::new(format!(
@@ -496,9 +501,7 @@ impl HostTools {
             decided_by: decision.decided_by.clone(),
             decided_at: crate::output::final_output::rfc3339_utc(std::time::SystemTime::now()),
         };
-        for listener in &self.listeners {
-            listener(&self.agent, &event);
-        }
+        self.report(&event);
         if decision.approved {
             return None;
         }
@@ -533,9 +536,7 @@ impl HostTools {
             allowed: verdict == Verdict::Valid,
             reason: verdict.reason().map(str::to_string),
         };
-        for listener in &self.listeners {
-            listener(&self.agent, &event);
-        }
+        self.report(&event);
         let message = match verdict {
             Verdict::Valid => return PolicyCheck::Allow,
             Verdict::Invalid { reason } if reason.trim() == "ask" => {
@@ -765,9 +766,7 @@ impl ToolDispatch for HostTools {
             args,
             outcome: ToolCallOutcome::from(&result),
         };
-        for listener in &self.listeners {
-            listener(&self.agent, &event);
-        }
+        self.report(&event);
         result
     }
 }

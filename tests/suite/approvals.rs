@@ -32,6 +32,13 @@ fn add_needing_approval(dir: &std::path::Path) -> std::path::PathBuf {
     manifest
 }
 
+/// A replay file in `dir` holding one reply.
+fn replies_file(dir: &std::path::Path, reply: &str) -> std::path::PathBuf {
+    let replies = dir.join("replies.json");
+    std::fs::write(&replies, json!({ "replies": [reply] }).to_string()).expect("written");
+    replies
+}
+
 fn send_tool() -> Tool {
     Tool::from_fn("send", "Sends a message.", |args| {
         Ok(json!(format!(
@@ -225,12 +232,10 @@ async fn a_run_cancelled_while_a_call_waits_for_approval_stops_at_once() {
 fn codeact_run_approves_denies_or_asks_as_told() {
     let scratch = tempfile::tempdir().expect("scratch");
     let manifest = add_needing_approval(scratch.path());
-    let replies = scratch.path().join("replies.json");
-    std::fs::write(
-        &replies,
-        json!({"replies": ["```rhai\nlet got = \"\";\ntry { got = add(2, 3); } catch (e) { got = e; }\nfinal_result(got)\n```"]}).to_string(),
-    )
-    .expect("written");
+    let replies = replies_file(
+        scratch.path(),
+        "```rhai\nlet got = \"\";\ntry { got = add(2, 3); } catch (e) { got = e; }\nfinal_result(got)\n```",
+    );
     let model = format!("replay:{}", replies.display());
     let run = |mode: &str| {
         let out = std::process::Command::new("setsid")
@@ -378,12 +383,7 @@ async fn a_deferred_approval_stops_the_run_and_a_grant_for_those_exact_arguments
 fn codeact_run_defers_and_resumes_with_approve_call() {
     let scratch = tempfile::tempdir().expect("scratch");
     let manifest = add_needing_approval(scratch.path());
-    let replies = scratch.path().join("replies.json");
-    std::fs::write(
-        &replies,
-        json!({"replies": ["```rhai\nfinal_result(add(2, 3))\n```"]}).to_string(),
-    )
-    .expect("written");
+    let replies = replies_file(scratch.path(), "```rhai\nfinal_result(add(2, 3))\n```");
     let transcript = scratch.path().join("run.jsonl");
     let codeact = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
@@ -531,12 +531,10 @@ fn approve_ask_asks_at_the_terminal_and_takes_the_answer_as_the_reason() {
     }
     let scratch = tempfile::tempdir().expect("scratch");
     let manifest = add_needing_approval(scratch.path());
-    let replies = scratch.path().join("replies.json");
-    std::fs::write(
-        &replies,
-        json!({"replies": ["```rhai\nlet got = \"\";\ntry { got = add(2, 3); } catch (e) { got = e; }\nfinal_result(got)\n```"]}).to_string(),
-    )
-    .expect("written");
+    let replies = replies_file(
+        scratch.path(),
+        "```rhai\nlet got = \"\";\ntry { got = add(2, 3); } catch (e) { got = e; }\nfinal_result(got)\n```",
+    );
     let command = format!(
         "{} run --model replay:{} --tools {} --approve ask Add.",
         env!("CARGO_BIN_EXE_codeact"),
