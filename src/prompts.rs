@@ -42,6 +42,9 @@ struct ToolView<'a> {
     /// The operator's description as it is; a third party's fenced.
     description: Cow<'a, str>,
     signature: String,
+    /// What a script writes before the parenthesis: `tools.add`, `add`,
+    /// `github.create_issue`.
+    call: String,
 }
 
 #[derive(Serialize)]
@@ -76,8 +79,20 @@ pub fn render_card(
                 Cow::Borrowed(&tool.description)
             },
             signature: runtime.tool_signature(tool),
+            call: String::new(),
+        })
+        .map(|mut view| {
+            view.call = view
+                .signature
+                .split_once('(')
+                .map_or(view.name, |(call, _)| call)
+                .to_string();
+            view
         })
         .collect();
+    let namespaced = tools
+        .iter()
+        .any(|tool| tool.call.contains('.') && !tool.call.starts_with("tools."));
     // The card's "no file access" gives way to the file tools when a host gave them.
     let has_file_tools = tools
         .iter()
@@ -97,6 +112,7 @@ pub fn render_card(
             fence => info.fence_tags.first().copied().unwrap_or(info.name),
             tools => tools,
             files => has_file_tools,
+            namespaced => namespaced,
             limits => limits,
             transfer_targets => transfer_targets,
         },

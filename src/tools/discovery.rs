@@ -129,23 +129,26 @@ impl Catalog {
             .collect()
     }
 
-    /// Families of tools by their prefix up to the first `_` (an MCP server's
-    /// name), with counts, in name order: `github_ (120), files_ (14)`.
+    /// Families of tools, with counts, in name order: a namespace's tools as
+    /// `github.… (120)`, other tools by their prefix up to the first `_` as
+    /// `files_… (14)`.
     fn families(&self) -> String {
-        let mut families: BTreeMap<&str, usize> = BTreeMap::new();
-        for name in self.entries.keys() {
-            let family = name
-                .split_once('_')
-                .map_or(name.as_str(), |(prefix, _)| prefix);
+        let mut families: BTreeMap<(&str, char), usize> = BTreeMap::new();
+        for entry in self.entries.values() {
+            let name = entry.spec.name.as_str();
+            let family = match entry.spec.namespaced() {
+                Some((namespace, _)) => (namespace, '.'),
+                None => (name.split_once('_').map_or(name, |(prefix, _)| prefix), '_'),
+            };
             *families.entry(family).or_default() += 1;
         }
         families
             .iter()
-            .map(|(family, count)| {
+            .map(|((family, separator), count)| {
                 if *count == 1 && self.entries.contains_key(*family) {
                     (*family).to_string()
                 } else {
-                    format!("{family}_… ({count})")
+                    format!("{family}{separator}… ({count})")
                 }
             })
             .collect::<Vec<_>>()
@@ -213,6 +216,9 @@ pub fn discovery_tools(specs: &[ToolSpec], runtime: &dyn Runtime) -> [Tool; 2] {
                 .get("name")
                 .and_then(Value::as_str)
                 .ok_or_else(|| ToolError::new("describe_tool needs a name (a string)"))?;
+            // `github.create_issue`, as the signature shows it, names `github_create_issue`.
+            let name = name.replacen('.', "_", 1);
+            let name = name.as_str();
             match describer.entries.get(name) {
                 Some(entry) => Ok(json!({
                     "name": entry.spec.name,
@@ -262,14 +268,19 @@ mod tests {
             })
             .collect();
         specs.push(
-            ToolSpec::new("github_create_issue", "Opens an issue in a repository.").with_parameters(
-                json!({"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}),
-            ),
+            ToolSpec::new("github_create_issue", "Opens an issue in a repository.")
+                .with_parameters(
+                    json!({"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}),
+                )
+                .in_namespace("github"),
         );
-        specs.push(ToolSpec::new(
-            "github_list_issues",
-            "Lists the open issues of a repository.",
-        ));
+        specs.push(
+            ToolSpec::new(
+                "github_list_issues",
+                "Lists the open issues of a repository.",
+            )
+            .in_namespace("github"),
+        );
         specs.push(ToolSpec::new(
             "weather_forecast",
             "The weather forecast for a city.",
@@ -302,7 +313,7 @@ mod tests {
         assert_eq!(found[0]["name"], "github_create_issue", "{found}");
         assert_eq!(
             found[0]["signature"],
-            "github_create_issue(#{title: string})"
+            "github.create_issue(#{title: string})"
         );
         assert_eq!(found.as_array().map(Vec::len), Some(2));
         let again = toolbox
@@ -333,6 +344,10 @@ mod tests {
             .call(DESCRIBE_TOOL, json!({"name": "github_create_issue"}))
             .expect("described");
         assert_eq!(issue["parameters"]["required"], json!(["title"]));
+        let dotted = toolbox
+            .call(DESCRIBE_TOOL, json!({"name": "github.create_issue"}))
+            .expect("described by the name its signature shows");
+        assert_eq!(dotted, issue);
         let err = toolbox
             .call(DESCRIBE_TOOL, json!({"name": "github_create_issues"}))
             .expect_err("no such tool");
@@ -347,7 +362,7 @@ mod tests {
             search
                 .spec()
                 .description
-                .contains("Families: filler_… (300), github_… (2), weather_… (1)."),
+                .contains("Families: filler_… (300), github.… (2), weather_… (1)."),
             "{}",
             search.spec().description
         );

@@ -1,6 +1,9 @@
 //! MCP servers' tools as tools of a session ("code mode"): each tool a server
 //! lists becomes a [`Tool`] named `SERVER_TOOL`, callable from every runtime like
-//! any other, through the official Rust SDK's client (`rmcp`).
+//! any other and also as a method of an object named after the server
+//! (`github.create_issue(…)`, where the server's name is not a keyword or a
+//! global of some language: see [`codeact_runtime::is_namespace_name`]), through
+//! the official Rust SDK's client (`rmcp`).
 //!
 //! A server is reached over stdio (a command the host starts, in its own process
 //! group and, where the system allows, its own PID namespace, killed when the
@@ -441,6 +444,7 @@ fn remote_tool(connection: &Arc<Connection>, name: String, tool: rmcp::model::To
         .as_ref()
         .and_then(|schema| jsonschema::validator_for(schema).ok())
         .map(Arc::new);
+    let server = connection.server.name.clone();
     let connection = Arc::clone(connection);
     let tool = Tool::new(name, description, move |args: Value| {
         let connection = Arc::clone(&connection);
@@ -456,7 +460,8 @@ fn remote_tool(connection: &Arc<Connection>, name: String, tool: rmcp::model::To
         }
     })
     .with_parameters(parameters)
-    .with_untrusted_description();
+    .with_untrusted_description()
+    .in_namespace(&server);
     match output_schema {
         Some(schema) => tool.with_returns(schema),
         None => tool,

@@ -150,6 +150,15 @@ impl Tool {
         self
     }
 
+    /// The same tool, also a method of the object `namespace` when its name is
+    /// `NAMESPACE_MEMBER` (`github.create_issue` for `github_create_issue`) and
+    /// both parts can be written in every language (see
+    /// [`ToolSpec::in_namespace`]). MCP servers' tools come this way.
+    pub fn in_namespace(mut self, namespace: &str) -> Self {
+        self.spec = self.spec.in_namespace(namespace);
+        self
+    }
+
     /// The same tool, each call of which waits for approval when an agent runs
     /// it (see [`AgentBuilder::on_approval`](crate::AgentBuilder::on_approval)).
     pub fn needing_approval(mut self) -> Self {
@@ -241,6 +250,18 @@ impl ToolBox {
             }
             toolbox.specs.push(tool.spec.clone());
             toolbox.tools.insert(name, tool);
+        }
+        // A namespace object named like a tool would hide it where tools are
+        // globals (Python): such tools keep their flat names only.
+        let names: Vec<String> = toolbox.tools.keys().cloned().collect();
+        for spec in &mut toolbox.specs {
+            if spec
+                .namespace
+                .as_ref()
+                .is_some_and(|namespace| names.contains(namespace))
+            {
+                spec.namespace = None;
+            }
         }
         Ok(toolbox)
     }

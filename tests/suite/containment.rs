@@ -19,6 +19,8 @@ mod files;
 mod guest_protocol;
 #[path = "containment/host.rs"]
 mod host;
+#[path = "containment/namespaces.rs"]
+mod namespaces;
 #[path = "containment/network.rs"]
 mod network;
 #[path = "containment/rhai_limits.rs"]
@@ -50,6 +52,7 @@ fn attacks() -> Vec<&'static Attack> {
         host::ATTACKS,
         network::ATTACKS,
         files::ATTACKS,
+        namespaces::ATTACKS,
     ];
     areas.iter().flat_map(|area| area.iter()).collect()
 }

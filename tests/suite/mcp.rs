@@ -86,12 +86,19 @@ async fn a_servers_tools_are_listed_with_their_schemas_under_its_name() {
     assert_eq!(add.spec().parameters["required"], json!(["a", "b"]));
     assert_eq!(
         add.spec().js_signature(),
-        "tools.scripted_add({a: integer, b: integer}) -> {sum: integer}",
-        "the output schema is the return type"
+        "scripted.add({a: integer, b: integer}) -> {sum: integer}",
+        "a method of the server's object; the output schema is the return type"
     );
     assert_eq!(
         add.spec().python_signature(),
-        "scripted_add(a=integer, b=integer) -> {sum: integer}"
+        "scripted.add(a=integer, b=integer) -> {sum: integer}"
+    );
+    assert_eq!(
+        codeact::Runtime::tool_signature(
+            &codeact::RhaiRuntime::new(codeact::Limits::default()),
+            add.spec()
+        ),
+        "scripted.add(#{a: int, b: int}) -> {sum: integer}"
     );
 }
 
@@ -269,31 +276,26 @@ async fn a_server_that_cannot_start_is_an_error_naming_it() {
 }
 
 /// The reference server through the command line, from every runtime: its tools
-/// are functions there, and an error result is catchable.
+/// are functions there by their flat names and methods of the server's object.
 #[test]
 fn the_reference_servers_tools_are_called_from_every_runtime() {
     let Some(server) = everything_server() else {
         return;
     };
     let spec = format!("everything=node {}", server.display());
+    const RHAI: &str = "let r = everything_get_sum(#{a: 2, b: 40});\nfinal_result([r, everything.get_sum(#{a: 1, b: 1})])";
+    const JS: &str = "const r = tools.everything_get_sum({a: 2, b: 40});\nfinal_result([r, everything.get_sum({a: 1, b: 1})])";
+    const PYTHON: &str =
+        "final_result([everything_get_sum(a=2, b=40), everything.get_sum(a=1, b=1)])";
     let cases = [
-        (
-            "rhai",
-            "let r = everything_get_sum(#{a: 2, b: 40});\nfinal_result(r)",
-        ),
-        (
-            "js",
-            "const r = tools.everything_get_sum({a: 2, b: 40});\nfinal_result(r)",
-        ),
-        (
-            "wasm:js",
-            "const r = tools.everything_get_sum({a: 2, b: 40});\nfinal_result(r)",
-        ),
-        (
-            "wasm:micropython",
-            "final_result(everything_get_sum(a=2, b=40))",
-        ),
-        ("wasm:python", "final_result(everything_get_sum(a=2, b=40))"),
+        ("rhai", RHAI),
+        ("wasm:rhai", RHAI),
+        ("js", JS),
+        ("js-in-process", JS),
+        ("wasm:js", JS),
+        ("wasm:boa", JS),
+        ("wasm:micropython", PYTHON),
+        ("wasm:python", PYTHON),
     ];
     for (runtime, script) in cases {
         let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
@@ -314,7 +316,8 @@ fn the_reference_servers_tools_are_called_from_every_runtime() {
             .expect("codeact runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            stdout.contains("The sum of 2 and 40 is 42"),
+            stdout.contains("The sum of 2 and 40 is 42")
+                && stdout.contains("The sum of 1 and 1 is 2"),
             "{runtime}: {stdout} {}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -422,11 +425,11 @@ async fn a_large_catalog_is_found_by_search_from_a_script() {
         "{prompt}"
     );
     assert!(
-        prompt.contains("many_… (509)"),
+        prompt.contains("many.… (509)"),
         "the catalog's summary: {prompt}"
     );
     assert!(
-        !prompt.contains("many_t499"),
+        !prompt.contains("many_t499") && !prompt.contains("many.t499"),
         "the catalog itself is not listed"
     );
     assert!(prompt.len() < 12_000, "{} bytes", prompt.len());

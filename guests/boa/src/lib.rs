@@ -39,13 +39,15 @@ pub extern "C" fn codeact_input(len: usize) -> *mut u8 {
 #[unsafe(no_mangle)]
 pub extern "C" fn codeact_start(len: usize) -> i64 {
     abi::answer_start(
-        abi::with_input(len, abi::read_config).and_then(|(limits, _tools)| {
+        abi::with_input(len, abi::read_config).and_then(|(limits, tools)| {
             // Every tool name is a function of the prelude's `tools` proxy, and
             // `call_tool` takes any name: the host checks the name on each call.
+            // Namespaced tools are also methods of their server's object.
             let context = match READY.take() {
                 Some(ready) => ready.with_limits(limits),
                 None => EmbeddedJs::new(limits, abi::call_tool)?,
-            };
+            }
+            .with_namespaces(&tools)?;
             CONTEXT.set(Some(context));
             Ok(())
         }),

@@ -36,4 +36,5 @@ pub use logs::LogBuffer;
 pub use runtime::{HostError, RunOutcome, Runtime, RuntimeInfo, ScriptError, Session};
 pub use tools::{
     HELPER_NAMES, NoTools, ToolDispatch, ToolError, ToolSpec, compact_type, is_identifier,
+    is_member_name, is_namespace_name, namespaces, rhai_member,
 };

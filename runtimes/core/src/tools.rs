@@ -1,5 +1,7 @@
 //! How a script reaches the host: tools called by name with JSON arguments.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,6 +25,13 @@ pub struct ToolSpec {
     /// false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub untrusted_description: bool,
+    /// The object this tool is also a method of, so that a script may write
+    /// `github.create_issue(...)` as well as `github_create_issue(...)`: an MCP
+    /// server's name, which prefixes the tool's flat name. Set it with
+    /// [`in_namespace`](Self::in_namespace), which keeps it only where every
+    /// language can write both names. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 fn any_object() -> Value {
@@ -38,6 +47,37 @@ impl ToolSpec {
             parameters: any_object(),
             returns: None,
             untrusted_description: false,
+            namespace: None,
+        }
+    }
+
+    /// The same spec as a method of the object `namespace`, when its name is
+    /// `NAMESPACE_MEMBER` and both parts can be written in every language (see
+    /// [`is_namespace_name`] and [`is_member_name`]); otherwise the spec is left
+    /// reachable by its flat name only, as before.
+    pub fn in_namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_string());
+        if self.namespaced().is_none() {
+            self.namespace = None;
+        }
+        self
+    }
+
+    /// `(namespace, member)` when the tool is a method of a namespace object:
+    /// `("github", "create_issue")` for `github_create_issue` in `github`.
+    pub fn namespaced(&self) -> Option<(&str, &str)> {
+        let namespace = self.namespace.as_deref()?;
+        let member = self.name.strip_prefix(namespace)?.strip_prefix('_')?;
+        (is_namespace_name(namespace) && is_member_name(member)).then_some((namespace, member))
+    }
+
+    /// What a script writes to call this tool, before the parenthesis, where tools
+    /// are plain functions (Python, Rhai): `github.create_issue` for a namespaced
+    /// tool, else the tool's name.
+    pub fn function_call_name(&self) -> String {
+        match self.namespaced() {
+            Some((namespace, member)) => format!("{namespace}.{member}"),
+            None => self.name.clone(),
         }
     }
 
@@ -102,8 +142,18 @@ impl ToolSpec {
             .collect()
     }
 
+    /// What a JavaScript script writes to call this tool, before the parenthesis:
+    /// `github.create_issue` for a namespaced tool, else `tools.NAME`.
+    pub fn js_call_name(&self) -> String {
+        match self.namespaced() {
+            Some((namespace, member)) => format!("{namespace}.{member}"),
+            None => format!("tools.{}", self.name),
+        }
+    }
+
     /// How a JavaScript script calls this tool: `tools.add({a: integer, b: integer})`
-    /// (one object of named arguments). Shared by the Boa and QuickJS backends.
+    /// (one object of named arguments), or `github.create_issue({…})` for a
+    /// namespaced one. Shared by the Boa and QuickJS backends.
     pub fn js_signature(&self) -> String {
         let fields: Vec<String> = self
             .signature_fields()
@@ -111,15 +161,15 @@ impl ToolSpec {
             .map(|(name, ty)| format!("{name}: {ty}"))
             .collect();
         format!(
-            "tools.{}({{{}}}){}",
-            self.name,
+            "{}({{{}}}){}",
+            self.js_call_name(),
             fields.join(", "),
             self.return_suffix()
         )
     }
 
     /// How a Python script calls this tool: `add(a=integer, b=integer)` (keyword
-    /// arguments).
+    /// arguments), or `github.create_issue(…)` for a namespaced one.
     pub fn python_signature(&self) -> String {
         let fields: Vec<String> = self
             .signature_fields()
@@ -128,7 +178,7 @@ impl ToolSpec {
             .collect();
         format!(
             "{}({}){}",
-            self.name,
+            self.function_call_name(),
             fields.join(", "),
             self.return_suffix()
         )
@@ -195,6 +245,314 @@ pub const HELPER_NAMES: [&str; 5] = [
     "call_tool",
 ];
 
+/// The namespace objects of `specs`, by name, each mapping its members to the
+/// tools' flat names, in name order: what every runtime defines for scripts
+/// (`github` with `create_issue` → `github_create_issue`). A namespace that takes
+/// the name of a tool is left out (in Python both would be globals; a toolbox
+/// clears such a spec's namespace, so its signature shows the flat name). Rhai
+/// leaves out the members [`rhai_member`] refuses.
+pub fn namespaces(specs: &[ToolSpec]) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut objects: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for spec in specs {
+        let Some((namespace, member)) = spec.namespaced() else {
+            continue;
+        };
+        if specs.iter().any(|other| other.name == namespace) {
+            continue;
+        }
+        objects
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(member.to_string(), spec.name.clone());
+    }
+    objects
+}
+
+/// Whether Rhai can call `member` as a method of a namespace object (a map of
+/// function pointers): not when a map function of that name exists, which Rhai
+/// would call instead.
+pub fn rhai_member(member: &str) -> bool {
+    !RHAI_MAP_METHODS.contains(&member)
+}
+
+/// Functions Rhai calls on a map before looking for a function pointer in it.
+const RHAI_MAP_METHODS: &[&str] = &[
+    "all",
+    "call",
+    "clear",
+    "contains",
+    "curry",
+    "debug",
+    "drain",
+    "fill_with",
+    "filter",
+    "for_each",
+    "get",
+    "index_of",
+    "is_empty",
+    "is_shared",
+    "keys",
+    "len",
+    "map",
+    "mixin",
+    "print",
+    "reduce",
+    "remove",
+    "retain",
+    "set",
+    "some",
+    "sort",
+    "tag",
+    "to_debug",
+    "to_json",
+    "to_string",
+    "type_of",
+    "values",
+];
+
+/// Whether `name` can name a namespace object in every language: an identifier,
+/// not starting with `_`, and not a name a script already relies on (a keyword,
+/// a builtin or global of JavaScript or Python, a codeact helper).
+pub fn is_namespace_name(name: &str) -> bool {
+    is_identifier(name)
+        && !name.starts_with('_')
+        && !KEYWORDS.contains(&name)
+        && !GLOBALS.contains(&name)
+        && !HELPER_NAMES.contains(&name)
+}
+
+/// Whether `name` can follow `namespace.` in every language: an identifier, not a
+/// dunder name, and not a keyword (Python and Rhai refuse those after a dot).
+pub fn is_member_name(name: &str) -> bool {
+    is_identifier(name) && !name.starts_with("__") && !KEYWORDS.contains(&name)
+}
+
+/// Keywords and reserved words of JavaScript, Python and Rhai.
+const KEYWORDS: &[&str] = &[
+    "False",
+    "None",
+    "True",
+    "and",
+    "as",
+    "assert",
+    "async",
+    "await",
+    "break",
+    "case",
+    "catch",
+    "class",
+    "const",
+    "continue",
+    "debugger",
+    "def",
+    "default",
+    "del",
+    "delete",
+    "do",
+    "elif",
+    "else",
+    "enum",
+    "except",
+    "exit",
+    "export",
+    "extends",
+    "false",
+    "finally",
+    "fn",
+    "for",
+    "from",
+    "function",
+    "global",
+    "go",
+    "goto",
+    "if",
+    "implements",
+    "import",
+    "in",
+    "instanceof",
+    "interface",
+    "is",
+    "lambda",
+    "let",
+    "loop",
+    "match",
+    "module",
+    "new",
+    "nil",
+    "nonlocal",
+    "not",
+    "null",
+    "or",
+    "package",
+    "pass",
+    "private",
+    "protected",
+    "public",
+    "raise",
+    "return",
+    "shared",
+    "spawn",
+    "static",
+    "super",
+    "switch",
+    "sync",
+    "this",
+    "thread",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "until",
+    "use",
+    "var",
+    "void",
+    "while",
+    "with",
+    "yield",
+];
+
+/// Global names scripts use: JavaScript's global objects and functions, Python's
+/// builtins, and what codeact's preludes define besides the helpers.
+const GLOBALS: &[&str] = &[
+    "AggregateError",
+    "Array",
+    "ArrayBuffer",
+    "Atomics",
+    "BigInt",
+    "BigInt64Array",
+    "BigUint64Array",
+    "Boolean",
+    "DataView",
+    "Date",
+    "Error",
+    "EvalError",
+    "FinalizationRegistry",
+    "Float32Array",
+    "Float64Array",
+    "Function",
+    "Infinity",
+    "Int16Array",
+    "Int32Array",
+    "Int8Array",
+    "Intl",
+    "JSON",
+    "Map",
+    "Math",
+    "NaN",
+    "Number",
+    "Object",
+    "Promise",
+    "Proxy",
+    "RangeError",
+    "ReferenceError",
+    "Reflect",
+    "RegExp",
+    "Set",
+    "SharedArrayBuffer",
+    "String",
+    "Symbol",
+    "SyntaxError",
+    "ToolError",
+    "TypeError",
+    "URIError",
+    "Uint16Array",
+    "Uint32Array",
+    "Uint8Array",
+    "Uint8ClampedArray",
+    "WeakMap",
+    "WeakRef",
+    "WeakSet",
+    "abs",
+    "aiter",
+    "all",
+    "anext",
+    "any",
+    "ascii",
+    "bin",
+    "bool",
+    "breakpoint",
+    "bytearray",
+    "bytes",
+    "callable",
+    "chr",
+    "classmethod",
+    "compile",
+    "complex",
+    "console",
+    "copyright",
+    "credits",
+    "decodeURI",
+    "decodeURIComponent",
+    "delattr",
+    "dict",
+    "dir",
+    "divmod",
+    "encodeURI",
+    "encodeURIComponent",
+    "enumerate",
+    "escape",
+    "eval",
+    "exec",
+    "filter",
+    "float",
+    "format",
+    "frozenset",
+    "fs",
+    "getattr",
+    "globalThis",
+    "globals",
+    "hasattr",
+    "hash",
+    "help",
+    "hex",
+    "id",
+    "input",
+    "int",
+    "isFinite",
+    "isNaN",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "license",
+    "list",
+    "locals",
+    "map",
+    "max",
+    "memoryview",
+    "min",
+    "next",
+    "object",
+    "oct",
+    "open",
+    "ord",
+    "parseFloat",
+    "parseInt",
+    "pow",
+    "print",
+    "property",
+    "quit",
+    "range",
+    "repr",
+    "reversed",
+    "round",
+    "set",
+    "setattr",
+    "slice",
+    "sorted",
+    "staticmethod",
+    "str",
+    "sum",
+    "tools",
+    "tuple",
+    "type",
+    "type_of",
+    "undefined",
+    "unescape",
+    "vars",
+    "zip",
+];
+
 /// True when `name` can name a tool in every language: ASCII letters, digits and
 /// `_`, not starting with a digit.
 pub fn is_identifier(name: &str) -> bool {
@@ -253,6 +611,66 @@ impl ToolDispatch for NoTools {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_servers_tool_is_a_method_of_its_object_in_each_language() {
+        let spec = ToolSpec::new("github_create_issue", "").in_namespace("github");
+        assert_eq!(spec.namespaced(), Some(("github", "create_issue")));
+        assert_eq!(spec.js_signature(), "github.create_issue({})");
+        assert_eq!(spec.python_signature(), "github.create_issue()");
+        let flat = ToolSpec::new("add", "");
+        assert_eq!(flat.js_signature(), "tools.add({})");
+        assert_eq!(flat.python_signature(), "add()");
+    }
+
+    /// A server named like something scripts rely on, or a tool whose rest of the
+    /// name is not a member in every language, keeps the flat name only.
+    #[test]
+    fn names_no_language_can_write_as_an_object_and_member_stay_flat() {
+        for (name, namespace) in [
+            ("JSON_parse", "JSON"),
+            ("print_page", "print"),
+            ("len_of", "len"),
+            ("tools_x", "tools"),
+            ("console_log", "console"),
+            ("final_result_x", "final_result"),
+            ("class_list", "class"),
+            ("_private_x", "_private"),
+            ("github_2fa", "github"),
+            ("github_class", "github"),
+            ("github_import", "github"),
+            ("github___init__", "github"),
+            ("other_tool", "github"),
+            ("github", "github"),
+        ] {
+            let spec = ToolSpec::new(name, "").in_namespace(namespace);
+            assert_eq!(spec.namespace, None, "{name} in {namespace}");
+            assert!(spec.js_signature().starts_with("tools."), "{name}");
+        }
+    }
+
+    #[test]
+    fn namespaces_group_members_and_leave_out_one_named_like_a_tool() {
+        let specs = [
+            ToolSpec::new("github_create_issue", "").in_namespace("github"),
+            ToolSpec::new("github_list", "").in_namespace("github"),
+            ToolSpec::new("time_now", "").in_namespace("time"),
+            ToolSpec::new("time", ""),
+        ];
+        let objects = namespaces(&specs);
+        assert_eq!(objects.len(), 1, "{objects:?}");
+        assert_eq!(
+            objects["github"].iter().collect::<Vec<_>>(),
+            [
+                (
+                    &"create_issue".to_string(),
+                    &"github_create_issue".to_string()
+                ),
+                (&"list".to_string(), &"github_list".to_string())
+            ]
+        );
+        assert!(!rhai_member("keys") && rhai_member("create_issue"));
+    }
 
     /// A third party's schema (an MCP server's) reaches the prompt through the
     /// signature: its names and types must not carry lines or sentences there.

@@ -8,7 +8,7 @@
 //! memory come from whatever runs it, here wasmtime.
 
 use boa_engine::Context;
-use codeact_runtime::{Limits, LogBuffer, RunOutcome};
+use codeact_runtime::{Limits, LogBuffer, RunOutcome, ToolSpec};
 
 pub use crate::worker::ToolCaller;
 use crate::worker::{self, InPlace};
@@ -48,6 +48,17 @@ impl EmbeddedJs {
         worker::apply_runtime_limits(&mut self.context, &limits);
         self.limits = limits;
         self
+    }
+
+    /// The same context with the namespace objects of `tools` defined
+    /// (`github.create_issue(…)`, see `codeact_runtime::namespaces`): call it
+    /// before the first script, after which the prelude refuses new ones.
+    pub fn with_namespaces(mut self, tools: &[ToolSpec]) -> Result<Self, String> {
+        let namespaces = codeact_runtime::namespaces(tools);
+        if !namespaces.is_empty() {
+            worker::define_namespaces(&mut self.context, &namespaces).map_err(|e| e.to_string())?;
+        }
+        Ok(self)
     }
 
     /// Runs one script; variables and functions stay for the next.

@@ -14,6 +14,8 @@
   const apply = Reflect.apply;
   const parse = JSON.parse;
   const defineProperty = Object.defineProperty;
+  const freeze = Object.freeze;
+  const keysOf = Object.keys;
   const StringC = String;
   const ProxyC = Proxy;
   const TypeErrorC = TypeError;
@@ -73,8 +75,35 @@
   install();
   const fixed = (name, value) =>
     defineProperty(g, name, { __proto__: null, writable: false, configurable: false, enumerable: false, value });
+  // Until the first script begins, the host may define the session's namespace
+  // objects (an MCP server's tools as methods: `github.create_issue({...})`), once.
+  let open = true;
   // Called by the worker before every script: the helpers as the host made them.
-  fixed("__codeact_begin", install);
+  fixed("__codeact_begin", () => {
+    open = false;
+    install();
+  });
+  // `text`: JSON of {namespace: {member: tool name}}, from
+  // codeact_runtime::namespaces. Each object is frozen and put back with the helpers.
+  fixed("__codeact_namespaces", (text) => {
+    if (!open) return;
+    open = false;
+    const objects = parse(StringC(text));
+    const namespaces = keysOf(objects);
+    for (let i = 0; i < namespaces.length; i++) {
+      const namespace = namespaces[i];
+      if (namespace in helpers) continue;
+      const members = objects[namespace];
+      const object = { __proto__: null };
+      const memberNames = keysOf(members);
+      for (let k = 0; k < memberNames.length; k++) {
+        const tool = StringC(members[memberNames[k]]);
+        object[memberNames[k]] = (args) => hostCall(tool, args);
+      }
+      helpers[namespace] = freeze(object);
+      names[names.length] = namespace;
+    }
+  });
   // The completion value as JSON text, or a TypeError naming what JSON cannot hold.
   fixed("__codeact_encode", (value, maxDepth) => encode(value, maxDepth, false));
 })();

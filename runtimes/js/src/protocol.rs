@@ -16,12 +16,21 @@ pub const WORKER_ARG: &str = "__codeact-js-worker";
 /// starting copies of itself without end.
 pub const WORKER_ENV: &str = "CODEACT_JS_WORKER";
 
+/// Namespace objects by name, each mapping members to tools' flat names.
+pub(crate) type Namespaces =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
+
 /// Host to worker.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(crate) enum Request {
-    /// Run a script.
-    Run { script: String },
+    /// Run a script. A fresh worker's first run also carries the session's
+    /// namespace objects (`codeact_runtime::namespaces`), defined before it.
+    Run {
+        script: String,
+        #[serde(default, skip_serializing_if = "Namespaces::is_empty")]
+        namespaces: Namespaces,
+    },
     /// The answer to the worker's pending tool call.
     ToolResult {
         #[serde(default, skip_serializing_if = "Option::is_none")]

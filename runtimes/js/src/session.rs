@@ -12,7 +12,7 @@ use codeact_runtime::{
     HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, ToolDispatch,
 };
 
-use crate::protocol::{Reply, Request, WORKER_ARG, WORKER_ENV};
+use crate::protocol::{Namespaces, Reply, Request, WORKER_ARG, WORKER_ENV};
 
 const RUNTIME: &str = "js";
 
@@ -68,6 +68,9 @@ struct Worker {
     /// reply is most likely not a worker at all (an app that skipped
     /// `run_worker_if_requested`).
     replied: bool,
+    /// Whether the session's namespace objects went with a run yet: only a fresh
+    /// worker's first run carries them.
+    namespaces_sent: bool,
 }
 
 impl Worker {
@@ -160,6 +163,7 @@ impl JsSession {
             },
             replies,
             replied: false,
+            namespaces_sent: false,
         })
     }
 
@@ -218,6 +222,7 @@ impl JsSession {
             link: Link::Process { child, stdin },
             replies,
             replied: false,
+            namespaces_sent: false,
         })
     }
 
@@ -253,8 +258,15 @@ impl JsSession {
         let Some(worker) = self.worker.as_mut() else {
             return Err(lost("the worker did not start".into()));
         };
+        let namespaces = if worker.namespaces_sent {
+            Namespaces::new()
+        } else {
+            worker.namespaces_sent = true;
+            codeact_runtime::namespaces(self.tools.specs())
+        };
         if let Err(e) = worker.send(Request::Run {
             script: script.to_string(),
+            namespaces,
         }) {
             let status = worker.end();
             let replied = worker.replied;

@@ -23,7 +23,7 @@ use boa_engine::{
 use codeact_runtime::Limits;
 use serde_json::{Value, json};
 
-use crate::protocol::{Failure, FailureKind, Reply, Request, WORKER_ARG};
+use crate::protocol::{Failure, FailureKind, Namespaces, Reply, Request, WORKER_ARG};
 use codeact_runtime::js_hoist::hoist_top_level;
 
 const PRELUDE: &str = include_str!("prelude.js");
@@ -102,7 +102,15 @@ pub(crate) fn serve(limits: &Limits) -> bool {
             return true;
         };
         match request {
-            Request::Run { script } => {
+            Request::Run { script, namespaces } => {
+                if !namespaces.is_empty() {
+                    if let Err(e) = define_namespaces(&mut context, &namespaces) {
+                        send(Reply::fatal(&format!(
+                            "the JavaScript worker could not define the tool namespaces: {e}"
+                        )));
+                        return false;
+                    }
+                }
                 LOGS.with(|logs| logs.borrow_mut().reset(limits.max_output_bytes));
                 let completion = run(&mut context, &script, limits.max_nesting_depth);
                 let dropped = LOGS.with(|logs| logs.borrow().dropped);
@@ -209,6 +217,23 @@ pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
     let prelude = PRELUDE.replace("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER);
     context.eval(Source::from_bytes(&prelude).with_path(Path::new(PRELUDE_PATH)))?;
     Ok(context)
+}
+
+/// Defines the session's namespace objects (`github.create_issue(…)`) through the
+/// prelude's one-shot hook; a no-op once a script has begun.
+pub(crate) fn define_namespaces(context: &mut Context, namespaces: &Namespaces) -> JsResult<()> {
+    let text = serde_json::to_string(namespaces).unwrap_or_else(|_| "{}".into());
+    let define = context
+        .global_object()
+        .get(js_string!("__codeact_namespaces"), context)?;
+    if let Some(define) = define.as_callable() {
+        define.call(
+            &JsValue::undefined(),
+            &[JsValue::from(JsString::from(text.as_str()))],
+            context,
+        )?;
+    }
+    Ok(())
 }
 
 /// Sets Boa's own limits from `limits`: loop iterations and recursion (8 frames

@@ -99,19 +99,22 @@ impl Runtime for RhaiRuntime {
     }
 }
 
-/// How a Rhai script calls `tool`: `name(#{field: type, …}) -> returns`.
+/// How a Rhai script calls `tool`: `name(#{field: type, …}) -> returns`, or
+/// `github.create_issue(#{…})` for a namespaced tool whose member Rhai can call
+/// as a method of the server's map.
 pub fn tool_signature(tool: &ToolSpec) -> String {
     let fields: Vec<String> = tool
         .signature_fields()
         .into_iter()
         .map(|(name, ty)| format!("{name}: {}", rhai_type(&ty)))
         .collect();
-    format!(
-        "{}(#{{{}}}){}",
-        tool.name,
-        fields.join(", "),
-        tool.return_suffix()
-    )
+    let call = match tool.namespaced() {
+        Some((namespace, member)) if codeact_runtime::rhai_member(member) => {
+            format!("{namespace}.{member}")
+        }
+        _ => tool.name.clone(),
+    };
+    format!("{call}(#{{{}}}){}", fields.join(", "), tool.return_suffix())
 }
 
 /// The Rhai spelling of a JSON Schema type.
@@ -153,6 +156,14 @@ mod tests {
             runtime.tool_signature(&typed),
             "add(#{a: int, b: float}) -> {parts: integer[], sum: number}"
         );
+    }
+
+    #[test]
+    fn a_namespaced_tool_is_a_method_of_its_servers_map_unless_rhai_takes_the_name() {
+        let spec = ToolSpec::new("github_create_issue", "").in_namespace("github");
+        assert_eq!(tool_signature(&spec), "github.create_issue(#{})");
+        let keys = ToolSpec::new("github_keys", "").in_namespace("github");
+        assert_eq!(tool_signature(&keys), "github_keys(#{})");
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub struct RhaiSession {
     /// The tool wrappers alone, put back over anything a script defined by a
     /// tool's name.
     wrappers: AST,
+    /// The namespace objects (`github.create_issue(…)`), put back in the scope
+    /// before a run whenever a script shadowed one.
+    namespaces: Vec<(String, Dynamic)>,
     meter: MeterSchedule,
 }
 
@@ -51,6 +54,7 @@ impl RhaiSession {
             functions: AST::empty(),
             tool_functions: None,
             wrappers: AST::empty(),
+            namespaces: Vec::new(),
             meter: MeterSchedule::default(),
         }
     }
@@ -71,6 +75,7 @@ impl RhaiSession {
                 })?;
             self.functions = wrappers.merge(&self.functions);
             self.wrappers = wrappers;
+            self.namespaces = tool_functions::namespace_objects(self.tools.specs());
         }
         self.tool_functions = Some(count);
         Ok(count)
@@ -78,6 +83,14 @@ impl RhaiSession {
 
     fn evaluate(&mut self, script: &str) -> Result<serde_json::Value, ScriptError> {
         let wrappers = self.ensure_tool_functions()?;
+        // The namespace objects as the host made them, whatever an earlier script
+        // bound to their names: a constant cannot be changed, only shadowed.
+        for (name, object) in &self.namespaces {
+            if !tool_functions::is_namespace_object(&self.scope, name, object) {
+                self.scope
+                    .push_constant_dynamic(name.clone(), object.clone());
+            }
+        }
         let limits = &*self.limits;
         // Inserted semicolons are not reported to the model: told about them, small
         // models took the note for an error and "fixed" working scripts.

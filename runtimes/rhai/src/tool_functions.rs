@@ -8,10 +8,15 @@
 //! arguments positionally under the schema's property names, in schema order (up to
 //! [`MAX_POSITIONAL`]). A function the script defines with the same name and arity
 //! replaces the wrapper. Tools named like a codeact helper get no wrapper.
+//!
+//! An MCP server's tools are also methods of a constant named after the server,
+//! a map of function pointers to the wrappers: `github.create_issue(#{…})` calls
+//! `github_create_issue`, as in JavaScript and Python.
 
 use std::fmt::Write as _;
 
 use codeact_runtime::{ToolSpec, is_identifier};
+use rhai::{Dynamic, FnPtr, Map, Scope};
 
 /// Positional arguments a wrapper accepts at most.
 const MAX_POSITIONAL: usize = 8;
@@ -69,6 +74,51 @@ pub(crate) fn wrapper_source(tools: &[ToolSpec]) -> (String, usize) {
         }
     }
     (source, count)
+}
+
+/// The namespace objects of `tools` (see [`codeact_runtime::namespaces`]): each
+/// a map from member to a function pointer at the tool's wrapper, without the
+/// members Rhai would take for a map method ([`codeact_runtime::rhai_member`]).
+pub(crate) fn namespace_objects(tools: &[ToolSpec]) -> Vec<(String, Dynamic)> {
+    codeact_runtime::namespaces(tools)
+        .into_iter()
+        .filter_map(|(namespace, members)| {
+            let map: Map = members
+                .into_iter()
+                .filter(|(member, _)| codeact_runtime::rhai_member(member))
+                .filter_map(|(member, tool)| {
+                    let pointer = FnPtr::new(tool).ok()?;
+                    Some((member.into(), Dynamic::from(pointer)))
+                })
+                .collect();
+            (!map.is_empty()).then(|| (namespace, Dynamic::from_map(map)))
+        })
+        .collect()
+}
+
+/// Whether the variable `name` that a script sees in `scope` is `object`: a
+/// constant map pointing at the same functions.
+pub(crate) fn is_namespace_object(scope: &Scope, name: &str, object: &Dynamic) -> bool {
+    if scope.is_constant(name) != Some(true) {
+        return false;
+    }
+    let (Some(seen), Some(made)) = (
+        scope.get(name).and_then(|value| value.read_lock::<Map>()),
+        object.read_lock::<Map>(),
+    ) else {
+        return false;
+    };
+    seen.len() == made.len()
+        && made.iter().all(|(member, pointer)| {
+            // A curried pointer calls the same function with other arguments.
+            let target = |value: &Dynamic| {
+                value
+                    .read_lock::<FnPtr>()
+                    .filter(|pointer| pointer.curry().is_empty())
+                    .map(|pointer| pointer.fn_name().to_string())
+            };
+            seen.get(member).and_then(target) == target(pointer)
+        })
 }
 
 /// A map-literal key: bare when an identifier, quoted otherwise.

@@ -2,7 +2,8 @@
 # every script sees, and the loop that reads scripts from stdin and answers on
 # stdout (the protocol is in runtimes/wasm/src/protocol.rs). The host fills in
 # __CODEACT_TOOLS__ (the tool names, a JSON array), __CODEACT_TOOL_PARAMS__ (each
-# tool's parameter names in order, for positional calls) and __CODEACT_MAX_DEPTH__ /
+# tool's parameter names in order, for positional calls), __CODEACT_NAMESPACES__
+# (the namespace objects, {namespace: {member: tool name}}) and __CODEACT_MAX_DEPTH__ /
 # __CODEACT_MAX_CALL_DEPTH__ (the nesting and call depth limits).
 #
 # What a script may change for later steps: its own variables. What it may not:
@@ -71,6 +72,7 @@ def __codeact_main(
 
     TOOLS = __CODEACT_TOOLS__
     TOOL_PARAMS = __CODEACT_TOOL_PARAMS__
+    NAMESPACES = __CODEACT_NAMESPACES__
     MAX_DEPTH = __CODEACT_MAX_DEPTH__
     MAX_CALL_DEPTH = __CODEACT_MAX_CALL_DEPTH__
     NO_RESULT = (
@@ -313,6 +315,33 @@ def __codeact_main(
     for tool in TOOLS:
         if tool not in helpers:
             helpers[tool] = tool_function(tool)
+
+    # An MCP server's tools as methods of an object named after it
+    # (github.create_issue(title="x")). No script changes one for the next: each
+    # script gets new objects (a class can be changed through its instance's type).
+    namespace_functions = {}
+    for server in NAMESPACES:
+        if server not in helpers:
+            members = NAMESPACES[server]
+            namespace_functions[server] = [(m, tool_function(members[m])) for m in sorted(members)]
+
+    def tool_namespace(server, functions):
+        class ToolNamespace:
+            def __repr__(self, __text="<tools of %s: %s>" % (server, ", ".join([m for m, f in functions]))):
+                return __text
+
+            def __setattr__(self, name, value):
+                raise AttributeError("the tools of %s cannot be changed" % server)
+
+        for member, function in functions:
+            setattr(ToolNamespace, member, staticmethod(function))
+        return ToolNamespace()
+
+    def new_namespaces():
+        for server in namespace_functions:
+            helpers[server] = tool_namespace(server, namespace_functions[server])
+
+    new_namespaces()
     namespace = {"__name__": "__main__"}
 
     if CPYTHON:
@@ -507,6 +536,8 @@ def __codeact_main(
     def run(code):
         state["last"] = None
         # The helpers as the prelude made them, whatever an earlier script rebound.
+        if namespace_functions:
+            new_namespaces()
         namespace.update(helpers)
         try:
             head, tail = split(code)

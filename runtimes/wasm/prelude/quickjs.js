@@ -1,7 +1,9 @@
 // codeact's prelude for the QuickJS-NG guest: the helpers every script sees, and
 // the loop that reads scripts from stdin and answers on stdout (the protocol is in
 // runtimes/wasm/src/protocol.rs). The host fills in __CODEACT_TOOLS__ (the tool
-// names, a JSON array), __CODEACT_MAX_DEPTH__ (the nesting depth limit) and the
+// names, a JSON array), __CODEACT_NAMESPACES__ (the namespace objects, a JSON
+// object {namespace: {member: tool name}} from codeact_runtime::namespaces),
+// __CODEACT_MAX_DEPTH__ (the nesting depth limit) and the
 // encoder (codeact_runtime::JS_ENCODER, in place of the placeholder below).
 //
 // What the loop, the helpers and the encoder use is taken now and called through
@@ -14,6 +16,7 @@
 (() => {
   const g = globalThis;
   const TOOLS = __CODEACT_TOOLS__;
+  const NAMESPACES = __CODEACT_NAMESPACES__;
   const MAX_DEPTH = __CODEACT_MAX_DEPTH__;
   const apply = Reflect.apply;
   const input = std.in;
@@ -103,6 +106,19 @@
     console,
   };
   const names = ["observation", "final_result", "error", "transfer_to_agent", "call_tool", "tools", "console"];
+  // An MCP server's tools as methods of an object named after it
+  // (`github.create_issue({...})`), frozen, put back with the helpers.
+  for (const namespace of Object.keys(NAMESPACES)) {
+    if (namespace in helpers) continue;
+    const object = { __proto__: null };
+    const members = NAMESPACES[namespace];
+    for (const member of Object.keys(members)) {
+      const tool = members[member];
+      object[member] = (args) => callTool(tool, args);
+    }
+    helpers[namespace] = Object.freeze(object);
+    names.push(namespace);
+  }
   // The helpers as the prelude made them, whatever an earlier script rebound.
   const install = () => {
     for (let i = 0; i < names.length; i++) {

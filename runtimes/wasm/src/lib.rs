@@ -523,7 +523,13 @@ impl Runtime for WasmRuntime {
             Launch::CodeactAbi if self.info.language == "Rhai" => {
                 codeact_rhai::tool_signature(tool)
             }
-            Launch::QuickJsReactor | Launch::Command | Launch::CodeactAbi => tool.js_signature(),
+            Launch::QuickJsReactor | Launch::CodeactAbi => tool.js_signature(),
+            // A guest of the user's own defines no namespace objects.
+            Launch::Command => ToolSpec {
+                namespace: None,
+                ..tool.clone()
+            }
+            .js_signature(),
         }
     }
 

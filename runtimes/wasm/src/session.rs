@@ -638,8 +638,9 @@ impl Session for WasmSession {
 }
 
 /// Fills the prelude's placeholders for a session with these tools and limits:
-/// the tools' names (a JSON array), and each tool's parameter names in the order
-/// its signature shows them (a JSON object), for positional calls.
+/// the tools' names (a JSON array), each tool's parameter names in the order its
+/// signature shows them (a JSON object), for positional calls, and the namespace
+/// objects (`codeact_runtime::namespaces`).
 pub(crate) fn render_prelude(
     template: &str,
     tools: &[codeact_runtime::ToolSpec],
@@ -653,11 +654,14 @@ pub(crate) fn render_prelude(
             (t.name.clone(), serde_json::json!(order))
         })
         .collect();
+    let namespaces =
+        serde_json::to_string(&codeact_runtime::namespaces(tools)).unwrap_or_else(|_| "{}".into());
     let names = serde_json::to_string(&names).unwrap_or_else(|_| "[]".into());
     let params = serde_json::to_string(&params).unwrap_or_else(|_| "{}".into());
     template
         .replace("__CODEACT_TOOLS__", &names)
         .replace("__CODEACT_TOOL_PARAMS__", &params)
+        .replace("__CODEACT_NAMESPACES__", &namespaces)
         .replace(
             "__CODEACT_MAX_DEPTH__",
             &limits.max_nesting_depth.to_string(),
