@@ -146,7 +146,7 @@ pub(crate) struct ToolArgs {
     fetch_headers: Vec<String>,
     /// An MCP server whose tools scripts may call, as NAME=COMMAND ARGS… (started
     /// by the host, over stdio) or NAME=https://… (streamable HTTP). Its tool `t`
-    /// is the tool `NAME_t`. Repeatable.
+    /// is the tool `NAME_t`, also `NAME.t(…)` in scripts. Repeatable.
     #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
     mcp_servers: Vec<String>,
 }
