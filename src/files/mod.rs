@@ -24,7 +24,10 @@ mod beneath;
 #[cfg(not(target_os = "linux"))]
 #[path = "beneath_unsupported.rs"]
 mod beneath;
+mod images;
 mod tools;
+
+pub use images::MAX_SIDE as MAX_IMAGE_SIDE;
 
 pub use tools::{EXISTS_TOOL, LIST_DIR_TOOL, READ_TEXT_TOOL, SHOW_IMAGE_TOOL, WRITE_TEXT_TOOL};
 

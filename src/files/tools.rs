@@ -99,14 +99,23 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
         Tool::from_fn(
             SHOW_IMAGE_TOOL,
             format!(
-                "Shows you an image file (PNG, JPEG, GIF or WebP, at most {}) with this script's result. {layout}",
-                human_bytes(super::MAX_IMAGE_BYTES)
+                "Shows you an image file (PNG, JPEG, GIF or WebP, at most {}{}) with this script's result. {layout}",
+                human_bytes(super::MAX_IMAGE_BYTES),
+                if cfg!(feature = "images") {
+                    format!(
+                        "; a larger picture is scaled down to {} pixels on its long side",
+                        super::MAX_IMAGE_SIDE
+                    )
+                } else {
+                    String::new()
+                }
             ),
             move |args| area.show_image(path_arg(&args)?),
         )
         .with_parameters(path_only("the image, e.g. out/chart.png"))
         .with_returns(json!({"type": "object", "properties": {
-            "shown": {"type": "string"}, "bytes": {"type": "integer"}}}))
+            "shown": {"type": "string"}, "bytes": {"type": "integer"},
+            "width": {"type": "integer"}, "height": {"type": "integer"}}}))
     };
     vec![read, write, list, exists, show]
 }
@@ -270,6 +279,29 @@ impl FileArea {
                 "'{shown_path}' is not a PNG, JPEG, GIF or WebP image"
             ))
         })?;
+        if self
+            .inner
+            .shown
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+            >= super::MAX_IMAGES_PER_SCRIPT
+        {
+            return Err(ToolError::new(format!(
+                "one script may show at most {} images",
+                super::MAX_IMAGES_PER_SCRIPT
+            )));
+        }
+        let fitted = super::images::fit_for_model(data, media_type)
+            .map_err(|why| ToolError::new(format!("'{shown_path}' is not shown: {why}")))?;
+        let mut answer = json!({"shown": shown_path, "bytes": fitted.data.len()});
+        if let Some((width, height)) = fitted.size {
+            answer["width"] = json!(width);
+            answer["height"] = json!(height);
+        }
+        if let Some((width, height)) = fitted.scaled_from {
+            answer["scaled_from"] = json!([width, height]);
+        }
         let mut shown = self.inner.shown.lock().unwrap_or_else(|e| e.into_inner());
         if shown.len() >= super::MAX_IMAGES_PER_SCRIPT {
             return Err(ToolError::new(format!(
@@ -277,13 +309,12 @@ impl FileArea {
                 super::MAX_IMAGES_PER_SCRIPT
             )));
         }
-        let bytes = data.len();
         shown.push(super::ShownImage {
-            path: shown_path.clone(),
-            media_type,
-            data,
+            path: shown_path,
+            media_type: fitted.media_type,
+            data: fitted.data,
         });
-        Ok(json!({"shown": shown_path, "bytes": bytes}))
+        Ok(answer)
     }
 
     fn exists(&self, path: &str) -> Result<Value, ToolError> {

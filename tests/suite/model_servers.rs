@@ -1253,3 +1253,42 @@ async fn a_model_not_sent_images_reads_a_line_about_the_image() {
         "{text}"
     );
 }
+
+/// If this fails, a model is sent a picture larger than models take (upload and
+/// tokens for pixels the provider throws away), or a smaller shape than the
+/// script's picture has.
+#[tokio::test]
+async fn a_large_picture_reaches_the_model_scaled_to_its_long_side() {
+    let big = {
+        let mut out = std::io::Cursor::new(Vec::new());
+        image::RgbaImage::from_pixel(3136, 1000, image::Rgba([0, 90, 200, 255]))
+            .write_to(&mut out, image::ImageFormat::Png)
+            .expect("encodes");
+        out.into_inner()
+    };
+    let server = FakeServer::start(vec![completion(SHOW), completion(SEEN)]).await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let agent = seeing_agent(Arc::new(openai(&server)), true, scratch.path());
+    std::fs::write(scratch.path().join("in/dot.png"), &big).expect("written");
+    let run = agent.run("Look at the picture.").await.expect("finishes");
+    assert_eq!(
+        run.outcome,
+        codeact::Outcome::FinalResult {
+            value: serde_json::json!("seen")
+        }
+    );
+    let received = server.received();
+    let url = received[1].body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_array().cloned())
+        .and_then(|parts| parts.into_iter().find(|p| p["type"] == "image_url"))
+        .and_then(|part| part["image_url"]["url"].as_str().map(str::to_string))
+        .expect("an image part");
+    use base64::Engine as _;
+    let sent = base64::engine::general_purpose::STANDARD
+        .decode(url.trim_start_matches("data:image/png;base64,"))
+        .expect("base64");
+    let shown = image::load_from_memory(&sent).expect("a PNG");
+    assert_eq!((shown.width(), shown.height()), (1568, 500));
+}

@@ -32,6 +32,36 @@ struct Tree {
 
 const SECRET: &str = "s3cret-outside-7c1";
 
+/// A 1×1 PNG.
+const DOT_PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+/// A valid 1×1 PNG whose header claims `width` × `height` (its checksum made
+/// right): a decompression bomb's shape without the compressed pixels.
+fn png_claiming(width: u32, height: u32) -> Vec<u8> {
+    let mut data = DOT_PNG.to_vec();
+    data[16..20].copy_from_slice(&width.to_be_bytes());
+    data[20..24].copy_from_slice(&height.to_be_bytes());
+    let mut crc = 0xffff_ffffu32;
+    for &byte in &data[12..29] {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    data[29..33].copy_from_slice(&(!crc).to_be_bytes());
+    data
+}
+
 impl Tree {
     fn new() -> Self {
         let dir = tempfile::tempdir().expect("a scratch directory");
@@ -41,6 +71,7 @@ impl Tree {
         }
         std::fs::write(tree.path("outside/secret.txt"), SECRET).expect("written");
         std::fs::write(tree.path("data/prices.csv"), "item,price\ncheese,7.8\n").expect("written");
+        std::fs::write(tree.path("data/bomb.png"), png_claiming(40_000, 40_000)).expect("written");
         let link = |target: &str, at: &str| {
             std::os::unix::fs::symlink(tree.path(target), tree.path(at)).expect("linked")
         };
@@ -187,6 +218,7 @@ fn escapes(column: &str) -> Option<Result<String, String>> {
             "data/prices.csv",
             "is not a PNG, JPEG, GIF or WebP image",
         ),
+        case("show_image", "data/bomb.png", "at most 24 million pixels"),
         case("write_text", "out/report.md", "ok"),
     ]
     .into_iter()
@@ -216,7 +248,7 @@ fn escapes(column: &str) -> Option<Result<String, String>> {
                 if tree.path("data/planted.txt").exists() || !tree.path("out/report.md").exists() {
                     return Err("the read-only mount was written, or the writable one was not".into());
                 }
-                Ok("`..`, absolute and relative links out of the root and out of a mount, a FIFO, a read-only mount, a write through a link: refused; the outside unchanged".into())
+                Ok("`..`, absolute and relative links out of the root and out of a mount, a FIFO, a read-only mount, a write through a link, a 100-byte PNG claiming 1.6 billion pixels: refused; the outside unchanged".into())
             }),
     )
 }
