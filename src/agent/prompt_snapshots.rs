@@ -15,6 +15,7 @@ use super::team::{Handover, handover_message};
 use crate::chat::{ContentBlock, Message, ModelResponse, StopReason, Usage};
 use crate::output::script_output::ScriptOutput;
 use crate::output::spec::RefusedBy;
+use crate::prompts::Prompts;
 use crate::untrusted::UntrustedText;
 
 const LIMIT: usize = 1_000;
@@ -78,6 +79,7 @@ fn decoded(value: Value) -> String {
 }
 
 fn sections() -> Vec<(&'static str, String)> {
+    let prompts = Prompts::default();
     let none = LogBuffer::new(10);
     let logs = printed("step 1");
     let thrown = |message: &str| ScriptError::Thrown {
@@ -97,11 +99,11 @@ fn sections() -> Vec<(&'static str, String)> {
         ("fence_rule", crate::untrusted::FENCE_RULE.to_string()),
         (
             "feedback/observation",
-            feedback::observation(&json!({"rows": 2}), &logs, LIMIT),
+            feedback::observation(&prompts, &json!({"rows": 2}), &logs, LIMIT),
         ),
         (
             "feedback/error",
-            feedback::error("the session was restarted", &logs, LIMIT),
+            feedback::error(&prompts, "the session was restarted", &logs, LIMIT),
         ),
         (
             "feedback/error_at",
@@ -132,15 +134,15 @@ fn sections() -> Vec<(&'static str, String)> {
         ),
         (
             "feedback/reported_error",
-            feedback::reported_error("no data", &logs, LIMIT),
+            feedback::reported_error(&prompts, "no data", &logs, LIMIT),
         ),
         (
             "feedback/bare_value (a number)",
-            feedback::bare_value(&json!(7.8), &none, LIMIT),
+            feedback::bare_value(&prompts, &json!(7.8), &none, LIMIT),
         ),
         (
             "feedback/bare_value (a list)",
-            feedback::bare_value(&json!([1, 2]), &logs, LIMIT),
+            feedback::bare_value(&prompts, &json!([1, 2]), &logs, LIMIT),
         ),
         (
             "feedback/bare_value_refused",
@@ -153,19 +155,20 @@ fn sections() -> Vec<(&'static str, String)> {
         ),
         (
             "feedback/no_value (a plain print)",
-            feedback::no_value(Some("total"), &logs, LIMIT),
+            feedback::no_value(&prompts, Some("total"), &logs, LIMIT),
         ),
         (
             "feedback/no_value (a print that is not plain code)",
-            feedback::no_value(Some("\"The answer is \" + total"), &none, LIMIT),
+            feedback::no_value(&prompts, Some("\"The answer is \" + total"), &none, LIMIT),
         ),
         (
             "feedback/no_value (no print)",
-            feedback::no_value(None, &none, LIMIT),
+            feedback::no_value(&prompts, None, &none, LIMIT),
         ),
         (
             "feedback/refusal",
             feedback::refusal(
+                &prompts,
                 RefusedBy::Schema,
                 "\"three\" is not of type \"integer\"",
                 Some(&quoted),
@@ -175,7 +178,14 @@ fn sections() -> Vec<(&'static str, String)> {
         ),
         (
             "feedback/refusal (the validator)",
-            feedback::refusal(RefusedBy::Validator, "needs a total", None, 1, LIMIT),
+            feedback::refusal(
+                &prompts,
+                RefusedBy::Validator,
+                "needs a total",
+                None,
+                1,
+                LIMIT,
+            ),
         ),
         (
             "feedback/faked_tool",
@@ -278,6 +288,7 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "handover",
             handover_message(
+                &prompts,
                 "Refund order 7.",
                 &Handover {
                     from: "triage".into(),
