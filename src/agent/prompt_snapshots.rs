@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use codeact_runtime::{LogBuffer, ScriptError};
+use minijinja::context;
 use serde_json::{Value, json};
 
 use super::decide::{BareValues, Conversation, LoopConfig};
@@ -285,6 +286,37 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        // The driver feeds a script the policy stopped back as that script's error.
+        (
+            "policy/ask",
+            feedback::error(
+                &prompts,
+                &prompts.render("policy/ask", context! {}),
+                &none,
+                LIMIT,
+            ),
+        ),
+        (
+            "policy/refused",
+            feedback::error(
+                &prompts,
+                &prompts.render("policy/refused", context! { reason => "over 100" }),
+                &none,
+                LIMIT,
+            ),
+        ),
+        (
+            "policy/undecided",
+            feedback::error(
+                &prompts,
+                &prompts.render(
+                    "policy/undecided",
+                    context! { reason => "check_code threw: boom" },
+                ),
+                &none,
+                LIMIT,
+            ),
+        ),
         (
             "handover",
             handover_message(

@@ -189,6 +189,11 @@ static BUILTINS: &[Builtin] = &[
     builtin!("transfer/unknown", || vec![
         context! { targets => vec!["billing"] }
     ]),
+    builtin!("policy/ask", || vec![context! {}]),
+    builtin!("policy/refused", || vec![context! { reason => "over 100" }]),
+    builtin!("policy/undecided", || vec![
+        context! { reason => "the rule threw" }
+    ]),
     builtin!("handover", || vec![
         context! { from => "triage", task => "Refund order 7.", count => 1, carried => FENCED },
     ]),
@@ -268,8 +273,8 @@ fn included(name: &str, rendering: &str) -> String {
 /// card: the system prompt around the card (`system`, `output`, `fence_rule`),
 /// the feedback after each step (`feedback/…`), the notes and hints added to it
 /// (`notes/…`, `hints/…`), the answers to a reply without runnable code
-/// (`reply/…`), the refused transfers (`transfer/…`) and a team's handover
-/// message (`handover`). [`Prompts::names`] lists them; `prompts/README.md`
+/// (`reply/…`), the refused transfers (`transfer/…`), the scripts a policy
+/// stopped (`policy/…`) and a team's handover message (`handover`). [`Prompts::names`] lists them; `prompts/README.md`
 /// says which variables each gets.
 ///
 /// Replace one to reword it for a model that reads it badly, or to translate it,
