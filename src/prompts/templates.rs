@@ -274,14 +274,15 @@ fn included(name: &str, rendering: &str) -> String {
 /// the feedback after each step (`feedback/…`), the notes and hints added to it
 /// (`notes/…`, `hints/…`), the answers to a reply without runnable code
 /// (`reply/…`), the refused transfers (`transfer/…`), the scripts a policy
-/// stopped (`policy/…`) and a team's handover message (`handover`). [`Prompts::names`] lists them; `prompts/README.md`
-/// says which variables each gets.
+/// stopped (`policy/…`) and a team's handover message (`handover`).
+/// [`Prompts::names`] lists them; `prompts/README.md` says which variables each
+/// gets.
 ///
 /// Replace one to reword it for a model that reads it badly, or to translate it,
 /// without forking the crate; give the set to
 /// [`AgentBuilder::prompts`](crate::agent::AgentBuilder::prompts). Default: the
-/// templates under `prompts/`, compiled once per process and shared by every
-/// clone, so a clone costs a reference count.
+/// templates under `prompts/`, compiled once per process; clones share the
+/// compiled templates, so a clone is cheap.
 ///
 /// ```
 /// use codeact::Prompts;
@@ -357,7 +358,9 @@ impl Prompts {
     /// strict mode with `trim_blocks` and `lstrip_blocks`. It is checked now: it
     /// must parse and render with sample values of the variables the host gives
     /// it, and so must every template that includes it; otherwise it is refused
-    /// and the set is unchanged.
+    /// and the set is unchanged. Should a replacement still fail on values its
+    /// check did not try, the built-in text of that template is sent instead:
+    /// the feedback of a step cannot fail.
     pub fn set(&mut self, name: &str, source: impl Into<String>) -> Result<(), TemplateError> {
         let Some(builtin) = BUILTINS.iter().find(|b| b.overridable && b.name == name) else {
             return Err(TemplateError::Unknown {
@@ -454,6 +457,27 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{}: {e:#}", builtin.name));
             }
         }
+    }
+
+    /// If this fails, a replacement that passed its check but fails on a value
+    /// the check did not try leaves the model with an error instead of feedback.
+    #[test]
+    fn a_replacement_failing_on_an_untried_value_gives_way_to_the_built_in_text() {
+        let mut prompts = Prompts::default();
+        prompts
+            .set(
+                "notes/stub_removed",
+                "{% if name == \"lookup\" %}{{ nope }}{% endif %}Stub of {{ name }} removed.",
+            )
+            .expect("renders with its samples");
+        assert_eq!(
+            prompts.render("notes/stub_removed", context! { name => "add" }),
+            "Stub of add removed."
+        );
+        assert_eq!(
+            prompts.render("notes/stub_removed", context! { name => "lookup" }),
+            DEFAULTS.render("notes/stub_removed", context! { name => "lookup" })
+        );
     }
 
     #[test]
