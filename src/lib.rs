@@ -99,7 +99,8 @@
 //!   (derive and trait), [`AnswerField`]; Rhai validators: [`RhaiValidator`],
 //!   [`Verdict`], [`ValidatorLoadError`]; Rhai policies: [`RhaiPolicy`].
 //! - **Prompts and untrusted text:** [`render_system_prompt`], [`render_card`],
-//!   [`TransferTarget`], [`PromptError`]; [`UntrustedText`], [`fence`],
+//!   [`TransferTarget`], [`PromptError`]; the host's words as replaceable
+//!   templates: [`Prompts`], [`TemplateError`]; [`UntrustedText`], [`fence`],
 //!   [`FENCE_RULE`].
 
 // The derive macro names `::codeact::…`, which must resolve inside this crate too.
@@ -159,7 +160,9 @@ pub use output::spec::{
     Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
     content_text,
 };
-pub use prompts::{PromptError, TransferTarget, render_card, render_system_prompt};
+pub use prompts::{
+    PromptError, Prompts, TemplateError, TransferTarget, render_card, render_system_prompt,
+};
 /// The token that cancels a run ([`RunRequest::cancel_on`]), from `tokio-util`.
 pub use tokio_util::sync::CancellationToken;
 pub use tools::command::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};

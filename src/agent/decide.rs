@@ -4,6 +4,7 @@
 //! every rule here is tested without a model or an engine.
 
 use codeact_runtime::LogBuffer;
+use minijinja::context;
 use serde_json::Value;
 
 use super::events::Event;
@@ -15,6 +16,7 @@ use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage}
 use crate::output::final_output::DEFAULT_CONTENT_CAP;
 use crate::output::script_output::{ScriptOutput, Untagged};
 use crate::output::spec::{Check, refusal_text};
+use crate::prompts::Prompts;
 use codeact_runtime::ScriptError;
 
 /// The loop's rules, with their defaults.
@@ -185,11 +187,11 @@ fn compaction(progress: &Progress, budget: usize) -> Option<Event> {
 }
 
 /// The words the first message kept after a compaction starts with: the host's,
-/// never fenced.
+/// never fenced: the fixed template `compaction` (a resumed chat rebuilds it from
+/// the recorded events, where no agent's [`Prompts`] are at hand).
 pub(crate) fn compaction_marker(dropped_turns: usize) -> String {
-    format!(
-        "(Earlier in this chat: the first {dropped_turns} turn(s) were dropped to keep the history within its budget. Variables and functions defined in them are still defined.)\n\n"
-    )
+    let marker = Prompts::render_builtin("compaction", context! { dropped_turns => dropped_turns });
+    format!("{marker}\n\n")
 }
 
 /// What a run's events add up to: the conversation so far and the loop's
@@ -340,6 +342,8 @@ pub struct Conversation {
     /// Whether the last reply repeated a failure word for word, so the next
     /// model call should sample more freely.
     repeated: bool,
+    /// The templates of everything fed back.
+    prompts: Prompts,
 }
 
 /// How a reply was read: a step to take, or an error of the reply itself (its
@@ -398,7 +402,15 @@ impl Conversation {
             failed_script: None,
             last_error_feedback: None,
             repeated: false,
+            prompts: Prompts::default(),
         }
+    }
+
+    /// The templates the feedback is rendered from. Default:
+    /// [`Prompts::default`].
+    pub fn with_prompts(mut self, prompts: Prompts) -> Self {
+        self.prompts = prompts;
+        self
     }
 
     /// Declares the agents a script may transfer to, and this agent's own name.
@@ -561,31 +573,31 @@ impl Conversation {
         let fence_tags = self.fence_tags.clone();
         let tags: Vec<&str> = fence_tags.iter().map(String::as_str).collect();
         let fence = tags.first().copied().unwrap_or("code");
-        let message = match extract_code(&text, &tags) {
+        let problem = match extract_code(&text, &tags) {
             Extraction::Code { code, closed } if closed || !truncated => {
                 if truncated {
-                    self.pending_notes.push(
-                        "Note: your reply was cut off at the output limit after the code block; keep replies shorter.".into(),
-                    );
+                    let note = self.prompts.render("notes/cut_off_after_code", context! {});
+                    self.pending_notes.push(note);
                 }
                 let code = self.prepare_script(code, fence);
                 self.current_script = Some(code.clone());
                 return Reading::Next(Next::RunScript { code });
             }
-            Extraction::Code { .. } => format!(
-                "Your reply was cut off at the output limit before the code block closed, so nothing ran. Write a shorter script in one ```{fence} block."
-            ),
-            Extraction::OtherLanguage { tag } => format!(
-                "Your reply had a ```{tag} block, but this session runs {fence}. Reply with one ```{fence} code block."
-            ),
-            Extraction::NoCode if truncated => format!(
-                "Your reply was cut off at the output limit and held no code. Reply with one short ```{fence} code block."
-            ),
-            Extraction::NoCode => format!(
-                "Your reply had no code block, so nothing ran. Reply with your code in one ```{fence} block, ending with final_result(answer) when you have the answer or observation(value) to look at a value, like this:\n```{fence}\nfinal_result(answer)\n```"
-            ),
+            Extraction::Code { .. } => ("reply/cut_off_in_code", None),
+            Extraction::OtherLanguage { tag } => ("reply/other_language", Some(tag)),
+            Extraction::NoCode if truncated => ("reply/cut_off_without_code", None),
+            Extraction::NoCode => ("reply/no_code", None),
         };
-        self.feed_back_error(format!("Error:\n{message}"), &message);
+        let message = match problem {
+            (name, Some(tag)) => self
+                .prompts
+                .render(name, context! { fence => fence, tag => tag }),
+            (name, None) => self.prompts.render(name, context! { fence => fence }),
+        };
+        let text = self
+            .prompts
+            .render("feedback/reply_error", context! { problem => &message });
+        self.feed_back_error(text, &message);
         Reading::Failed(message)
     }
 
@@ -606,9 +618,10 @@ impl Conversation {
                 .collect();
             let (kept, removed) = script_notes::without_python_defs(&code, &tools);
             for name in &removed {
-                self.pending_notes.push(format!(
-                    "Note: your script defined `{name}`, which the host already provides, so the host ran your script without that definition: its calls went to the host's `{name}`. Do not define it again."
-                ));
+                let note = self
+                    .prompts
+                    .render("notes/stub_removed", context! { name => name });
+                self.pending_notes.push(note);
             }
             if !removed.is_empty() {
                 code = kept;
@@ -620,13 +633,14 @@ impl Conversation {
                 .iter()
                 .position(|provided| provided == name)
                 .unwrap_or(0);
-            let call = match index.checked_sub(helpers) {
-                Some(tool) => format!(" as `{}`", self.tool_signatures[tool]),
-                None => String::new(),
-            };
-            self.pending_notes.push(format!(
-                "Note: your script defines `{name}`, which the host already provides: do not define it, call it{call}. The host's `{name}` is back for your next script."
-            ));
+            let signature = index
+                .checked_sub(helpers)
+                .map(|tool| self.tool_signatures[tool].as_str());
+            let note = self.prompts.render(
+                "notes/redefined",
+                context! { name => name, signature => signature },
+            );
+            self.pending_notes.push(note);
             if index >= helpers {
                 self.faked_tools.push(name.to_string());
             }
@@ -649,14 +663,14 @@ impl Conversation {
         let (next, output) = match completion {
             Ok(Value::Null) | Err(ScriptError::NoValue { .. }) => {
                 let printed = script_notes::printed_expression(&script);
-                let text = feedback::no_value(printed.as_deref(), logs, limit);
+                let text = feedback::no_value(&self.prompts, printed.as_deref(), logs, limit);
                 let message = "the script ended without a value".to_string();
                 let next = self.script_error(text, message.clone(), logs);
                 (next, ScriptOutput::Error { message })
             }
             Ok(value) => match ScriptOutput::read(value.clone()) {
                 Ok(ScriptOutput::Error { message }) => {
-                    let text = feedback::reported_error(&message, logs, limit);
+                    let text = feedback::reported_error(&self.prompts, &message, logs, limit);
                     let next = self.script_error(text, message.clone(), logs);
                     (next, ScriptOutput::Error { message })
                 }
@@ -665,8 +679,9 @@ impl Conversation {
                     let message = format!(
                         "the final result was refused: the script defined its own `{names}` instead of calling the host's tool, so its data is made up"
                     );
-                    let text = format!(
-                        "Error:\nYour final result was not accepted: your script defined its own `{names}` instead of calling the host's tool, so the result rests on made-up data. The tool is already defined: call it, and finish with what it returns."
+                    let text = self.prompts.render(
+                        "feedback/faked_tool",
+                        context! { names => &self.faked_tools },
                     );
                     let next = self.script_error(text, message.clone(), logs);
                     (next, ScriptOutput::Error { message })
@@ -674,12 +689,12 @@ impl Conversation {
                 Ok(output) => return (self.on_script(&output, logs), output),
                 Err(Untagged { value }) => match self.config.bare_values {
                     BareValues::Observe => {
-                        let text = feedback::bare_value(&value, logs, limit);
+                        let text = feedback::bare_value(&self.prompts, &value, logs, limit);
                         self.observed(text, &value, logs);
                         (self.continue_or_stop(), ScriptOutput::Observation { value })
                     }
                     BareValues::Refuse => {
-                        let text = feedback::bare_value_refused(&value, logs, limit);
+                        let text = feedback::bare_value_refused(&self.prompts, &value, logs, limit);
                         let output = ScriptOutput::decode(value);
                         let message = match &output {
                             ScriptOutput::Error { message } => message.clone(),
@@ -691,29 +706,13 @@ impl Conversation {
             },
             Err(ScriptError::Syntax { message } | ScriptError::Thrown { message }) => {
                 let line = script_notes::failing_line(message, &script);
-                let mut text = feedback::error_at(
-                    message,
-                    line.as_ref().map(|(n, l)| (*n, l.as_str())),
-                    logs,
-                    limit,
-                );
-                if script_notes::undefined_name(message).is_some() {
-                    text.push_str("\n\nThe name in the error does not exist in this session: define it in this script before you use it (a function included), or use a tool or a built-in function instead.");
-                }
-                if script_notes::imports_something(message) {
-                    text.push_str(
-                        "\n\nNothing can be installed, and there are no files or network here",
-                    );
-                    let tools = &self.provided_names[script_notes::HELPERS.len()..];
-                    if tools.is_empty() {
-                        text.push('.');
-                    } else {
-                        text.push_str(&format!(
-                            ": use the host's tools instead ({}).",
-                            tools.join(", ")
-                        ));
-                    }
-                }
+                let hints = feedback::ErrorHints {
+                    line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
+                    undefined_name: script_notes::undefined_name(message).is_some(),
+                    import: script_notes::imports_something(message)
+                        .then(|| &self.provided_names[script_notes::HELPERS.len()..]),
+                };
+                let text = feedback::error_at(&self.prompts, message, hints, logs, limit);
                 let next = self.script_error(text, message.clone(), logs);
                 (
                     next,
@@ -748,29 +747,32 @@ impl Conversation {
                 })
             }
             ScriptOutput::TransferToAgent { agent_name } => {
-                let valid = if self.transfer_targets.is_empty() {
-                    "this agent cannot transfer".to_string()
-                } else {
-                    format!("valid names: {}", self.transfer_targets.join(", "))
-                };
+                let targets = &self.transfer_targets;
+                let valid = self
+                    .prompts
+                    .render("transfer/valid_names", context! { targets => targets });
                 // The name is the model's: the model's next message quotes it only
                 // fenced. Its own name is the host's (the operator named it).
-                let (text, message) =
-                    if !self.agent_name.is_empty() && *agent_name == self.agent_name {
-                        let message = format!(
-                            "'{}' is this agent: a transfer to itself is refused; {valid}",
-                            self.agent_name
-                        );
-                        (feedback::host_error(&message, None, logs, limit), message)
-                    } else {
-                        let host =
-                            format!("there is no agent of the name below to transfer to; {valid}");
-                        let text = feedback::host_error(&host, Some(agent_name), logs, limit);
-                        (
-                            text,
-                            format!("there is no agent '{agent_name}' to transfer to; {valid}"),
-                        )
-                    };
+                let (text, message) = if !self.agent_name.is_empty()
+                    && *agent_name == self.agent_name
+                {
+                    let message = self.prompts.render(
+                        "transfer/to_itself",
+                        context! { agent => &self.agent_name, targets => targets },
+                    );
+                    let text = feedback::host_error(&self.prompts, &message, None, logs, limit);
+                    (text, message)
+                } else {
+                    let host = self
+                        .prompts
+                        .render("transfer/unknown", context! { targets => targets });
+                    let text =
+                        feedback::host_error(&self.prompts, &host, Some(agent_name), logs, limit);
+                    (
+                        text,
+                        format!("there is no agent '{agent_name}' to transfer to; {valid}"),
+                    )
+                };
                 let next = self.script_error(text, message, logs);
                 // A refused transfer that ends the run (it spent the error budget,
                 // or it was the last step) has never been reported as an error
@@ -784,11 +786,12 @@ impl Conversation {
                 next
             }
             ScriptOutput::Observation { value } => {
-                self.observed(feedback::observation(value, logs, limit), value, logs);
+                let text = feedback::observation(&self.prompts, value, logs, limit);
+                self.observed(text, value, logs);
                 self.continue_or_stop()
             }
             ScriptOutput::Error { message } => {
-                let text = feedback::error(message, logs, limit);
+                let text = feedback::error(&self.prompts, message, logs, limit);
                 self.script_error(text, message.clone(), logs)
             }
         };
@@ -815,6 +818,7 @@ impl Conversation {
             })
         } else {
             let text = feedback::refusal(
+                &self.prompts,
                 by,
                 reason,
                 quoted,
@@ -940,11 +944,13 @@ impl Conversation {
             && script_notes::same_script(script, failed)
         {
             self.repeated = true;
-            text.push_str("\n\nThis is the same script as your last one, and it failed the same way: sending it again cannot work. Change the line the error points at, or take another approach.");
+            text.push_str("\n\n");
+            text.push_str(&self.prompts.render("hints/same_script", context! {}));
         }
         if self.last_error_feedback.as_deref() == Some(text.as_str()) {
             self.repeated = true;
-            text.push_str("\n\n(The same error as for your last reply: change your approach.)");
+            text.push_str("\n\n");
+            text.push_str(&self.prompts.render("hints/same_error", context! {}));
         }
         self.failed_script = script;
         self.last_error_feedback = Some(text.clone());
@@ -1192,10 +1198,7 @@ mod tests {
         assert_eq!(next, Next::CallModel);
         assert_eq!(
             feedback::without_nonces(&last_feedback(&c)),
-            format!(
-                "Error:\n<untrusted>\nRuntime error: 1\n</untrusted>\n\n{}",
-                feedback::FIX_IT
-            )
+            "Error:\n<untrusted>\nRuntime error: 1\n</untrusted>\n\nFix the script and reply with a corrected one."
         );
     }
 

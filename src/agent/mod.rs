@@ -8,6 +8,8 @@ pub(crate) mod events;
 pub(crate) mod extract;
 pub(crate) mod feedback;
 pub(crate) mod outcome;
+#[cfg(test)]
+mod prompt_snapshots;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
 pub(crate) mod team;

@@ -4,8 +4,11 @@ use std::fmt;
 
 use codeact_runtime::ScriptError;
 use codeact_runtime::text::shorten;
+use minijinja::context;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::prompts::Prompts;
 
 /// What a script's completion value means to the host.
 ///
@@ -56,10 +59,6 @@ pub struct Untagged {
     /// The value as the script left it.
     pub value: Value,
 }
-
-/// How to end a script, told to a model that returned something else. The helpers
-/// have the same names in every language.
-const HOW_TO_END: &str = "End the script with one of: observation(value) to see a value and take another turn; final_result(value) to finish with an answer; error(message) to report a failure; transfer_to_agent(name) to hand over to another agent. Each returns a tagged map such as {\"type\":\"final_result\",\"value\":...}; the script's last expression is what counts.";
 
 /// How much of a wrong value an error message quotes.
 const PREVIEW_CHARS: usize = 200;
@@ -112,7 +111,7 @@ impl ScriptOutput {
                 (Some(value), Some(artifacts)) => match artifact_list(artifacts) {
                     Some(artifacts) => ScriptOutput::FinalResult { value, artifacts },
                     None => ScriptOutput::Error {
-                        message: "a final_result's \"artifacts\" must be an array of path strings, relative to the working directory".into(),
+                        message: decode_message("decode/bad_artifacts", context! {}),
                     },
                 },
             },
@@ -128,15 +127,13 @@ impl ScriptOutput {
                     ScriptOutput::TransferToAgent { agent_name: name }
                 }
                 _ => ScriptOutput::Error {
-                    message: format!(
-                        "transfer_to_agent needs a non-empty agent_name string. {HOW_TO_END}"
-                    ),
+                    message: decode_message("decode/bad_transfer", context! {}),
                 },
             },
             other => ScriptOutput::Error {
-                message: format!(
-                    "the script returned a map of unknown type {:?}. {HOW_TO_END}",
-                    preview(other)
+                message: decode_message(
+                    "decode/unknown_type",
+                    context! { quoted_type => format!("{:?}", preview(other)) },
                 ),
             },
         })
@@ -160,28 +157,35 @@ impl fmt::Display for ScriptOutput {
     }
 }
 
+/// The messages of a value that is not an output: fixed templates under
+/// `prompts/decode/`, each ending with `decode/how_to_end` (how to end a script:
+/// the helpers have the same names in every language). They are not an agent's
+/// [`Prompts`] to replace: `codeact exec` and every host decode the same value to
+/// the same message.
+fn decode_message(name: &str, values: minijinja::Value) -> String {
+    Prompts::render_builtin(name, values)
+}
+
 fn not_an_output(value: &Value) -> ScriptOutput {
-    let what = match value {
-        Value::Null => "null (no value: did the script end with a statement or a `;`?)",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => {
-            "a map without a \"type\" of observation, error, final_result or transfer_to_agent"
-        }
+    let kind = match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "map",
     };
-    let message = match value {
-        // Nothing to show: the sentence names what it was instead.
-        Value::Null => {
-            format!("the script's completion value was {what}, not a result. {HOW_TO_END}")
-        }
-        other => format!(
-            "the script's completion value was {}, which is {what}, not a result. {HOW_TO_END}",
-            preview(&other.to_string())
+    // Null has nothing to show: the sentence names what it was instead.
+    let preview = match value {
+        Value::Null => String::new(),
+        other => preview(&other.to_string()),
+    };
+    ScriptOutput::Error {
+        message: decode_message(
+            "decode/not_an_output",
+            context! { kind => kind, preview => preview },
         ),
-    };
-    ScriptOutput::Error { message }
+    }
 }
 
 fn artifact_list(value: Value) -> Option<Vec<String>> {
@@ -199,7 +203,10 @@ fn artifact_list(value: Value) -> Option<Vec<String>> {
 
 fn missing_field(kind: &str, field: &str) -> ScriptOutput {
     ScriptOutput::Error {
-        message: format!("a {kind} result needs a \"{field}\" field. {HOW_TO_END}"),
+        message: decode_message(
+            "decode/missing_field",
+            context! { kind => kind, field => field },
+        ),
     }
 }
 

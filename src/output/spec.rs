@@ -34,7 +34,7 @@ use minijinja::context;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::prompts::{PromptError, render_strict};
+use crate::prompts::{PromptError, Prompts};
 use crate::untrusted::UntrustedText;
 
 /// What to do when the validator itself fails (throws, runs past a limit, returns
@@ -130,6 +130,11 @@ impl OutputSpec {
     /// closing sentence saying these govern presentation over anything else it was
     /// told. Blank fields are left out; an empty spec renders an empty string.
     pub fn render(&self) -> Result<String, PromptError> {
+        self.render_with(&Prompts::default())
+    }
+
+    /// [`render`](Self::render) with the `output` template of `prompts`.
+    pub(crate) fn render_with(&self, prompts: &Prompts) -> Result<String, PromptError> {
         let blank = |field: &Option<String>| field.as_deref().is_none_or(|t| t.trim().is_empty());
         if blank(&self.format)
             && blank(&self.instructions)
@@ -144,10 +149,9 @@ impl OutputSpec {
             None => String::new(),
         };
         let text = |field: &Option<String>| field.as_deref().unwrap_or("").trim().to_string();
-        let rendered = render_strict(
+        let rendered = prompts.try_render(
             "output",
-            include_str!("../../prompts/output.md"),
-            context! {
+            &context! {
                 format => text(&self.format),
                 instructions => text(&self.instructions),
                 example => text(&self.example),

@@ -11,7 +11,7 @@ use crate::agent::decide::LoopConfig;
 use crate::agent::events::{Event, Listener};
 use crate::model::ModelClient;
 use crate::output::spec::OutputSpec;
-use crate::prompts::TransferTarget;
+use crate::prompts::{Prompts, TransferTarget};
 use crate::tools::discovery::{ToolDiscovery, discovery_tools};
 use crate::tools::toolbox::ToolBox;
 
@@ -32,6 +32,7 @@ pub struct AgentBuilder {
     instructions: String,
     output: OutputSpec,
     working_dir: Option<PathBuf>,
+    prompts: Prompts,
     max_tokens: u32,
     temperature: Option<f32>,
     stream: bool,
@@ -159,6 +160,16 @@ impl AgentBuilder {
         self
     }
 
+    /// The templates of what the host says to the model: the system prompt
+    /// around the runtime's card and the feedback after each step, for a model
+    /// that reads the default wording badly, or another language. Each
+    /// replacement was checked when it was set ([`Prompts::set`]). Default:
+    /// [`Prompts::default`], the templates under `prompts/`.
+    pub fn prompts(mut self, prompts: Prompts) -> Self {
+        self.prompts = prompts;
+        self
+    }
+
     /// The loop's rules. Default: [`LoopConfig::default`].
     pub fn config(mut self, config: LoopConfig) -> Self {
         self.config = config;
@@ -233,6 +244,7 @@ impl AgentBuilder {
             contract,
             working_dir: self.working_dir,
             system_prompt: String::new(),
+            prompts: self.prompts,
             max_tokens: self.max_tokens,
             temperature: self.temperature,
             stream: self.stream,
@@ -262,6 +274,7 @@ impl Agent {
             instructions: String::new(),
             output: OutputSpec::default(),
             working_dir: None,
+            prompts: Prompts::default(),
             max_tokens: 2_048,
             temperature: None,
             stream: true,

@@ -101,6 +101,7 @@ impl Agent {
                 .iter()
                 .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
         )
+        .with_prompts(self.prompts.clone())
     }
 
     /// Continues a chat from its transcript (read with

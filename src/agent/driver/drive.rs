@@ -82,15 +82,17 @@ impl Agent {
         });
         match verdict {
             Verdict::Valid => None,
-            Verdict::Invalid { reason } if reason.trim() == "ask" => Some(
-                "the host's policy wants a person to approve this script, and this host has no one to ask, so it did not run".to_string(),
+            Verdict::Invalid { reason } if reason.trim() == "ask" => {
+                Some(self.prompts.render("policy/ask", minijinja::context! {}))
+            }
+            Verdict::Invalid { reason } => Some(
+                self.prompts
+                    .render("policy/refused", minijinja::context! { reason => reason }),
             ),
-            Verdict::Invalid { reason } => Some(format!(
-                "the host's policy refused this script, so it did not run: {reason}"
-            )),
-            Verdict::Unusable { reason } => Some(format!(
-                "the host's policy could not decide on this script ({reason}), so it did not run"
-            )),
+            Verdict::Unusable { reason } => Some(
+                self.prompts
+                    .render("policy/undecided", minijinja::context! { reason => reason }),
+            ),
         }
     }
 

@@ -379,7 +379,8 @@ impl Agent {
                 codeact_runtime::ToolDispatch::specs(&*self.tools)
                     .iter()
                     .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
-            );
+            )
+            .with_prompts(self.prompts.clone());
         if resume.is_none() {
             self.emit(|| Event::RunStarted {
                 model: self.model.label(),

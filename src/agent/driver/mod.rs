@@ -16,7 +16,7 @@ use crate::chat::{Message, Usage};
 use crate::model::{ModelClient, ModelError};
 use crate::output::final_output::FinalOutput;
 use crate::output::spec::{ExtraCheck, OutputContract, OutputSpec, OutputSpecError};
-use crate::prompts::{PromptError, TransferTarget, render_system_prompt};
+use crate::prompts::{PromptError, Prompts, TransferTarget, render_system_prompt_with};
 use crate::tools::toolbox::ToolBox;
 
 mod builder;
@@ -75,6 +75,8 @@ pub struct Agent {
     contract: OutputContract,
     working_dir: Option<PathBuf>,
     system_prompt: String,
+    /// The templates of the host's words: system prompt and feedback.
+    prompts: Prompts,
     max_tokens: u32,
     temperature: Option<f32>,
     stream: bool,
@@ -164,6 +166,11 @@ impl Agent {
         &self.system_prompt
     }
 
+    /// The templates this agent's system prompt and feedback are rendered from.
+    pub fn prompts(&self) -> &Prompts {
+        &self.prompts
+    }
+
     /// The agent's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -230,12 +237,13 @@ impl Agent {
             Some(listed) => listed.as_slice(),
             None => codeact_runtime::ToolDispatch::specs(&*self.tools),
         };
-        Ok(render_system_prompt(
+        Ok(render_system_prompt_with(
+            &self.prompts,
             &*self.runtime,
             listed,
             targets,
             &self.instructions,
-            &spec.render()?,
+            &spec.render_with(&self.prompts)?,
         )?)
     }
 }

@@ -1,5 +1,11 @@
 //! Prompt text rendered from the templates under `prompts/`, in strict mode: a
 //! variable the template uses but the host did not supply is an error, not a blank.
+//! The runtime's card comes from the runtime crate; everything else the host says
+//! to the model is a [`Prompts`] template.
+
+mod templates;
+
+pub use templates::{Prompts, TemplateError};
 
 use std::borrow::Cow;
 
@@ -119,15 +125,33 @@ pub fn render_card(
     )
 }
 
-/// The system prompt template: CodeAct instructions around the runtime's card.
-const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md");
-
 /// Renders the system prompt: the CodeAct instructions, the rule for fenced
 /// untrusted text, the agent's own `instructions` (omitted when blank), the
 /// runtime's card with `tools` and `transfer_targets`, and last the output spec's
 /// text (`output`, from [`OutputSpec::render`](crate::OutputSpec::render); omitted
-/// when blank).
+/// when blank). Uses the default templates; an agent renders its own
+/// [`Prompts`].
 pub fn render_system_prompt(
+    runtime: &dyn Runtime,
+    tools: &[ToolSpec],
+    transfer_targets: &[TransferTarget],
+    instructions: &str,
+    output: &str,
+) -> Result<String, PromptError> {
+    render_system_prompt_with(
+        &Prompts::default(),
+        runtime,
+        tools,
+        transfer_targets,
+        instructions,
+        output,
+    )
+}
+
+/// [`render_system_prompt`] with the `system` and `fence_rule` templates of
+/// `prompts`.
+pub(crate) fn render_system_prompt_with(
+    prompts: &Prompts,
     runtime: &dyn Runtime,
     tools: &[ToolSpec],
     transfer_targets: &[TransferTarget],
@@ -136,15 +160,14 @@ pub fn render_system_prompt(
 ) -> Result<String, PromptError> {
     let card = render_card(runtime, tools, transfer_targets)?;
     let info = runtime.info();
-    render_strict(
+    prompts.try_render(
         "system",
-        SYSTEM_TEMPLATE,
-        context! {
+        &context! {
             language => info.language,
             fence => info.fence_tags.first().copied().unwrap_or(info.name),
             instructions => instructions.trim(),
             card => card,
-            fence_rule => crate::untrusted::FENCE_RULE,
+            fence_rule => prompts.try_render("fence_rule", &context! {})?,
             output => output.trim(),
         },
     )

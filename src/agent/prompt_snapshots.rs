@@ -1,0 +1,384 @@
+//! Every kind of message the host sends the model after the system prompt, each
+//! rendered once through the code that sends it and compared with
+//! `fixtures/snapshots/feedback.md` (fences made neutral), so a change of wording
+//! shows in review. After an intended change, regenerate it with
+//! `UPDATE_SNAPSHOTS=1 cargo test --lib prompt_snapshots` and review the diff.
+
+use std::path::Path;
+
+use codeact_runtime::{LogBuffer, ScriptError};
+use minijinja::context;
+use serde_json::{Value, json};
+
+use super::decide::{BareValues, Conversation, LoopConfig};
+use super::feedback::{self, without_nonces};
+use super::team::{Handover, handover_message};
+use crate::chat::{ContentBlock, Message, ModelResponse, StopReason, Usage};
+use crate::output::script_output::ScriptOutput;
+use crate::output::spec::RefusedBy;
+use crate::prompts::Prompts;
+use crate::untrusted::UntrustedText;
+
+const LIMIT: usize = 1_000;
+
+fn printed(line: &str) -> LogBuffer {
+    let mut logs = LogBuffer::new(1_000);
+    logs.push_line(line);
+    logs
+}
+
+fn reply(text: &str, stop_reason: StopReason) -> ModelResponse {
+    ModelResponse {
+        content: vec![ContentBlock::text(text)],
+        stop_reason,
+        usage: Usage::default(),
+        model: "test".into(),
+    }
+}
+
+fn conversation() -> Conversation {
+    Conversation::new("task", &["rhai"], LoopConfig::default())
+        .with_tools([("add".to_string(), "add(a, b)".to_string())])
+        .with_transfer_targets(vec!["billing".into(), "support".into()], "triage")
+}
+
+/// The last message the model would read next.
+fn fed_back(conversation: &Conversation) -> String {
+    conversation
+        .messages()
+        .last()
+        .expect("a message")
+        .joined_text()
+}
+
+/// What the loop feeds back for a reply whose script completes with `completion`.
+fn after_script(
+    mut conversation: Conversation,
+    script: &str,
+    completion: Result<Value, ScriptError>,
+    logs: &LogBuffer,
+) -> String {
+    conversation.on_reply(&reply(
+        &format!("```rhai\n{script}\n```"),
+        StopReason::EndTurn,
+    ));
+    conversation.on_completion(&completion, logs);
+    fed_back(&conversation)
+}
+
+fn after_reply(text: &str, stop_reason: StopReason) -> String {
+    let mut conversation = conversation();
+    conversation.on_reply(&reply(text, stop_reason));
+    fed_back(&conversation)
+}
+
+fn decoded(value: Value) -> String {
+    match ScriptOutput::decode(value) {
+        ScriptOutput::Error { message } => message,
+        other => panic!("not an error: {other:?}"),
+    }
+}
+
+fn sections() -> Vec<(&'static str, String)> {
+    let prompts = Prompts::default();
+    let none = LogBuffer::new(10);
+    let logs = printed("step 1");
+    let thrown = |message: &str| ScriptError::Thrown {
+        message: message.into(),
+    };
+    let refuse = LoopConfig {
+        bare_values: BareValues::Refuse,
+        ..LoopConfig::default()
+    };
+    let quoted = UntrustedText::new("{\"total\": \"three\"}");
+    let mut repeated = conversation();
+    for _ in 0..2 {
+        repeated.on_reply(&reply("```rhai\nlet x = 1 / 0;\n```", StopReason::EndTurn));
+        repeated.on_completion(&Err(thrown("Division by zero")), &none);
+    }
+    vec![
+        ("fence_rule", crate::untrusted::FENCE_RULE.to_string()),
+        (
+            "feedback/observation",
+            feedback::observation(&prompts, &json!({"rows": 2}), &logs, LIMIT),
+        ),
+        (
+            "feedback/error",
+            feedback::error(&prompts, "the session was restarted", &logs, LIMIT),
+        ),
+        (
+            "feedback/error_at",
+            after_script(
+                conversation(),
+                "let x = 1;\ntotl + x",
+                Err(thrown("Variable not found: totl (line 2, position 1)")),
+                &logs,
+            ),
+        ),
+        (
+            "feedback/error_at (an import, no tools)",
+            after_script(
+                Conversation::new("task", &["rhai"], LoopConfig::default()),
+                "import \"requests\";",
+                Err(thrown("ModuleNotFoundError: No module named 'requests'")),
+                &none,
+            ),
+        ),
+        (
+            "feedback/error_at (an import, with tools)",
+            after_script(
+                conversation(),
+                "import requests",
+                Err(thrown("ModuleNotFoundError: No module named 'requests'")),
+                &none,
+            ),
+        ),
+        (
+            "feedback/reported_error",
+            feedback::reported_error(&prompts, "no data", &logs, LIMIT),
+        ),
+        (
+            "feedback/bare_value (a number)",
+            feedback::bare_value(&prompts, &json!(7.8), &none, LIMIT),
+        ),
+        (
+            "feedback/bare_value (a list)",
+            feedback::bare_value(&prompts, &json!([1, 2]), &logs, LIMIT),
+        ),
+        (
+            "feedback/bare_value_refused",
+            after_script(
+                Conversation::new("task", &["rhai"], refuse),
+                "#{total: 3}",
+                Ok(json!({"total": 3})),
+                &none,
+            ),
+        ),
+        (
+            "feedback/no_value (a plain print)",
+            feedback::no_value(&prompts, Some("total"), &logs, LIMIT),
+        ),
+        (
+            "feedback/no_value (a print that is not plain code)",
+            feedback::no_value(&prompts, Some("\"The answer is \" + total"), &none, LIMIT),
+        ),
+        (
+            "feedback/no_value (no print)",
+            feedback::no_value(&prompts, None, &none, LIMIT),
+        ),
+        (
+            "feedback/refusal",
+            feedback::refusal(
+                &prompts,
+                RefusedBy::Schema,
+                "\"three\" is not of type \"integer\"",
+                Some(&quoted),
+                2,
+                LIMIT,
+            ),
+        ),
+        (
+            "feedback/refusal (the validator)",
+            feedback::refusal(
+                &prompts,
+                RefusedBy::Validator,
+                "needs a total",
+                None,
+                1,
+                LIMIT,
+            ),
+        ),
+        (
+            "feedback/faked_tool",
+            after_script(
+                conversation(),
+                "fn add(a, b) { 5 }\nfinal_result(add(2, 2))",
+                Ok(json!({"type": "final_result", "value": 5})),
+                &none,
+            ),
+        ),
+        (
+            "notes/redefined",
+            after_script(
+                conversation(),
+                "fn add(a, b) { a + b }\nobservation(add(2, 2))",
+                Ok(json!({"type": "observation", "value": 4})),
+                &none,
+            ),
+        ),
+        ("notes/stub_removed", {
+            let mut python = Conversation::new("task", &["python"], LoopConfig::default())
+                .with_tools([("add".to_string(), "add(a=integer, b=integer)".to_string())]);
+            python.on_reply(&reply(
+                "```python\ndef add(a, b):\n    return 5\n\nobservation(add(a=2, b=2))\n```",
+                StopReason::EndTurn,
+            ));
+            python.on_completion(&Ok(json!({"type": "observation", "value": 4})), &none);
+            fed_back(&python)
+        }),
+        (
+            "notes/cut_off_after_code",
+            after_script(
+                {
+                    let mut c = conversation();
+                    c.on_reply(&reply(
+                        "```rhai\nobservation(4)\n```\nAnd then",
+                        StopReason::OutputTruncated,
+                    ));
+                    c
+                },
+                "observation(5)",
+                Ok(json!({"type": "observation", "value": 5})),
+                &none,
+            ),
+        ),
+        ("hints/same_script", fed_back(&repeated)),
+        ("hints/same_error", {
+            let mut c = conversation();
+            for _ in 0..2 {
+                c.on_reply(&reply("It is 4.", StopReason::EndTurn));
+            }
+            fed_back(&c)
+        }),
+        (
+            "reply/no_code",
+            after_reply("I think it is 4.", StopReason::EndTurn),
+        ),
+        (
+            "reply/other_language",
+            after_reply("```python\nprint(4)\n```", StopReason::EndTurn),
+        ),
+        (
+            "reply/cut_off_in_code",
+            after_reply("```rhai\nlet x = [1, 2,", StopReason::OutputTruncated),
+        ),
+        (
+            "reply/cut_off_without_code",
+            after_reply("Let me think about", StopReason::OutputTruncated),
+        ),
+        ("transfer/unknown", {
+            let mut c = conversation();
+            c.on_script(
+                &ScriptOutput::TransferToAgent {
+                    agent_name: "sales".into(),
+                },
+                &none,
+            );
+            fed_back(&c)
+        }),
+        ("transfer/to_itself", {
+            let mut c = conversation();
+            c.on_script(
+                &ScriptOutput::TransferToAgent {
+                    agent_name: "triage".into(),
+                },
+                &none,
+            );
+            fed_back(&c)
+        }),
+        ("transfer/valid_names (no targets)", {
+            let mut c = Conversation::new("task", &["rhai"], LoopConfig::default());
+            c.on_script(
+                &ScriptOutput::TransferToAgent {
+                    agent_name: "sales".into(),
+                },
+                &none,
+            );
+            fed_back(&c)
+        }),
+        // The driver feeds a script the policy stopped back as that script's error.
+        (
+            "policy/ask",
+            feedback::error(
+                &prompts,
+                &prompts.render("policy/ask", context! {}),
+                &none,
+                LIMIT,
+            ),
+        ),
+        (
+            "policy/refused",
+            feedback::error(
+                &prompts,
+                &prompts.render("policy/refused", context! { reason => "over 100" }),
+                &none,
+                LIMIT,
+            ),
+        ),
+        (
+            "policy/undecided",
+            feedback::error(
+                &prompts,
+                &prompts.render(
+                    "policy/undecided",
+                    context! { reason => "check_code threw: boom" },
+                ),
+                &none,
+                LIMIT,
+            ),
+        ),
+        (
+            "handover",
+            handover_message(
+                &prompts,
+                "Refund order 7.",
+                &Handover {
+                    from: "triage".into(),
+                    to: "billing".into(),
+                    carried: vec![
+                        Message::user("Refund order 7."),
+                        Message::assistant("```rhai\ntransfer_to_agent(\"billing\")\n```"),
+                    ],
+                },
+            ),
+        ),
+        ("compaction", super::decide::compaction_marker(2)),
+        ("decode/not_an_output (null)", decoded(Value::Null)),
+        ("decode/not_an_output (a number)", decoded(json!(7))),
+        ("decode/not_an_output (a map)", decoded(json!({"total": 3}))),
+        (
+            "decode/missing_field",
+            decoded(json!({"type": "observation"})),
+        ),
+        (
+            "decode/unknown_type",
+            decoded(json!({"type": "answer", "value": 3})),
+        ),
+        (
+            "decode/bad_transfer",
+            decoded(json!({"type": "transfer_to_agent", "agent_name": ""})),
+        ),
+        (
+            "decode/bad_artifacts",
+            decoded(json!({"type": "final_result", "value": 1, "artifacts": [3]})),
+        ),
+    ]
+}
+
+/// If this fails, the words the model reads after a step have changed: review the
+/// diff of `fixtures/snapshots/feedback.md`, and regenerate it if intended.
+#[test]
+fn every_kind_of_feedback_matches_its_snapshot() {
+    let mut actual =
+        String::from("# Feedback the model reads, one of each kind (fences made neutral)\n");
+    for (kind, text) in sections() {
+        actual.push_str(&format!("\n## {kind}\n\n{}\n", without_nonces(&text)));
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/snapshots/feedback.md");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &actual).expect("the snapshot is written");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with UPDATE_SNAPSHOTS=1 to create it",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual,
+        expected,
+        "{} differs; run with UPDATE_SNAPSHOTS=1 if intended",
+        path.display()
+    );
+}
