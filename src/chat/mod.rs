@@ -85,9 +85,15 @@ impl std::fmt::Debug for ImageBytes {
 impl ContentBlock {
     /// What a model that is not sent the image reads instead.
     pub fn image_note(media_type: &str, source: &str, bytes: u64, sha256: &str) -> String {
-        format!(
-            "[The script showed an image: {source} ({media_type}, {bytes} bytes, sha256 {}…); this model is not sent images.]",
-            sha256.get(..12).unwrap_or(sha256)
+        // The path is the script's to choose (a file it wrote): fenced.
+        crate::prompts::Prompts::render_builtin(
+            "image_note",
+            minijinja::context! {
+                media_type => media_type,
+                bytes => bytes,
+                sha256 => sha256.get(..12).unwrap_or(sha256),
+                path => crate::untrusted::fence_stable(source),
+            },
         )
     }
 

@@ -200,6 +200,9 @@ static BUILTINS: &[Builtin] = &[
     builtin!("compaction", fixed, || vec![
         context! { dropped_turns => 2 }
     ]),
+    builtin!("image_note", fixed, || vec![
+        context! { media_type => "image/png", bytes => 70, sha256 => "1f2e3d4c5b6a", path => FENCED }
+    ]),
     builtin!("decode/how_to_end", fixed, || vec![context! {}]),
     builtin!("decode/not_an_output", fixed, || {
         ["null", "boolean", "number", "string", "array", "map"]

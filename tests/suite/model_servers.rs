@@ -1247,10 +1247,14 @@ async fn a_model_not_sent_images_reads_a_line_about_the_image() {
         .and_then(|m| m.last())
         .map(|m| m["content"].clone())
         .expect("the feedback");
-    let text = last.as_str().unwrap_or_default();
+    let text = unfenced(last.as_str().unwrap_or_default());
     assert!(
-        text.contains("[The script showed an image: in/dot.png (image/png, 70 bytes, sha256"),
+        text.contains("[The script showed an image (image/png, 70 bytes, sha256 "),
         "{text}"
+    );
+    assert!(
+        text.contains("this model is not sent images.]\n<untrusted>\nin/dot.png\n</untrusted>"),
+        "the path, the script's to name, is fenced: {text}"
     );
 }
 
