@@ -89,9 +89,9 @@
 //! - **Files:** a run's working directory and mounts, reached through file helpers
 //!   ([`FileArea`], [`FileAreaBuilder`], [`Mount`], [`MountMode`], [`FileAreaError`],
 //!   [`DEFAULT_MAX_DISK_BYTES`], [`DEFAULT_MAX_FILE_BYTES`], the helpers' names
-//!   [`READ_TEXT_TOOL`], [`WRITE_TEXT_TOOL`], [`LIST_DIR_TOOL`], [`EXISTS_TOOL`],
-//!   [`SHOW_IMAGE_TOOL`]; images shown to the model: [`ShownImage`],
-//!   [`MAX_IMAGE_BYTES`], [`MAX_IMAGES_PER_SCRIPT`]).
+//!   [`READ_TEXT_TOOL`], [`WRITE_TEXT_TOOL`], [`WRITE_BYTES_TOOL`], [`LIST_DIR_TOOL`],
+//!   [`EXISTS_TOOL`], [`SHOW_IMAGE_TOOL`]; images shown to the model: [`ShownImage`],
+//!   [`MAX_IMAGE_BYTES`], [`MAX_IMAGES_PER_SCRIPT`], [`MAX_IMAGE_SIDE`]).
 //! - **Final answers:** [`OutputSpec`], [`OutputContract`], [`Check`],
 //!   [`ExtraCheck`], [`OnValidatorError`], [`RefusedBy`], [`OutputSpecError`],
 //!   [`content_text`]; [`FinalOutput`], [`Validation`], [`artifact_path`],
@@ -146,8 +146,8 @@ pub use exec::run_slots::{max_running_scripts, set_max_running_scripts};
 pub use exec::session::{ScriptRun, ScriptSession};
 pub use files::{
     DEFAULT_MAX_DISK_BYTES, DEFAULT_MAX_FILE_BYTES, EXISTS_TOOL, FileArea, FileAreaBuilder,
-    FileAreaError, LIST_DIR_TOOL, MAX_IMAGE_BYTES, MAX_IMAGES_PER_SCRIPT, Mount, MountMode,
-    READ_TEXT_TOOL, SHOW_IMAGE_TOOL, ShownImage, WRITE_TEXT_TOOL,
+    FileAreaError, LIST_DIR_TOOL, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, MAX_IMAGES_PER_SCRIPT, Mount,
+    MountMode, READ_TEXT_TOOL, SHOW_IMAGE_TOOL, ShownImage, WRITE_BYTES_TOOL, WRITE_TEXT_TOOL,
 };
 #[doc(hidden)]
 pub use output::answer::__assert_answer_field;

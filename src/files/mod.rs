@@ -5,8 +5,8 @@
 //! write reports opens a [`FileArea`]: a fresh temporary directory (removed when the
 //! last handle to it is dropped, unless kept) or one it names, plus mounts of host
 //! files and folders at chosen paths, read-only unless said otherwise. Its
-//! [`tools`](FileArea::tools) are `read_text`, `write_text`, `list_dir` and
-//! `exists`, the same functions in every runtime; every path a script gives is
+//! [`tools`](FileArea::tools) are `read_text`, `write_text`, `write_bytes`,
+//! `list_dir`, `exists` and `show_image`, the same functions in every runtime; every path a script gives is
 //! resolved beneath the area's root (or a mount's) by the kernel
 //! (`openat2(RESOLVE_BENEATH)`), so neither `..` nor a link can lead out, and only
 //! regular files are read or written (a FIFO or a device would hang or leak).
@@ -29,7 +29,9 @@ mod tools;
 
 pub use images::MAX_SIDE as MAX_IMAGE_SIDE;
 
-pub use tools::{EXISTS_TOOL, LIST_DIR_TOOL, READ_TEXT_TOOL, SHOW_IMAGE_TOOL, WRITE_TEXT_TOOL};
+pub use tools::{
+    EXISTS_TOOL, LIST_DIR_TOOL, READ_TEXT_TOOL, SHOW_IMAGE_TOOL, WRITE_BYTES_TOOL, WRITE_TEXT_TOOL,
+};
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! The file helpers as tools, the same four in every runtime.
+//! The file helpers as tools, the same in every runtime.
 
 use std::path::Path;
 
@@ -13,6 +13,9 @@ use crate::tools::toolbox::Tool;
 pub const READ_TEXT_TOOL: &str = "read_text";
 /// `write_text(path, text)`: writes a file, making folders on the way.
 pub const WRITE_TEXT_TOOL: &str = "write_text";
+/// `write_bytes(path, base64)`: writes a binary file (a PNG a script drew) from
+/// its bytes in base64.
+pub const WRITE_BYTES_TOOL: &str = "write_bytes";
 /// `list_dir(path)`: the names in a folder.
 pub const LIST_DIR_TOOL: &str = "list_dir";
 /// `exists(path)`: whether a path exists.
@@ -61,6 +64,31 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
             "path": {"type": "string", "description": "the file, e.g. out/report.md"},
             "text": {"type": "string", "description": "the whole new content"}
         }, "required": ["path", "text"]}))
+        .with_returns(json!({"type": "object", "properties": {
+            "path": {"type": "string"}, "bytes": {"type": "integer"}}}))
+    };
+    let write_bytes = {
+        let area = area.clone();
+        Tool::from_fn(
+            WRITE_BYTES_TOOL,
+            format!(
+                "Writes a binary file (an image, say) from its bytes in base64, replacing it, and makes missing folders. {layout} The run may write {} in all.",
+                human_bytes(area.inner.max_disk_bytes)
+            ),
+            move |args| {
+                let Some(Value::String(encoded)) = args.get("base64") else {
+                    return Err(ToolError::new(
+                        "write_bytes needs `base64`, the file's bytes in base64 (a string)",
+                    ));
+                };
+                let bytes = decode_base64(encoded)?;
+                area.write_file(path_arg(&args)?, &bytes)
+            },
+        )
+        .with_parameters(json!({"type": "object", "properties": {
+            "path": {"type": "string", "description": "the file, e.g. out/chart.png"},
+            "base64": {"type": "string", "description": "the whole new content, in base64"}
+        }, "required": ["path", "base64"]}))
         .with_returns(json!({"type": "object", "properties": {
             "path": {"type": "string"}, "bytes": {"type": "integer"}}}))
     };
@@ -117,7 +145,25 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
             "shown": {"type": "string"}, "bytes": {"type": "integer"},
             "width": {"type": "integer"}, "height": {"type": "integer"}}}))
     };
-    vec![read, write, list, exists, show]
+    vec![read, write, write_bytes, list, exists, show]
+}
+
+/// Bytes from base64 (standard alphabet, padding optional, whitespace between
+/// lines ignored), or an error saying where it stops being base64.
+fn decode_base64(encoded: &str) -> Result<Vec<u8>, ToolError> {
+    use base64::Engine as _;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let compact: String = encoded
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    LENIENT
+        .decode(compact.as_bytes())
+        .map_err(|e| ToolError::new(format!("write_bytes: `base64` is not base64: {e}")))
 }
 
 /// The image type `bytes` start like, if any this host shows.
@@ -219,6 +265,11 @@ impl FileArea {
     }
 
     fn write_text(&self, path: &str, text: &str) -> Result<Value, ToolError> {
+        self.write_file(path, text.as_bytes())
+    }
+
+    /// Writes `bytes` to `path` beneath the area, within the file and disk caps.
+    fn write_file(&self, path: &str, bytes: &[u8]) -> Result<Value, ToolError> {
         let at = self
             .resolve(path)
             .map_err(|why| ToolError::new(format!("'{path}' {why}")))?;
@@ -229,11 +280,11 @@ impl FileArea {
             )));
         }
         let max_file = self.inner.max_file_bytes;
-        if text.len() as u64 > max_file {
+        if bytes.len() as u64 > max_file {
             return Err(refused(
                 &at.shown,
                 FileError::TooBig {
-                    bytes: text.len() as u64,
+                    bytes: bytes.len() as u64,
                     max: max_file,
                 },
             ));
@@ -243,9 +294,8 @@ impl FileArea {
             written: &mut written,
             max: self.inner.max_disk_bytes,
         };
-        beneath::write(at.base, &at.rest, text.as_bytes(), &mut budget)
-            .map_err(|e| refused(&at.shown, e))?;
-        Ok(json!({"path": at.shown.display().to_string(), "bytes": text.len()}))
+        beneath::write(at.base, &at.rest, bytes, &mut budget).map_err(|e| refused(&at.shown, e))?;
+        Ok(json!({"path": at.shown.display().to_string(), "bytes": bytes.len()}))
     }
 
     fn list_dir(&self, path: &str) -> Result<Value, ToolError> {

@@ -102,6 +102,61 @@ fn a_mounted_csv_is_read_and_a_report_written_on_every_runtime() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The 1×1 PNG a script writes with `write_bytes`, in base64.
+const DOT_PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==";
+
+/// If this fails, a script cannot make a binary file (a chart it drew) for the
+/// model to see or the host to take, or bad base64 is written rather than refused.
+#[test]
+fn a_script_writes_a_png_with_write_bytes_and_shows_it_on_every_runtime() {
+    let mut failures = Vec::new();
+    for runtime in [
+        "rhai",
+        "js",
+        "wasm:js",
+        "wasm:micropython",
+        "wasm:python",
+        "wasm:rhai",
+        "wasm:boa",
+    ] {
+        let script = match runtime {
+            "rhai" | "wasm:rhai" => format!(
+                "let w = write_bytes(#{{path: \"out/dot.png\", base64: \"{DOT_PNG_BASE64}\"}});\nlet bad = \"\";\ntry {{ write_bytes(#{{path: \"out/bad.png\", base64: \"not base64!\"}}); }} catch (e) {{ bad = e; }}\nlet s = show_image(#{{path: \"out/dot.png\"}});\nfinal_result([w.bytes, s.width, `${{bad}}`])"
+            ),
+            "js" | "wasm:js" | "wasm:boa" => format!(
+                "const w = tools.write_bytes({{path: \"out/dot.png\", base64: \"{DOT_PNG_BASE64}\"}});\nlet bad = \"\";\ntry {{ tools.write_bytes({{path: \"out/bad.png\", base64: \"not base64!\"}}); }} catch (e) {{ bad = e.message; }}\nconst s = tools.show_image({{path: \"out/dot.png\"}});\nfinal_result([w.bytes, s.width, bad])"
+            ),
+            _ => format!(
+                "w = write_bytes(path=\"out/dot.png\", base64=\"{DOT_PNG_BASE64}\")\nbad = \"\"\ntry:\n    write_bytes(path=\"out/bad.png\", base64=\"not base64!\")\nexcept ToolError as e:\n    bad = str(e)\ns = show_image(path=\"out/dot.png\")\nfinal_result([w[\"bytes\"], s[\"width\"], bad])"
+            ),
+        };
+        let scratch = tempfile::tempdir().expect("scratch");
+        let area = area_with_prices(scratch.path());
+        let engine =
+            crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
+        let tools = Arc::new(ToolBox::new(area.tools()).expect("tools"));
+        let mut session = codeact::ScriptSession::start(&*engine, tools).expect("starts");
+        let run = session.run_blocking(&script).expect("runs");
+        let written = std::fs::read(area.root().join("out/dot.png")).unwrap_or_default();
+        let fine = match &run.output {
+            ScriptOutput::FinalResult { value, .. } => {
+                value[0] == json!(70)
+                    && value[1] == json!(1)
+                    && value[2]
+                        .as_str()
+                        .is_some_and(|bad| bad.contains("is not base64"))
+                    && written.len() == 70
+                    && !area.root().join("out/bad.png").exists()
+            }
+            _ => false,
+        };
+        if !fine {
+            failures.push(format!("{runtime}: {}", run.output));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// If this fails, the record of a result no longer says which file it points to
 /// as it was when accepted (size and sha256), or looks for it outside the area.
 #[tokio::test]

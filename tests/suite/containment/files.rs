@@ -109,7 +109,7 @@ impl Tree {
     }
 }
 
-/// A script calling `call_tool(op, {path, text})` for each case and collecting
+/// A script calling `call_tool(op, {path, text, base64})` for each case and collecting
 /// `ok: <result as JSON>` or `refused: <message>`.
 fn script(column: &str, cases: &[(&str, String, String)]) -> Option<String> {
     let list = |pick: fn(&(&str, String, String)) -> String| {
@@ -122,13 +122,13 @@ fn script(column: &str, cases: &[(&str, String, String)]) -> Option<String> {
     );
     Some(match column {
         "rhai" | "wasm:rhai" => format!(
-            "let ops = {ops}; let paths = {paths}; let texts = {texts}; let out = [];\nfor i in 0..ops.len() {{ try {{ let r = call_tool(ops[i], #{{path: paths[i], text: texts[i]}}); out.push(`ok: ${{r}}`); }} catch (e) {{ out.push(`refused: ${{e}}`); }} }}\nfinal_result(out)"
+            "let ops = {ops}; let paths = {paths}; let texts = {texts}; let out = [];\nfor i in 0..ops.len() {{ try {{ let r = call_tool(ops[i], #{{path: paths[i], text: texts[i], base64: `cGxhbnRlZA==`}}); out.push(`ok: ${{r}}`); }} catch (e) {{ out.push(`refused: ${{e}}`); }} }}\nfinal_result(out)"
         ),
         "js" | "wasm:js" | "wasm:boa" => format!(
-            "const ops = {ops}, paths = {paths}, texts = {texts}; const out = [];\nfor (let i = 0; i < ops.length; i++) {{ try {{ out.push('ok: ' + JSON.stringify(call_tool(ops[i], {{path: paths[i], text: texts[i]}}))); }} catch (e) {{ out.push('refused: ' + String(e)); }} }}\nfinal_result(out)"
+            "const ops = {ops}, paths = {paths}, texts = {texts}; const out = [];\nfor (let i = 0; i < ops.length; i++) {{ try {{ out.push('ok: ' + JSON.stringify(call_tool(ops[i], {{path: paths[i], text: texts[i], base64: 'cGxhbnRlZA=='}}))); }} catch (e) {{ out.push('refused: ' + String(e)); }} }}\nfinal_result(out)"
         ),
         "wasm:python" | "wasm:micropython" => format!(
-            "ops = {ops}\npaths = {paths}\ntexts = {texts}\nout = []\nfor i in range(len(ops)):\n    try:\n        out.append('ok: ' + str(call_tool(ops[i], {{'path': paths[i], 'text': texts[i]}})))\n    except Exception as e:\n        out.append('refused: ' + str(e))\nfinal_result(out)"
+            "ops = {ops}\npaths = {paths}\ntexts = {texts}\nout = []\nfor i in range(len(ops)):\n    try:\n        out.append('ok: ' + str(call_tool(ops[i], {{'path': paths[i], 'text': texts[i], 'base64': 'cGxhbnRlZA=='}})))\n    except Exception as e:\n        out.append('refused: ' + str(e))\nfinal_result(out)"
         ),
         _ => return None,
     })
@@ -212,6 +212,9 @@ fn escapes(column: &str) -> Option<Result<String, String>> {
         case("write_text", "data/planted.txt", "read-only"),
         case("write_text", "data", "read-only"),
         case("write_text", "out/../../planted.txt", "climbs out"),
+        case("write_bytes", "link/planted.png", "leads out"),
+        case("write_bytes", "data/planted.png", "read-only"),
+        case("write_bytes", "out/../../planted.png", "climbs out"),
         case("show_image", "link/secret.txt", "leads out"),
         case(
             "show_image",
@@ -248,7 +251,7 @@ fn escapes(column: &str) -> Option<Result<String, String>> {
                 if tree.path("data/planted.txt").exists() || !tree.path("out/report.md").exists() {
                     return Err("the read-only mount was written, or the writable one was not".into());
                 }
-                Ok("`..`, absolute and relative links out of the root and out of a mount, a FIFO, a read-only mount, a write through a link, a 100-byte PNG claiming 1.6 billion pixels: refused; the outside unchanged".into())
+                Ok("`..`, absolute and relative links out of the root and out of a mount, a FIFO, a read-only mount, a write through a link (text or bytes), a 100-byte PNG claiming 1.6 billion pixels: refused; the outside unchanged".into())
             }),
     )
 }
