@@ -74,28 +74,30 @@ pub fn render_card(
     let limits = runtime.limits();
     let tools: Vec<ToolView<'_>> = tools
         .iter()
-        .map(|tool| ToolView {
-            name: &tool.name,
-            description: if tool.untrusted_description && !tool.description.trim().is_empty() {
-                Cow::Owned(format!(
-                    "\n{}",
-                    crate::untrusted::fence_stable(&tool.description)
-                ))
-            } else {
-                Cow::Borrowed(&tool.description)
-            },
-            signature: runtime.tool_signature(tool),
-            call: String::new(),
-        })
-        .map(|mut view| {
-            view.call = view
-                .signature
+        .map(|tool| {
+            let signature = runtime.tool_signature(tool);
+            // Names are identifiers, so the signature's first `(` ends the call.
+            let call = signature
                 .split_once('(')
-                .map_or(view.name, |(call, _)| call)
+                .map_or(tool.name.as_str(), |(call, _)| call)
                 .to_string();
-            view
+            ToolView {
+                name: &tool.name,
+                description: if tool.untrusted_description && !tool.description.trim().is_empty() {
+                    Cow::Owned(format!(
+                        "\n{}",
+                        crate::untrusted::fence_stable(&tool.description)
+                    ))
+                } else {
+                    Cow::Borrowed(&tool.description)
+                },
+                signature,
+                call,
+            }
         })
         .collect();
+    // Whether a server's tools are methods of its object here (`github.create_issue`,
+    // not JavaScript's `tools.add`): the card then says so.
     let namespaced = tools
         .iter()
         .any(|tool| tool.call.contains('.') && !tool.call.starts_with("tools."));

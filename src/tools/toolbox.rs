@@ -209,6 +209,24 @@ pub(crate) fn first_schema_error(
     }
 }
 
+/// Clears the namespace of every spec whose namespace is another tool's name: the
+/// object would hide that tool where tools are globals (Python), so such tools
+/// keep their flat names only. A toolbox does this to its specs; whatever lists
+/// tools before one is made (tool discovery) must too, to show the same names.
+pub(crate) fn settle_namespaces(specs: &mut [ToolSpec]) {
+    let names: std::collections::BTreeSet<String> =
+        specs.iter().map(|spec| spec.name.clone()).collect();
+    for spec in specs {
+        if spec
+            .namespace
+            .as_ref()
+            .is_some_and(|namespace| names.contains(namespace))
+        {
+            spec.namespace = None;
+        }
+    }
+}
+
 /// Why a set of tools was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolBoxError {
@@ -251,18 +269,7 @@ impl ToolBox {
             toolbox.specs.push(tool.spec.clone());
             toolbox.tools.insert(name, tool);
         }
-        // A namespace object named like a tool would hide it where tools are
-        // globals (Python): such tools keep their flat names only.
-        let names: Vec<String> = toolbox.tools.keys().cloned().collect();
-        for spec in &mut toolbox.specs {
-            if spec
-                .namespace
-                .as_ref()
-                .is_some_and(|namespace| names.contains(namespace))
-            {
-                spec.namespace = None;
-            }
-        }
+        settle_namespaces(&mut toolbox.specs);
         Ok(toolbox)
     }
 
@@ -395,6 +402,18 @@ mod tests {
         let toolbox = ToolBox::new([add()]).expect("valid tools");
         let err = toolbox.call("mul", json!({})).expect_err("no such tool");
         assert_eq!(err.message, "unknown tool 'mul'; available tools: add");
+    }
+
+    /// If this fails, a Python script's `clock` is an object that hides the tool
+    /// named `clock`, or the card shows a method no runtime defines.
+    #[test]
+    fn a_namespace_named_like_another_tool_leaves_its_tools_flat() {
+        let tool = |name: &str| Tool::from_fn(name, "", |_| Ok(Value::Null));
+        let toolbox =
+            ToolBox::new([tool("clock_now").in_namespace("clock"), tool("clock")]).expect("valid");
+        assert_eq!(toolbox.specs()[0].namespace, None);
+        let toolbox = ToolBox::new([tool("clock_now").in_namespace("clock")]).expect("valid");
+        assert_eq!(toolbox.specs()[0].namespaced(), Some(("clock", "now")));
     }
 
     #[test]

@@ -215,7 +215,8 @@ impl AgentBuilder {
             self.approvals.mark(tool.spec().name.clone());
         }
         let mut tools = self.tools;
-        let specs: Vec<_> = tools.iter().map(|tool| tool.spec().clone()).collect();
+        let mut specs: Vec<_> = tools.iter().map(|tool| tool.spec().clone()).collect();
+        crate::tools::toolbox::settle_namespaces(&mut specs);
         let listed_tools = if self.tool_discovery.applies(&specs, &*self.runtime) {
             let [search, describe] = discovery_tools(&specs, &*self.runtime);
             let listed = vec![search.spec().clone(), describe.spec().clone()];
