@@ -15,6 +15,7 @@
 pub const MAX_SIDE: u32 = 1568;
 /// Pixels of an image the host decodes at most: 24 million (a 6,000 × 4,000
 /// photo), about 96 MB as RGBA.
+#[cfg(feature = "images")]
 pub const MAX_DECODE_PIXELS: u64 = 24_000_000;
 
 /// An image as the model gets it.

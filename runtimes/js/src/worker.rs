@@ -103,13 +103,13 @@ pub(crate) fn serve(limits: &Limits) -> bool {
         };
         match request {
             Request::Run { script, namespaces } => {
-                if !namespaces.is_empty() {
-                    if let Err(e) = define_namespaces(&mut context, &namespaces) {
-                        send(Reply::fatal(&format!(
-                            "the JavaScript worker could not define the tool namespaces: {e}"
-                        )));
-                        return false;
-                    }
+                if !namespaces.is_empty()
+                    && let Err(e) = define_namespaces(&mut context, &namespaces)
+                {
+                    send(Reply::fatal(&format!(
+                        "the JavaScript worker could not define the tool namespaces: {e}"
+                    )));
+                    return false;
                 }
                 LOGS.with(|logs| logs.borrow_mut().reset(limits.max_output_bytes));
                 let completion = run(&mut context, &script, limits.max_nesting_depth);
