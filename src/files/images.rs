@@ -79,19 +79,13 @@ pub(crate) fn fit_for_model(data: Vec<u8>, media_type: &'static str) -> Result<F
     let mut out = Cursor::new(Vec::new());
     // A photograph stays a JPEG (smaller); anything else becomes a PNG, which
     // keeps transparency and sharp edges (the first frame of an animation).
-    let media_type = if format == ImageFormat::Jpeg {
-        image::DynamicImage::ImageRgb8(scaled.to_rgb8()).write_to(&mut out, ImageFormat::Jpeg)
+    let (written, media_type) = if format == ImageFormat::Jpeg {
+        let rgb = image::DynamicImage::ImageRgb8(scaled.to_rgb8());
+        (rgb.write_to(&mut out, ImageFormat::Jpeg), "image/jpeg")
     } else {
-        scaled.write_to(&mut out, ImageFormat::Png)
-    }
-    .map(|()| {
-        if format == ImageFormat::Jpeg {
-            "image/jpeg"
-        } else {
-            "image/png"
-        }
-    })
-    .map_err(|e| format!("the scaled image cannot be encoded: {e}"))?;
+        (scaled.write_to(&mut out, ImageFormat::Png), "image/png")
+    };
+    written.map_err(|e| format!("the scaled image cannot be encoded: {e}"))?;
     Ok(Fitted {
         data: out.into_inner(),
         media_type,

@@ -329,6 +329,8 @@ impl FileArea {
                 "'{shown_path}' is not a PNG, JPEG, GIF or WebP image"
             ))
         })?;
+        // Checked before decoding (no work for an image past the cap) and again
+        // when the image is kept (another call may have shown one meanwhile).
         if self
             .inner
             .shown

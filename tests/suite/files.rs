@@ -61,29 +61,41 @@ final_result({"total": total, "listed": list_dir("."), "here": exists("out/repor
     }
 }
 
+/// Every runtime, for the tests that hold on each.
+const EVERY_RUNTIME: [&str; 8] = [
+    "rhai",
+    "js",
+    "js-in-process",
+    "wasm:js",
+    "wasm:micropython",
+    "wasm:python",
+    "wasm:rhai",
+    "wasm:boa",
+];
+
+/// Runs `script` once in a new `runtime` session over [`area_with_prices`]; the
+/// scratch directory (kept alive), the area and the run.
+fn run_with_prices(
+    runtime: &str,
+    script: &str,
+) -> (tempfile::TempDir, FileArea, codeact::ScriptRun) {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let area = area_with_prices(scratch.path());
+    let engine = crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
+    let tools = Arc::new(ToolBox::new(area.tools()).expect("tools"));
+    let mut session = codeact::ScriptSession::start(&*engine, tools).expect("starts");
+    let run = session.run_blocking(script).expect("runs");
+    (scratch, area, run)
+}
+
 /// If this fails, a runtime's scripts cannot use the working directory the host
 /// gave them: a mounted input unread, or a report not written where the host
 /// looks for it.
 #[test]
 fn a_mounted_csv_is_read_and_a_report_written_on_every_runtime() {
     let mut failures = Vec::new();
-    for runtime in [
-        "rhai",
-        "js",
-        "js-in-process",
-        "wasm:js",
-        "wasm:micropython",
-        "wasm:python",
-        "wasm:rhai",
-        "wasm:boa",
-    ] {
-        let scratch = tempfile::tempdir().expect("scratch");
-        let area = area_with_prices(scratch.path());
-        let engine =
-            crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
-        let tools = Arc::new(ToolBox::new(area.tools()).expect("tools"));
-        let mut session = codeact::ScriptSession::start(&*engine, tools).expect("starts");
-        let run = session.run_blocking(report_script(runtime)).expect("runs");
+    for runtime in EVERY_RUNTIME {
+        let (_scratch, area, run) = run_with_prices(runtime, report_script(runtime));
         let report = std::fs::read_to_string(area.root().join("out/report.md")).unwrap_or_default();
         let fine = match &run.output {
             ScriptOutput::FinalResult { value, artifacts } => {
@@ -110,33 +122,19 @@ const DOT_PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADU
 #[test]
 fn a_script_writes_a_png_with_write_bytes_and_shows_it_on_every_runtime() {
     let mut failures = Vec::new();
-    for runtime in [
-        "rhai",
-        "js",
-        "wasm:js",
-        "wasm:micropython",
-        "wasm:python",
-        "wasm:rhai",
-        "wasm:boa",
-    ] {
+    for runtime in EVERY_RUNTIME {
         let script = match runtime {
             "rhai" | "wasm:rhai" => format!(
                 "let w = write_bytes(#{{path: \"out/dot.png\", base64: \"{DOT_PNG_BASE64}\"}});\nlet bad = \"\";\ntry {{ write_bytes(#{{path: \"out/bad.png\", base64: \"not base64!\"}}); }} catch (e) {{ bad = e; }}\nlet s = show_image(#{{path: \"out/dot.png\"}});\nfinal_result([w.bytes, s.width, `${{bad}}`])"
             ),
-            "js" | "wasm:js" | "wasm:boa" => format!(
+            "js" | "js-in-process" | "wasm:js" | "wasm:boa" => format!(
                 "const w = tools.write_bytes({{path: \"out/dot.png\", base64: \"{DOT_PNG_BASE64}\"}});\nlet bad = \"\";\ntry {{ tools.write_bytes({{path: \"out/bad.png\", base64: \"not base64!\"}}); }} catch (e) {{ bad = e.message; }}\nconst s = tools.show_image({{path: \"out/dot.png\"}});\nfinal_result([w.bytes, s.width, bad])"
             ),
             _ => format!(
                 "w = write_bytes(path=\"out/dot.png\", base64=\"{DOT_PNG_BASE64}\")\nbad = \"\"\ntry:\n    write_bytes(path=\"out/bad.png\", base64=\"not base64!\")\nexcept ToolError as e:\n    bad = str(e)\ns = show_image(path=\"out/dot.png\")\nfinal_result([w[\"bytes\"], s[\"width\"], bad])"
             ),
         };
-        let scratch = tempfile::tempdir().expect("scratch");
-        let area = area_with_prices(scratch.path());
-        let engine =
-            crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
-        let tools = Arc::new(ToolBox::new(area.tools()).expect("tools"));
-        let mut session = codeact::ScriptSession::start(&*engine, tools).expect("starts");
-        let run = session.run_blocking(&script).expect("runs");
+        let (_scratch, area, run) = run_with_prices(runtime, &script);
         let written = std::fs::read(area.root().join("out/dot.png")).unwrap_or_default();
         let fine = match &run.output {
             ScriptOutput::FinalResult { value, .. } => {
