@@ -69,7 +69,7 @@
 //!   teams: [`Team`], [`TeamBuilder`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
 //!   [`load_team`], [`LoadedTeam`], [`TeamConfigError`].
 //! - **Scripts without the loop:** [`ScriptSession`], [`ScriptRun`],
-//!   [`ScriptOutput`] and [`Untagged`] (the wire contract), [`runtime_by_name`],
+//!   [`ScriptOutput`], [`NotAnOutput`] and [`Malformed`] (the wire contract), [`runtime_by_name`],
 //!   [`RUNTIME_NAMES`], [`OPT_IN_RUNTIMES`], [`RuntimeByNameError`], running-script
 //!   slots ([`max_running_scripts`], [`set_max_running_scripts`]).
 //! - **Runtimes:** [`RhaiRuntime`], `JsRuntime` and [`run_worker_if_requested`]
@@ -155,7 +155,7 @@ pub use output::answer::{AnswerField, FinalAnswer};
 pub use output::final_output::{
     Artifact, ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
 };
-pub use output::script_output::{ScriptOutput, Untagged};
+pub use output::script_output::{Malformed, NotAnOutput, ScriptOutput};
 pub use output::spec::{
     Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
     content_text,

@@ -148,6 +148,39 @@ pub fn error_at(
     )
 }
 
+/// The feedback for a script stopped by one of its limits: which limit, in the
+/// host's words, then what the engine added (fenced: it can quote the script)
+/// and what the script printed (template `feedback/limit_exceeded`).
+pub fn limit_exceeded(
+    prompts: &Prompts,
+    described: &str,
+    detail: Option<&str>,
+    logs: &LogBuffer,
+    limit: usize,
+) -> String {
+    prompts.render(
+        "feedback/limit_exceeded",
+        context! {
+            limit => described,
+            detail => detail.map(|detail| fenced(detail, limit)),
+            logs => fenced_logs(logs, limit),
+        },
+    )
+}
+
+/// The feedback for a script whose last value has no JSON form: the host's
+/// words, then the engine's account of what could not be converted (fenced), and
+/// what the script printed (template `feedback/unrepresentable`).
+pub fn unrepresentable(prompts: &Prompts, what: &str, logs: &LogBuffer, limit: usize) -> String {
+    prompts.render(
+        "feedback/unrepresentable",
+        context! {
+            what => fenced(what, limit),
+            logs => fenced_logs(logs, limit),
+        },
+    )
+}
+
 /// The feedback for a script that ended with `error(message)` itself: the message
 /// (fenced), and a reminder that `error` gives up, so a failure it caught should
 /// be handled instead (template `feedback/reported_error`).
@@ -161,7 +194,8 @@ pub fn reported_error(prompts: &Prompts, message: &str, logs: &LogBuffer, limit:
     )
 }
 
-/// The feedback for a host-side error about the step (an unknown transfer target):
+/// The feedback for a host-side error about the step (an unknown transfer target,
+/// a tagged map that is not an output):
 /// the host's own words, then the value of the script's they are about (fenced:
 /// a model wrote it), what the script printed, and what to do (template
 /// `feedback/host_error`).

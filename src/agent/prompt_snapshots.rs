@@ -138,6 +138,29 @@ fn sections() -> Vec<(&'static str, String)> {
             feedback::reported_error(&prompts, "no data", &logs, LIMIT),
         ),
         (
+            "feedback/limit_exceeded",
+            feedback::limit_exceeded(
+                &prompts,
+                "time limit of 5000 ms",
+                Some("the session was restarted; its variables are gone"),
+                &logs,
+                LIMIT,
+            ),
+        ),
+        (
+            "feedback/unrepresentable",
+            feedback::unrepresentable(&prompts, "a function pointer", &none, LIMIT),
+        ),
+        (
+            "feedback/host_error (a tagged map that is not an output)",
+            after_script(
+                conversation(),
+                "#{type: \"answer\", value: 4}",
+                Ok(json!({"type": "answer", "value": 4})),
+                &none,
+            ),
+        ),
+        (
             "feedback/bare_value (a number)",
             feedback::bare_value(&prompts, &json!(7.8), &none, LIMIT),
         ),

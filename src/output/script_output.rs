@@ -52,12 +52,33 @@ pub enum ScriptOutput {
     },
 }
 
-/// A completion value that is not a tagged [`ScriptOutput`]: a bare number, a
-/// string, a list, a map without `type`, or null (no value at all).
+/// A completion value that [`ScriptOutput::read`] could not read as an output.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Untagged {
-    /// The value as the script left it.
-    pub value: Value,
+pub enum NotAnOutput {
+    /// Not tagged: a bare number, a string, a list, a map without `type`, or null
+    /// (no value at all). A host may show it to the model as it is.
+    Untagged {
+        /// The value as the script left it.
+        value: Value,
+    },
+    /// A map with a `type` that is not one of the four, or without the fields its
+    /// type needs.
+    Malformed(Malformed),
+}
+
+/// What is wrong with a tagged map, said twice: whole, for the contract
+/// ([`ScriptOutput::decode`]'s error), and split, for a prompt, into the host's
+/// words and the part of the script's value they are about, which a prompt may
+/// show only fenced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Malformed {
+    /// The contract's message, quoting the script's value where it helps.
+    pub message: String,
+    /// The same in the host's words alone: it quotes nothing the script wrote.
+    pub problem: String,
+    /// What of the script's value `problem` is about (a `type` nobody defined),
+    /// or none.
+    pub quoted: Option<String>,
 }
 
 /// How much of a wrong value an error message quotes.
@@ -78,21 +99,25 @@ impl ScriptOutput {
     pub fn decode(value: Value) -> ScriptOutput {
         match ScriptOutput::read(value) {
             Ok(output) => output,
-            Err(untagged) => not_an_output(&untagged.value),
+            Err(NotAnOutput::Untagged { value }) => not_an_output(&value),
+            Err(NotAnOutput::Malformed(malformed)) => ScriptOutput::Error {
+                message: malformed.message,
+            },
         }
     }
 
-    /// Decodes a completion value that is tagged (a map with a `type`); any other
-    /// value comes back as it was, for a host that shows it (see
-    /// [`decode`](Self::decode) for the error the contract makes of it).
-    pub fn read(value: Value) -> Result<ScriptOutput, Untagged> {
+    /// Decodes a completion value that is tagged (a map with a `type`). Any other
+    /// value comes back as it was, for a host that shows it, and a tagged map
+    /// that is not an output comes back as what is wrong with it (see
+    /// [`decode`](Self::decode) for the errors the contract makes of both).
+    pub fn read(value: Value) -> Result<ScriptOutput, NotAnOutput> {
         let Value::Object(mut map) = value else {
-            return Err(Untagged { value });
+            return Err(NotAnOutput::Untagged { value });
         };
         let kind = match map.get("type") {
             Some(Value::String(kind)) => kind.clone(),
             _ => {
-                return Err(Untagged {
+                return Err(NotAnOutput::Untagged {
                     value: Value::Object(map),
                 });
             }
@@ -100,19 +125,17 @@ impl ScriptOutput {
         Ok(match kind.as_str() {
             "observation" => match map.remove("value") {
                 Some(value) => ScriptOutput::Observation { value },
-                None => missing_field("observation", "value"),
+                None => return Err(missing_field("observation", "value")),
             },
             "final_result" => match (map.remove("value"), map.remove("artifacts")) {
-                (None, _) => missing_field("final_result", "value"),
+                (None, _) => return Err(missing_field("final_result", "value")),
                 (Some(value), None | Some(Value::Null)) => ScriptOutput::FinalResult {
                     value,
                     artifacts: Vec::new(),
                 },
                 (Some(value), Some(artifacts)) => match artifact_list(artifacts) {
                     Some(artifacts) => ScriptOutput::FinalResult { value, artifacts },
-                    None => ScriptOutput::Error {
-                        message: decode_message("decode/bad_artifacts", context! {}),
-                    },
+                    None => return Err(malformed("decode/bad_artifacts", context! {})),
                 },
             },
             "error" => match map.remove("message") {
@@ -120,22 +143,28 @@ impl ScriptOutput {
                 Some(other) => ScriptOutput::Error {
                     message: other.to_string(),
                 },
-                None => missing_field("error", "message"),
+                None => return Err(missing_field("error", "message")),
             },
             "transfer_to_agent" => match map.remove("agent_name") {
                 Some(Value::String(name)) if !name.trim().is_empty() => {
                     ScriptOutput::TransferToAgent { agent_name: name }
                 }
-                _ => ScriptOutput::Error {
-                    message: decode_message("decode/bad_transfer", context! {}),
-                },
+                _ => return Err(malformed("decode/bad_transfer", context! {})),
             },
-            other => ScriptOutput::Error {
-                message: decode_message(
-                    "decode/unknown_type",
-                    context! { quoted_type => format!("{:?}", preview(other)) },
-                ),
-            },
+            other => {
+                let quoted = format!("{:?}", preview(other));
+                return Err(NotAnOutput::Malformed(Malformed {
+                    message: decode_message(
+                        "decode/unknown_type",
+                        context! { quoted_type => &quoted },
+                    ),
+                    problem: decode_message(
+                        "decode/unknown_type",
+                        context! { quoted_type => None::<&str> },
+                    ),
+                    quoted: Some(quoted),
+                }));
+            }
         })
     }
 
@@ -201,13 +230,22 @@ fn artifact_list(value: Value) -> Option<Vec<String>> {
         .collect()
 }
 
-fn missing_field(kind: &str, field: &str) -> ScriptOutput {
-    ScriptOutput::Error {
-        message: decode_message(
-            "decode/missing_field",
-            context! { kind => kind, field => field },
-        ),
-    }
+/// A tagged map whose message quotes nothing of the script's: the host's words
+/// whole.
+fn malformed(name: &str, values: minijinja::Value) -> NotAnOutput {
+    let message = decode_message(name, values);
+    NotAnOutput::Malformed(Malformed {
+        problem: message.clone(),
+        message,
+        quoted: None,
+    })
+}
+
+fn missing_field(kind: &str, field: &str) -> NotAnOutput {
+    malformed(
+        "decode/missing_field",
+        context! { kind => kind, field => field },
+    )
 }
 
 fn preview(text: &str) -> String {

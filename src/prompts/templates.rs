@@ -115,6 +115,14 @@ static BUILTINS: &[Builtin] = &[
     builtin!("feedback/reported_error", || vec![
         context! { message => FENCED, logs => FENCED },
     ]),
+    builtin!("feedback/limit_exceeded", || vec![
+        context! { limit => "time limit of 5000 ms", detail => FENCED, logs => FENCED },
+        context! { limit => "memory limit of 64 MiB", detail => None::<&str>, logs => "" },
+    ]),
+    builtin!("feedback/unrepresentable", || vec![
+        context! { what => FENCED, logs => FENCED },
+        context! { what => FENCED, logs => "" },
+    ]),
     builtin!("feedback/host_error", || vec![
         context! { message => "there is no agent of the name below", quoted => FENCED, logs => FENCED },
         context! { message => "'triage' is this agent", quoted => None::<&str>, logs => "" },
@@ -214,7 +222,8 @@ static BUILTINS: &[Builtin] = &[
         context! { kind => "observation", field => "value" },
     ]),
     builtin!("decode/unknown_type", fixed, || vec![
-        context! { quoted_type => "\"answer\"" }
+        context! { quoted_type => "\"answer\"" },
+        context! { quoted_type => None::<&str> },
     ]),
     builtin!("decode/bad_transfer", fixed, || vec![context! {}]),
     builtin!("decode/bad_artifacts", fixed, || vec![context! {}]),
