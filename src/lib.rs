@@ -66,7 +66,7 @@
 //!   [`Chat`] (many turns),
 //!   [`RunRequest`], [`RunItem`] and [`CancellationToken`], [`RunResult`], [`TypedRun`],
 //!   [`Outcome`], [`Event`], [`ToolCallOutcome`], [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`];
-//!   teams: [`Team`], [`TeamBuilder`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
+//!   teams: [`Team`], [`TeamBuilder`], [`TeamRequest`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
 //!   [`load_team`], [`LoadedTeam`], [`TeamConfigError`].
 //! - **Scripts without the loop:** [`ScriptSession`], [`ScriptRun`],
 //!   [`ScriptOutput`], [`NotAnOutput`] and [`Malformed`] (the wire contract), [`runtime_by_name`],
@@ -74,7 +74,7 @@
 //!   slots ([`max_running_scripts`], [`set_max_running_scripts`]).
 //! - **Runtimes:** [`RhaiRuntime`], `JsRuntime` and [`run_worker_if_requested`]
 //!   (feature `js`), `WasmRuntime` and `Guest` (feature `wasm`); the traits and
-//!   limits they share: [`Runtime`], [`Session`], [`RuntimeInfo`], [`Enforcement`],
+//!   limits they share: [`Runtime`], [`Session`], [`Interrupt`], [`RuntimeInfo`], [`Enforcement`],
 //!   [`Limits`], [`LimitKind`], [`ScriptError`], [`HostError`], [`RunOutcome`],
 //!   [`LogBuffer`]; [`MeteredAllocator`] and [`metered_allocator_installed`] (the
 //!   global allocator that holds Rhai runs to their memory limit).
@@ -126,7 +126,7 @@ pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use agent::{
     Agent, AgentBuilder, AgentError, BareValues, Chat, Event, Handover, LoopConfig, Outcome,
     ResumeError, ResumePoint, RunItem, RunRequest, RunResult, Team, TeamBuilder, TeamOutcome,
-    TeamRun, ToolCallOutcome, Transcript, TypedRun,
+    TeamRequest, TeamRun, ToolCallOutcome, Transcript, TypedRun,
 };
 pub use agent::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
 pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
@@ -136,7 +136,7 @@ pub use codeact_macros::FinalAnswer;
 pub use codeact_rhai::RhaiRuntime;
 pub use codeact_rhai::{RhaiPolicy, RhaiValidator, ValidatorLoadError, Verdict};
 pub use codeact_runtime::{
-    Enforcement, HostError, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
+    Enforcement, HostError, Interrupt, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
     RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
 };
 #[cfg(feature = "wasm")]

@@ -25,6 +25,8 @@ mod cli;
 mod containment;
 #[path = "suite/files.rs"]
 mod files;
+#[path = "suite/interrupts.rs"]
+mod interrupts;
 #[path = "suite/mcp.rs"]
 mod mcp;
 #[path = "suite/model_servers.rs"]

@@ -24,4 +24,4 @@ pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;
 pub use outcome::Outcome;
 pub use resume::{ResumeError, ResumePoint};
-pub use team::{Handover, Team, TeamBuilder, TeamOutcome, TeamRun};
+pub use team::{Handover, Team, TeamBuilder, TeamOutcome, TeamRequest, TeamRun};

@@ -208,6 +208,47 @@ impl TeamBuilder {
     }
 }
 
+/// One run of a team, configured before it starts: see [`Team::request`].
+#[must_use = "a request does nothing until it is run"]
+pub struct TeamRequest<'a> {
+    team: &'a Team,
+    entry: &'a str,
+    task: &'a str,
+    options: RequestOutput,
+}
+
+impl std::fmt::Debug for TeamRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeamRequest")
+            .field("entry", &self.entry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TeamRequest<'_> {
+    /// The request level of the output spec, for every agent's final result
+    /// (as [`RunRequest::output`](crate::RunRequest::output)). Default: none.
+    pub fn output(mut self, spec: OutputSpec) -> Self {
+        self.options.spec = spec;
+        self
+    }
+
+    /// Stops the run when `token` is cancelled, whichever agent is at work: its
+    /// model call is dropped, its script interrupted, its tool call ended, and the
+    /// team's outcome is that agent's [`Outcome::Cancelled`]. Default: no token.
+    pub fn cancel_on(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.options.cancel = Some(token);
+        self
+    }
+
+    /// Runs the team until some agent's run ends without a handover.
+    pub async fn run(self) -> Result<TeamRun, AgentError> {
+        self.team
+            .run_inner(self.entry, self.task, &self.options)
+            .await
+    }
+}
+
 impl Team {
     /// Starts building a team.
     pub fn builder() -> TeamBuilder {
@@ -227,10 +268,22 @@ impl Team {
         self.agents.keys().map(String::as_str).collect()
     }
 
+    /// A run of `task`, starting with the agent called `entry`, to configure
+    /// ([`TeamRequest::output`], [`TeamRequest::cancel_on`]) and then
+    /// [`run`](TeamRequest::run).
+    pub fn request<'a>(&'a self, entry: &'a str, task: &'a str) -> TeamRequest<'a> {
+        TeamRequest {
+            team: self,
+            entry,
+            task,
+            options: RequestOutput::default(),
+        }
+    }
+
     /// Runs `task`, starting with the agent called `entry`, until some agent's run
-    /// ends without a handover.
+    /// ends without a handover: `self.request(entry, task).run()`.
     pub async fn run(&self, entry: &str, task: &str) -> Result<TeamRun, AgentError> {
-        self.run_inner(entry, task, &RequestOutput::default()).await
+        self.request(entry, task).run().await
     }
 
     /// Like [`run`](Self::run), with `request` as the request level of the output
@@ -241,11 +294,10 @@ impl Team {
         task: &str,
         request: &OutputSpec,
     ) -> Result<TeamRun, AgentError> {
-        let request = RequestOutput {
-            spec: request.clone(),
-            ..RequestOutput::default()
-        };
-        self.run_inner(entry, task, &request).await
+        self.request(entry, task)
+            .output(request.clone())
+            .run()
+            .await
     }
 
     async fn run_inner(
@@ -360,7 +412,57 @@ pub(crate) fn handover_message(prompts: &Prompts, task: &str, handover: &Handove
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use codeact_rhai::RhaiRuntime;
+    use codeact_runtime::Limits;
+
     use super::*;
+    use crate::model::ReplayModel;
+
+    /// If this fails, a team cannot be stopped while one of its agents computes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_team_run_stops_the_agent_at_work_at_once() {
+        let limits = Limits {
+            wall_time: Duration::from_secs(60),
+            max_operations: u64::MAX,
+            ..Limits::default()
+        };
+        let agent = crate::Agent::builder(
+            Arc::new(ReplayModel::new(["```rhai\nloop { }\n```"])),
+            Arc::new(RhaiRuntime::new(limits)),
+        )
+        .name("worker")
+        .build()
+        .expect("agent builds");
+        let team = Team::builder().agent(agent).build().expect("team builds");
+        let token = tokio_util::sync::CancellationToken::new();
+        let cancel = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let run = team
+            .request("worker", "Loop.")
+            .cancel_on(token)
+            .run()
+            .await
+            .expect("run finishes");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(matches!(
+            run.outcome,
+            TeamOutcome::Finished {
+                outcome: Outcome::Cancelled,
+                ..
+            }
+        ));
+    }
 
     #[test]
     fn the_handover_message_fences_the_carried_text_with_a_fresh_nonce() {

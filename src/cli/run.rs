@@ -505,7 +505,12 @@ fn run_team(
     };
     let entry = args.agent.clone().or(loaded.entry).unwrap_or(loaded.first);
     let task = args.task.as_deref().unwrap_or_default();
-    match host.block_on(team.run_with_output(&entry, task, request)) {
+    let run = team
+        .request(&entry, task)
+        .output(request.clone())
+        .cancel_on(cancel_on_ctrl_c(host))
+        .run();
+    match host.block_on(run) {
         Ok(run) => match run.outcome {
             TeamOutcome::Finished { agent, outcome } => {
                 eprintln!(

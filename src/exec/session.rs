@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact_runtime::{HostError, LogBuffer, Runtime, Session, ToolDispatch};
+use codeact_runtime::{HostError, Interrupt, LogBuffer, Runtime, Session, ToolDispatch};
 
 use crate::exec::run_slots::Slot;
 use crate::output::script_output::ScriptOutput;
@@ -57,9 +57,33 @@ impl ScriptSession {
     /// elsewhere on a blocking-pool thread. A panic inside the engine or a tool
     /// loses the session (later runs say so) but never the caller.
     pub async fn run(&mut self, script: impl Into<String>) -> Result<ScriptRun, HostError> {
+        self.run_with(script.into(), None).await
+    }
+
+    /// [`run`](Self::run), stopped when `interrupt` is raised (by another task: an
+    /// app's cancel, a deadline) as the script's time limit stops it: its error is
+    /// that limit's, and the session is left as that limit leaves it. A backend
+    /// that cannot be interrupted ends at the time limit instead
+    /// ([`Session::run_interruptible`]).
+    pub async fn run_interruptible(
+        &mut self,
+        script: impl Into<String>,
+        interrupt: Interrupt,
+    ) -> Result<ScriptRun, HostError> {
+        self.run_with(script.into(), Some(interrupt)).await
+    }
+
+    async fn run_with(
+        &mut self,
+        script: String,
+        interrupt: Option<Interrupt>,
+    ) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
-        let script = script.into();
         let runtime = self.runtime;
+        let run = move |session: &mut Box<dyn Session>| match &interrupt {
+            Some(interrupt) => session.run_interruptible(&script, interrupt),
+            None => session.run(&script),
+        };
         let lost = |reason: String| HostError::SessionLost { runtime, reason };
         let in_place = tokio::runtime::Handle::try_current().is_ok_and(|handle| {
             handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
@@ -69,7 +93,7 @@ impl ScriptSession {
             let result = tokio::task::block_in_place(|| {
                 slot.run_here(|| {
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        timed(|| session.run(&script))
+                        timed(|| run(&mut session))
                     }))
                 })
             });
@@ -79,7 +103,7 @@ impl ScriptSession {
             }
         } else {
             tokio::task::spawn_blocking(move || {
-                let result = slot.run_here(|| timed(|| session.run(&script)));
+                let result = slot.run_here(|| timed(|| run(&mut session)));
                 (session, result)
             })
             .await

@@ -11,6 +11,7 @@ use codeact::{Agent, FileArea, Limits, Mount, MountMode, RhaiRuntime, ScriptOutp
 use serde_json::json;
 
 use crate::cli::codeact;
+use crate::support::runtimes::EVERY_RUNTIME;
 
 /// `data/prices.csv` mounted read-only into a fresh temporary root.
 fn area_with_prices(scratch: &Path) -> FileArea {
@@ -60,18 +61,6 @@ final_result({"total": total, "listed": list_dir("."), "here": exists("out/repor
         }
     }
 }
-
-/// Every runtime, for the tests that hold on each.
-const EVERY_RUNTIME: [&str; 8] = [
-    "rhai",
-    "js",
-    "js-in-process",
-    "wasm:js",
-    "wasm:micropython",
-    "wasm:python",
-    "wasm:rhai",
-    "wasm:boa",
-];
 
 /// Runs `script` once in a new `runtime` session over [`area_with_prices`]; the
 /// scratch directory (kept alive), the area and the run.

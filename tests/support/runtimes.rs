@@ -5,6 +5,18 @@ use std::sync::Arc;
 use codeact::{JsRuntime, Limits, Runtime, ScriptOutput, ScriptSession, runtime_by_name};
 use serde_json::json;
 
+/// Every runtime, for the tests that hold on each.
+pub const EVERY_RUNTIME: [&str; 8] = [
+    "rhai",
+    "js",
+    "js-in-process",
+    "wasm:js",
+    "wasm:micropython",
+    "wasm:python",
+    "wasm:rhai",
+    "wasm:boa",
+];
+
 /// The runtime called `name` (see `codeact::RUNTIME_NAMES`) under `limits`.
 /// JavaScript workers are the codeact binary: a test binary cannot serve as one.
 pub fn runtime(name: &str, limits: Limits) -> Result<Arc<dyn Runtime>, String> {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::{Enforcement, LimitKind, Limits, LogBuffer, ToolDispatch};
+use crate::{Enforcement, Interrupt, LimitKind, Limits, LogBuffer, ToolDispatch};
 
 /// What a runtime says about itself: enough for the host to pick it by fence tag and
 /// to tell a model how to write for it.
@@ -49,11 +49,32 @@ pub trait Session: Send {
     /// that fails, or hits a limit, is a [`ScriptError`] inside the outcome; the
     /// session stays usable afterwards.
     fn run(&mut self, script: &str) -> Result<RunOutcome, HostError>;
+
+    /// [`run`](Self::run), stopped early when `interrupt` is raised (by another
+    /// thread: an app's cancel, a run's budget): the run ends as a run past its time
+    /// limit does, with that limit's error, and the session is left as that limit
+    /// leaves it. The default ignores `interrupt`: the run ends at its time limit.
+    fn run_interruptible(
+        &mut self,
+        script: &str,
+        interrupt: &Interrupt,
+    ) -> Result<RunOutcome, HostError> {
+        let _ = interrupt;
+        self.run(script)
+    }
 }
 
 impl<S: Session + ?Sized> Session for Box<S> {
     fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
         (**self).run(script)
+    }
+
+    fn run_interruptible(
+        &mut self,
+        script: &str,
+        interrupt: &Interrupt,
+    ) -> Result<RunOutcome, HostError> {
+        (**self).run_interruptible(script, interrupt)
     }
 }
 

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use codeact_runtime::{
-    HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session,
+    ToolDispatch,
 };
 
 use crate::protocol::{Namespaces, Reply, Request, WORKER_ARG, WORKER_ENV};
@@ -245,6 +246,7 @@ impl JsSession {
         &mut self,
         script: &str,
         logs: &mut LogBuffer,
+        interrupt: Option<&Interrupt>,
     ) -> Result<Result<serde_json::Value, ScriptError>, HostError> {
         let limits = self.limits.clone();
         let deadline = Instant::now() + limits.wall_time;
@@ -278,10 +280,20 @@ impl JsSession {
         }
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let reply = match worker.replies.recv_timeout(remaining) {
+            let wait = match interrupt {
+                Some(_) => remaining.min(INTERRUPT_POLL),
+                None => remaining,
+            };
+            let reply = match worker.replies.recv_timeout(wait) {
                 Ok(reply) => {
                     worker.replied = true;
                     reply
+                }
+                Err(RecvTimeoutError::Timeout)
+                    if Instant::now() < deadline
+                        && !interrupt.is_some_and(Interrupt::is_raised) =>
+                {
+                    continue;
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     self.worker = None;
@@ -337,10 +349,27 @@ impl JsSession {
 impl Session for JsSession {
     fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
         let mut logs = LogBuffer::new(self.limits.max_output_bytes);
-        let completion = self.drive(script, &mut logs)?;
+        let completion = self.drive(script, &mut logs, None)?;
+        Ok(RunOutcome { completion, logs })
+    }
+
+    /// An interrupt is handled as the deadline is: the worker (a process, or the
+    /// in-process engine's thread) is given up on within [`INTERRUPT_POLL`], and
+    /// the next run starts a fresh one.
+    fn run_interruptible(
+        &mut self,
+        script: &str,
+        interrupt: &Interrupt,
+    ) -> Result<RunOutcome, HostError> {
+        let mut logs = LogBuffer::new(self.limits.max_output_bytes);
+        let completion = self.drive(script, &mut logs, Some(interrupt))?;
         Ok(RunOutcome { completion, logs })
     }
 }
+
+/// How often a run that can be interrupted looks at its interrupt while it waits
+/// for the worker: the most an interrupt waits to be noticed.
+const INTERRUPT_POLL: Duration = Duration::from_millis(10);
 
 fn write_request(stdin: &mut ChildStdin, request: &Request) -> std::io::Result<()> {
     let line = serde_json::to_string(request).map_err(std::io::Error::other)?;

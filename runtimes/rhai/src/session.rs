@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use codeact_runtime::{
-    HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session,
+    ToolDispatch,
 };
 use rhai::{AST, Dynamic, Engine, Scope};
 
@@ -241,10 +242,36 @@ impl Drop for RhaiSession {
 
 impl Session for RhaiSession {
     fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+        self.run_with(script, None)
+    }
+
+    /// An interrupt raises the run's alarm flag, which `on_progress` checks on every
+    /// operation: the run stops as at its deadline. Without a timer thread (no
+    /// alarm), the run ends at its deadline.
+    fn run_interruptible(
+        &mut self,
+        script: &str,
+        interrupt: &Interrupt,
+    ) -> Result<RunOutcome, HostError> {
+        self.run_with(script, Some(interrupt))
+    }
+}
+
+impl RhaiSession {
+    fn run_with(
+        &mut self,
+        script: &str,
+        interrupt: Option<&Interrupt>,
+    ) -> Result<RunOutcome, HostError> {
         let deadline = Instant::now() + self.limits.wall_time;
+        let alarm = alarm::arm(deadline);
+        if let (Some(interrupt), Some(alarm)) = (interrupt, &alarm) {
+            let alarm = alarm.clone();
+            interrupt.on_raise(move || alarm.store(true, std::sync::atomic::Ordering::Relaxed));
+        }
         let guard = RunGuard::install(RunState {
             deadline,
-            alarm: alarm::arm(deadline),
+            alarm,
             tools: self.tools.clone(),
             logs: LogBuffer::new(self.limits.max_output_bytes),
             meter: self.meter,

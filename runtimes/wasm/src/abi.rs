@@ -23,7 +23,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use codeact_runtime::{
-    HostError, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, ToolDispatch,
 };
 use serde_json::{Value, json};
 use wasmtime::{
@@ -100,6 +100,8 @@ pub(crate) struct AbiState {
     /// sooner than the grace after a tool call returns. `None` between calls.
     hard_deadline: Option<Instant>,
     grace: Duration,
+    /// Raised from outside to stop the current run as at its deadline.
+    interrupt: Option<Interrupt>,
     /// The guest's memory and the address of its alarm flag, once instantiated.
     alarm: Option<(Memory, usize)>,
     max_transfer: usize,
@@ -123,6 +125,7 @@ impl AbiState {
             deadline: None,
             hard_deadline: None,
             grace: Duration::ZERO,
+            interrupt: None,
             alarm: None,
             max_transfer: max_transfer(limits),
             stderr: Vec::new(),
@@ -451,6 +454,15 @@ impl AbiSession {
             if state.hard_deadline.is_some_and(|hard| now >= hard) {
                 return Ok(UpdateDeadline::Interrupt);
             }
+            let interrupted = state.interrupt.as_ref().is_some_and(Interrupt::is_raised);
+            if interrupted && state.deadline.is_some_and(|deadline| now < deadline) {
+                // From now on, as at the deadline: the alarm, then the grace.
+                let grace = state.grace;
+                let state = context.data_mut();
+                state.deadline = Some(now);
+                state.hard_deadline = Some(now + grace);
+            }
+            let state = context.data();
             if state.deadline.is_some_and(|deadline| now >= deadline)
                 && let Some((memory, address)) = state.alarm
                 && let Some(flag) = memory.data_mut(&mut context).get_mut(address)
@@ -519,7 +531,11 @@ impl AbiSession {
         Ok(live)
     }
 
-    pub(crate) fn run_script(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+    pub(crate) fn run_script(
+        &mut self,
+        script: &str,
+        interrupt: Option<&Interrupt>,
+    ) -> Result<RunOutcome, HostError> {
         let limits = self.blueprint.limits.clone();
         let mut live = match self.live.take() {
             Some(live) => live,
@@ -532,11 +548,13 @@ impl AbiSession {
             state.hard_deadline = Some(deadline + state.grace);
             state.memory.refused = false;
             state.stderr.clear();
+            state.interrupt = interrupt.cloned();
         }
         let answer = call(&mut live, EntryPoint::Run, script.as_bytes());
         let state = live.store.data_mut();
         state.deadline = None;
         state.hard_deadline = None;
+        state.interrupt = None;
         match answer {
             Ok(answer) => {
                 let outcome = outcome_from(answer, &limits, self.blueprint.runtime_name);

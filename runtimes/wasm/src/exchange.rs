@@ -11,7 +11,7 @@ use std::task::{Poll, Waker};
 use std::time::Instant;
 
 use bytes::Bytes;
-use codeact_runtime::LogBuffer;
+use codeact_runtime::{Interrupt, LogBuffer};
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
 
@@ -40,6 +40,8 @@ pub(crate) struct Exchange {
     pub(crate) inbox: VecDeque<Message>,
     /// When the current run must stop; checked at every epoch tick.
     pub(crate) deadline: Option<Instant>,
+    /// Raised from outside to stop the current run as at its deadline.
+    interrupt: Option<Interrupt>,
     /// The memory limiter refused to grow the guest's memory during this run.
     pub(crate) memory_refused: bool,
 }
@@ -60,6 +62,7 @@ impl Exchange {
             logs: LogBuffer::new(log_cap),
             inbox: VecDeque::new(),
             deadline: None,
+            interrupt: None,
             memory_refused: false,
         }))
     }
@@ -72,6 +75,7 @@ impl Exchange {
         log_cap: usize,
         max_message: usize,
         deadline: Instant,
+        interrupt: Option<&Interrupt>,
     ) {
         self.phase = Phase::Running;
         self.parser = OutputParser::new(nonce, max_message);
@@ -81,8 +85,22 @@ impl Exchange {
         self.stdin.extend(line);
         self.tool_pending = false;
         self.deadline = Some(deadline);
+        self.interrupt = interrupt.cloned();
         self.memory_refused = false;
         self.wake_reader();
+    }
+
+    /// Whether the current run must stop now: its deadline passed, or it was
+    /// interrupted.
+    pub(crate) fn must_stop(&self) -> bool {
+        self.deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+            || self.interrupted()
+    }
+
+    /// Whether the current run was interrupted from outside.
+    pub(crate) fn interrupted(&self) -> bool {
+        self.interrupt.as_ref().is_some_and(Interrupt::is_raised)
     }
 
     /// Ends a run: what is left of the output is text; the next read waits for a script.
@@ -91,6 +109,7 @@ impl Exchange {
         self.parser.finish(&mut |text| logs.push(text));
         self.phase = Phase::Idle;
         self.deadline = None;
+        self.interrupt = None;
         self.tool_pending = false;
         self.stdin.clear();
         std::mem::take(&mut self.logs)

@@ -21,7 +21,7 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use codeact_runtime::{
-    HostError, LimitKind, Limits, RunOutcome, ScriptError, Session, ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, RunOutcome, ScriptError, Session, ToolDispatch,
     js_hoist::hoist_top_level,
 };
 use wasmtime::{InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline};
@@ -260,9 +260,7 @@ impl StdioSession {
         store.limiter(|state| &mut state.memory);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|context| {
-            let past = locked(&context.data().exchange)
-                .deadline
-                .is_some_and(|deadline| Instant::now() >= deadline);
+            let past = locked(&context.data().exchange).must_stop();
             Ok(if past {
                 UpdateDeadline::Interrupt
             } else {
@@ -314,7 +312,11 @@ impl StdioSession {
         }
     }
 
-    fn run_script(&mut self, script: &str) -> Result<RunOutcome, HostError> {
+    fn run_script(
+        &mut self,
+        script: &str,
+        interrupt: Option<&Interrupt>,
+    ) -> Result<RunOutcome, HostError> {
         let limits = self.blueprint.limits.clone();
         let mut instance = match self.instance.take() {
             Some(instance) => instance,
@@ -333,6 +335,7 @@ impl StdioSession {
             limits.max_output_bytes,
             protocol::max_message_bytes(&limits),
             deadline,
+            interrupt,
         );
         // The completion, and whether the instance may serve the next run.
         let (completion, keep) = loop {
@@ -553,9 +556,10 @@ fn poll_guest(instance: &mut LiveGuest, deadline: Instant) -> Event {
             }
         }
         // The guest waits on something else (a timer, say): sleep until woken or
-        // until the deadline, past which it is given up on.
+        // until the deadline, past which it is given up on; an interrupted run is
+        // given up on at once.
         let now = Instant::now();
-        if now >= deadline + STUCK_GRACE {
+        if now >= deadline + STUCK_GRACE || locked(&instance.exchange).interrupted() {
             return Event::Stuck;
         }
         thread::park_timeout((deadline + STUCK_GRACE - now).min(Duration::from_millis(20)));
@@ -631,8 +635,21 @@ fn first_line(error: &wasmtime::Error) -> String {
 impl Session for WasmSession {
     fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
         match &mut self.inner {
-            Inner::Stdio(session) => session.run_script(script),
-            Inner::Abi(session) => session.run_script(script),
+            Inner::Stdio(session) => session.run_script(script, None),
+            Inner::Abi(session) => session.run_script(script, None),
+        }
+    }
+
+    /// An interrupt stops the guest as its deadline does: at the next epoch tick
+    /// (every 5 ms) while it runs wasm, at once while it waits outside wasm.
+    fn run_interruptible(
+        &mut self,
+        script: &str,
+        interrupt: &Interrupt,
+    ) -> Result<RunOutcome, HostError> {
+        match &mut self.inner {
+            Inner::Stdio(session) => session.run_script(script, Some(interrupt)),
+            Inner::Abi(session) => session.run_script(script, Some(interrupt)),
         }
     }
 }

@@ -222,11 +222,13 @@ impl Agent {
                     });
                     tools.set_step(step);
                     tools.set_script(&code);
+                    // A cancel or the run's deadline stops the script itself, as
+                    // its time limit would; `until` stops waiting for it.
+                    let interrupt = codeact_runtime::Interrupt::new();
+                    let _stopper = Stopper::spawn(interrupt.clone(), deadline, cancel);
                     let run = session
-                        .run(code)
+                        .run_interruptible(code, interrupt)
                         .instrument(tracing::info_span!("script", step));
-                    // An abandoned script ends at its own time limit; the session
-                    // is not used again.
                     let run = match until(deadline, cancel, run).await {
                         Ok(run) => run,
                         Err(stopped) => {
@@ -235,6 +237,12 @@ impl Agent {
                         }
                     };
                     let run = run?;
+                    // Interrupted by the cancel or the deadline, the script ended
+                    // with a time-limit error of the host's making: not fed back.
+                    if let Some(stopped) = cancelled(cancel).or_else(|| past(deadline)) {
+                        decision = conversation.stop(stopped);
+                        continue;
+                    }
                     // A deferred approval stops the run inside this step: what
                     // the script went on to do rests on a call not made.
                     if let Some(pending) = tools.awaited() {
@@ -403,6 +411,34 @@ fn cancelled(cancel: Option<&CancellationToken>) -> Option<Outcome> {
     cancel
         .filter(|token| token.is_cancelled())
         .map(|_| Outcome::Cancelled)
+}
+
+/// Raises a script's interrupt when the run is cancelled or its deadline passes,
+/// until it is dropped (when the script ends).
+struct Stopper(tokio::task::JoinHandle<()>);
+
+impl Stopper {
+    /// `None` when nothing can stop the run: no deadline and no cancel token.
+    fn spawn(
+        interrupt: codeact_runtime::Interrupt,
+        deadline: Deadline,
+        cancel: Option<&CancellationToken>,
+    ) -> Option<Self> {
+        if deadline.is_none() && cancel.is_none() {
+            return None;
+        }
+        let cancel = cancel.cloned();
+        Some(Self(tokio::spawn(async move {
+            let _ = until(deadline, cancel.as_ref(), std::future::pending::<()>()).await;
+            interrupt.raise();
+        })))
+    }
+}
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// `work`'s output, or the outcome that stopped it first: the deadline passing, or
@@ -626,6 +662,71 @@ mod tests {
         assert_eq!(run.outcome, Outcome::DeadlineExceeded { limit_ms: 300 });
         assert!(
             started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    /// An agent whose model writes one Rhai loop that never ends, under a time
+    /// limit of a minute, and the events it reports.
+    fn runaway_agent(config: LoopConfig) -> (Agent, Arc<Mutex<Vec<Event>>>) {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let limits = Limits {
+            wall_time: Duration::from_secs(60),
+            max_operations: u64::MAX,
+            ..Limits::default()
+        };
+        let agent = Agent::builder(
+            Arc::new(ReplayModel::new(["```rhai
+loop { }
+```"])),
+            Arc::new(RhaiRuntime::new(limits)),
+        )
+        .config(config)
+        .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
+        .build()
+        .expect("agent builds");
+        (agent, events)
+    }
+
+    /// If this fails, a cancel waits for a runaway script's time limit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_run_stops_a_runaway_script_at_once_and_feeds_nothing_back() {
+        let (agent, events) = runaway_agent(LoopConfig::default());
+        let started = Instant::now();
+        let run = agent
+            .request("Loop.")
+            .cancel_on(cancelled_after(Duration::from_millis(300)))
+            .run()
+            .await
+            .expect("run finishes");
+        assert_eq!(run.outcome, Outcome::Cancelled);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let events = events.lock().expect("not poisoned");
+        assert!(
+            !events
+                .iter()
+                .any(|event| matches!(event, Event::Error { .. })),
+            "the interrupted script's time-limit error is the host's doing: {events:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_past_its_deadline_stops_a_runaway_script_at_once() {
+        let (agent, _) = runaway_agent(LoopConfig {
+            max_run_time: Some(Duration::from_millis(300)),
+            ..LoopConfig::default()
+        });
+        let started = Instant::now();
+        let run = agent.run("Loop.").await.expect("run finishes");
+        assert_eq!(run.outcome, Outcome::DeadlineExceeded { limit_ms: 300 });
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
             "{:?}",
             started.elapsed()
         );
