@@ -916,3 +916,46 @@ async fn a_team_run_ends_with_the_last_agents_result() {
         json!({"team_outcome": "finished", "agent": "billing", "outcome": {"outcome": "final_result", "value": "billed"}})
     );
 }
+
+/// If this fails, a server with a broken config listens anyway, or says nothing useful.
+#[test]
+fn a_broken_config_is_refused_before_the_server_listens() {
+    let setup = Setup::new();
+    let cases = [
+        (
+            "[[agent]]\nname = \"calc\"\nteam = \"calc.toml\"\n",
+            "declares no [[token]]",
+        ),
+        (
+            "[[token]]\nname = \"a\"\ntoken = \"short\"\n[[agent]]\nname = \"calc\"\nteam = \"calc.toml\"\n",
+            "shorter than 8",
+        ),
+        (
+            "[[token]]\nname = \"a\"\ntoken_env = \"CODEACT_TEST_NO_SUCH_VARIABLE\"\n[[agent]]\nname = \"calc\"\nteam = \"calc.toml\"\n",
+            "CODEACT_TEST_NO_SUCH_VARIABLE is not set",
+        ),
+        (
+            "[[token]]\nname = \"a\"\ntoken = \"long-enough\"\n[[agent]]\nname = \"calc\"\nteam = \"missing.toml\"\n",
+            "missing.toml",
+        ),
+        (
+            "[[token]]\nname = \"a\"\ntoken = \"long-enough\"\n[[agent]]\nname = \"calc\"\nteam = \"calc.toml\"\nlimits = 3\n",
+            "unknown field",
+        ),
+    ];
+    for (config, says) in cases {
+        let path = setup.dir.path().join("broken.toml");
+        std::fs::write(&path, config).expect("config");
+        let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(format!("sqlite:{}", setup.store().display()))
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .expect("codeact serve runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{config}: {stderr}");
+        assert!(stderr.contains(says), "{config}: {stderr}");
+        assert!(out.stdout.is_empty(), "it never listened");
+    }
+}
