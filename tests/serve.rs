@@ -959,3 +959,51 @@ fn a_broken_config_is_refused_before_the_server_listens() {
         assert!(out.stdout.is_empty(), "it never listened");
     }
 }
+
+/// If this fails, the web page is missing, or could turn text a model wrote into markup.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_is_served_under_a_strict_policy_and_writes_text_only() {
+    let setup = Setup::new();
+    let server = setup.start();
+    let page = client()
+        .get(server.url("/"))
+        .send()
+        .await
+        .expect("the page");
+    assert_eq!(page.status(), StatusCode::OK);
+    let policy = page
+        .headers()
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(policy.contains("script-src 'self'"), "{policy}");
+    assert!(!policy.contains("unsafe-inline"), "{policy}");
+    let html = page.text().await.expect("HTML");
+    assert!(html.contains("<script src=\"/page/app.js\"></script>"));
+    assert!(!html.contains("<script>"), "no inline script");
+    let script = client()
+        .get(server.url("/page/app.js"))
+        .send()
+        .await
+        .expect("the script")
+        .text()
+        .await
+        .expect("text");
+    for sink in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+    ] {
+        assert!(!script.contains(sink), "app.js uses {sink}");
+    }
+    assert!(script.contains("textContent"));
+    let style = client()
+        .get(server.url("/page/style.css"))
+        .send()
+        .await
+        .expect("css");
+    assert_eq!(style.status(), StatusCode::OK);
+}

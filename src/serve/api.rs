@@ -1,6 +1,6 @@
 //! The HTTP API: routes, request bodies, and errors as JSON (`{"error": "…"}`).
 //!
-//! Every route but `/healthz` needs a bearer token ([`auth`](super::auth)). A
+//! Every route but `/healthz` and the page's files needs a bearer token ([`auth`](super::auth)). A
 //! client sees only its own runs: another tenant's run is a 404, the same answer
 //! as a run that does not exist, unless the token is an admin one. Bodies are read
 //! up to the configured cap (413 past it) and parsed strictly: a field this API
@@ -37,6 +37,9 @@ const TASK_PREVIEW_CHARS: usize = 200;
 /// The routes, over the runs they work on.
 pub(crate) fn router(runs: Arc<Runs>) -> Router {
     Router::new()
+        .route("/", get(super::page::index))
+        .route("/page/app.js", get(super::page::script))
+        .route("/page/style.css", get(super::page::style))
         .route("/healthz", get(healthz))
         .route("/agents", get(list_agents))
         .route("/runs", post(create_run).get(list_runs))

@@ -4,12 +4,13 @@
 //! an embedded SQLite file, so a restarted server still lists and streams them.
 //!
 //! The parts: the config file and its tokens ([`config`]), who calls
-//! ([`auth`]), the routes ([`api`]), the event stream ([`sse`]), the work on
-//! runs ([`runs`]) and the store ([`store`]).
+//! ([`auth`]), the routes ([`api`]), the event stream ([`sse`]), the web page
+//! ([`page`]), the work on runs ([`runs`]) and the store ([`store`]).
 
 mod api;
 mod auth;
 mod config;
+mod page;
 mod runs;
 mod sse;
 mod store;
