@@ -146,6 +146,8 @@ function renderEvent(data) {
       break;
     }
     case "approval_decided":
+      // The call is decided: its buttons are spent.
+      for (const button of steps.querySelectorAll("button.approve, button.deny")) button.remove();
       item.appendChild(el("pre", "", (data.approved ? "approved " : "denied ") + data.tool + " by " + data.decided_by + (data.reason ? ": " + data.reason : "")));
       break;
     case "result_refused": item.appendChild(el("pre", "", data.reason)); break;
