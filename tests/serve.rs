@@ -693,6 +693,15 @@ async fn path_ids_that_are_not_run_ids_are_not_found() {
     }
     let (status, body) = server.get(ALICE, "/nothing/here").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let response = client()
+        .delete(server.url("/runs"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let body: Value = response.json().await.expect("a JSON error");
+    assert!(body["error"].is_string());
 }
 
 /// If this fails, one request with huge headers can take the server down.
@@ -1006,4 +1015,59 @@ async fn the_page_is_served_under_a_strict_policy_and_writes_text_only() {
         .await
         .expect("css");
     assert_eq!(style.status(), StatusCode::OK);
+}
+
+/// If this fails, a restart strands runs that were waiting on a person: the
+/// journal alone must carry an approval or a conversation across it.
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_runs_go_on_after_a_restart_from_their_journal() {
+    let setup = Setup::new();
+    let server = setup.start();
+    let refund = server
+        .create(ALICE, json!({"agent": "refund", "task": "Refund 5."}))
+        .await;
+    let chat = server
+        .create(
+            ALICE,
+            json!({"agent": "chat", "task": "Start at 40.", "chat": true}),
+        )
+        .await;
+    let waiting = server
+        .wait_for(ALICE, &refund, |run| run["status"] == "awaiting_approval")
+        .await;
+    server
+        .wait_for(ALICE, &chat, |run| run["status"] == "awaiting_message")
+        .await;
+    drop(server);
+
+    let server = setup.start();
+    let call = waiting["awaiting"]["call"]
+        .as_str()
+        .expect("the awaited call");
+    let (status, _) = server
+        .post(
+            ALICE,
+            &format!("/runs/{refund}/approvals/{call}"),
+            json!({"approve": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, _) = server
+        .post(
+            ALICE,
+            &format!("/runs/{chat}/messages"),
+            json!({"message": "Add 2."}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let run = server
+        .wait_for(ALICE, &refund, |run| run["status"] == "finished")
+        .await;
+    assert_eq!(run["outcome"]["value"], json!({"refunded": 5}), "{run}");
+    let run = server
+        .wait_for(ALICE, &chat, |run| {
+            run["status"] == "awaiting_message" && run["steps"] == 2
+        })
+        .await;
+    assert_eq!(run["outcome"]["value"], 42, "{run}");
 }

@@ -49,6 +49,12 @@ pub(crate) fn router(runs: Arc<Runs>) -> Router {
         .route("/runs/{id}/approvals/{call}", post(decide))
         .route("/runs/{id}/messages", post(send_message))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "this route takes another method",
+            )
+        })
         .with_state(runs)
 }
 
