@@ -1071,3 +1071,48 @@ async fn waiting_runs_go_on_after_a_restart_from_their_journal() {
         .await;
     assert_eq!(run["outcome"]["value"], 42, "{run}");
 }
+
+/// If this fails, a stopped server hangs on an open event stream, or its
+/// successor shows a run as running that nothing works on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_server_exits_soon_and_its_successor_marks_unfinished_runs_interrupted() {
+    let setup = Setup::new();
+    let mut server = setup.start();
+    let id = server
+        .create(ALICE, json!({"agent": "slow", "task": "spin"}))
+        .await;
+    let started = Instant::now();
+    while !server_has_event(&server, &id, "script_started").await {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the script never started"
+        );
+    }
+    let viewer = client()
+        .get(server.url(&format!("/runs/{id}/events")))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .expect("a stream stays open");
+    let stopping = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let exit = tokio::task::block_in_place(|| server.child.wait()).expect("the server exits");
+    assert!(exit.success(), "{exit}");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(9),
+        "stopping took {:?} (the grace is 5 s; the script's limit 10 s)",
+        stopping.elapsed()
+    );
+    drop(viewer);
+    let server = setup.start();
+    let (_, run) = server.get(ALICE, &format!("/runs/{id}")).await;
+    assert_eq!(run["status"], "interrupted", "{run}");
+    assert!(
+        run["error"].as_str().expect("why").contains("stopped"),
+        "{run}"
+    );
+}

@@ -34,8 +34,9 @@ pub(crate) struct ServeOptions {
 
 /// Loads the config, opens the store, and serves until Ctrl-C or SIGTERM. Once
 /// listening, prints `codeact serve: listening on http://ADDR` on stdout (the
-/// address with the port chosen when 0 was asked for). Runs still going at the
-/// stop are marked `interrupted` by the next start.
+/// address with the port chosen when 0 was asked for). At a stop it takes no new
+/// requests and waits up to [`SHUTDOWN_GRACE`] for open ones; runs still going
+/// then are marked `interrupted` by the next start.
 pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
     let path = options.config.clone();
     let config = tokio::task::spawn_blocking(move || config::ServeConfig::load(&path))
@@ -70,11 +71,33 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
         );
         let _ = out.flush();
     }
-    axum::serve(listener, api::router(runs))
-        .with_graceful_shutdown(stopped())
-        .await
-        .map_err(|e| format!("the server failed: {e}"))
+    let stop = tokio_util::sync::CancellationToken::new();
+    let signalled = stop.clone();
+    tokio::spawn(async move {
+        stopped().await;
+        signalled.cancel();
+    });
+    let server = axum::serve(listener, api::router(runs))
+        .with_graceful_shutdown(stop.clone().cancelled_owned())
+        .into_future();
+    // An event stream stays open while its run goes on: past the grace, the
+    // server stops anyway, and the next start marks such runs interrupted.
+    let grace = async {
+        stop.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        served = server => served.map_err(|e| format!("the server failed: {e}")),
+        () = grace => {
+            tracing::warn!("stopping with requests still open after {SHUTDOWN_GRACE:?}");
+            Ok(())
+        }
+    }
 }
+
+/// How long a stopping server waits for open requests (event streams of runs
+/// still going) to end: 5 s.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Resolves at Ctrl-C or SIGTERM.
 async fn stopped() {
