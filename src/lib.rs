@@ -119,6 +119,8 @@ mod files;
 pub mod model;
 mod output;
 mod prompts;
+#[cfg(feature = "serve")]
+mod serve;
 mod tools;
 mod untrusted;
 

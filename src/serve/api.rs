@@ -1,0 +1,531 @@
+//! The HTTP API: routes, request bodies, and errors as JSON (`{"error": "…"}`).
+//!
+//! Every route but `/healthz` and the page's files needs a bearer token ([`auth`](super::auth)). A
+//! client sees only its own runs: another tenant's run is a 404, the same answer
+//! as a run that does not exist, unless the token is an admin one. Bodies are read
+//! up to the configured cap (413 past it) and parsed strictly: a field this API
+//! does not know (`limits`, `tools`, `validator`…) is a 400 naming it, so a
+//! client can never widen what the server's config grants.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::config::Caller;
+use super::runs::{Job, Runs, awaited_call};
+use super::store::{RunRecord, Status, StoreError};
+use crate::agent::approval::ApprovalDecision;
+use crate::output::spec::OutputSpec;
+
+/// Runs a page of `GET /runs` holds without `limit`.
+const DEFAULT_PAGE: u32 = 20;
+/// The most a page of `GET /runs` holds, whatever `limit` asks.
+const MAX_PAGE: u32 = 100;
+/// Characters of a task a run's summary in a list shows.
+const TASK_PREVIEW_CHARS: usize = 200;
+
+/// The routes, over the runs they work on.
+pub(crate) fn router(runs: Arc<Runs>) -> Router {
+    Router::new()
+        .route("/", get(super::page::index))
+        .route("/page/app.js", get(super::page::script))
+        .route("/page/style.css", get(super::page::style))
+        .route("/healthz", get(healthz))
+        .route("/agents", get(list_agents))
+        .route("/runs", post(create_run).get(list_runs))
+        .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/events", get(super::sse::events))
+        .route("/runs/{id}/cancel", post(cancel_run))
+        .route("/runs/{id}/approvals/{call}", post(decide))
+        .route("/runs/{id}/messages", post(send_message))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "this route takes another method",
+            )
+        })
+        .with_state(runs)
+}
+
+/// An error answered as `{"error": message}` with its status.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
+
+    /// The one answer for a run that does not exist, is not an id, or is another
+    /// tenant's: nothing tells them apart.
+    pub(crate) fn no_run() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "no such run")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(json!({ "error": self.message }))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        tracing::error!("{error}");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "the store failed")
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(_: PathRejection) -> Self {
+        Self::no_run()
+    }
+}
+
+/// Whether `id` has the shape of a run id (`run_` and 32 lowercase hex digits),
+/// checked before any query.
+pub(crate) fn is_run_id(id: &str) -> bool {
+    id.strip_prefix("run_").is_some_and(|hex| {
+        hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// A new run id: 128 random bits from the OS.
+fn new_run_id() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        tracing::error!("no randomness for a run id: {e}");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "cannot make a run id")
+    })?;
+    Ok(format!(
+        "run_{}",
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    ))
+}
+
+/// The run `id` if `caller` may see it; otherwise the same 404 as no run.
+pub(crate) async fn visible_run(
+    runs: &Runs,
+    caller: &Caller,
+    id: &str,
+) -> Result<RunRecord, ApiError> {
+    if !is_run_id(id) {
+        return Err(ApiError::no_run());
+    }
+    match runs.store.get(id).await? {
+        Some(run) if caller.admin || run.tenant == caller.name => Ok(run),
+        _ => Err(ApiError::no_run()),
+    }
+}
+
+/// Reads the body up to the configured cap and parses it as `T`, strictly.
+async fn read_json<T: DeserializeOwned>(
+    runs: &Runs,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let cap = runs.config.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than this server takes ({cap} bytes)"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > cap as u64) {
+        return Err(too_large());
+    }
+    let bytes = axum::body::to_bytes(body, cap)
+        .await
+        .map_err(|_| too_large())?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a valid request: {e}")))
+}
+
+/// A task or message within the configured length, not blank.
+fn check_text(runs: &Runs, what: &str, text: &str) -> Result<(), ApiError> {
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(format!("the {what} is empty")));
+    }
+    let cap = runs.config.max_task_chars;
+    let length = text.chars().count();
+    if length > cap {
+        return Err(ApiError::bad_request(format!(
+            "the {what} is {length} characters; this server takes at most {cap}"
+        )));
+    }
+    Ok(())
+}
+
+/// The request level of the output spec a client may give: what a final result
+/// must look like. No validator: that is a file on the server, which only its
+/// config names.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OutputRequest {
+    /// A format label shown to the model; `json` means it must parse as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    format: Option<String>,
+    /// What the result should contain, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    instructions: Option<String>,
+    /// An example result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    example: Option<String>,
+    /// A JSON Schema the result must match (no remote `$ref`s are fetched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schema: Option<Value>,
+}
+
+impl OutputRequest {
+    pub(crate) fn into_spec(self) -> OutputSpec {
+        OutputSpec {
+            format: self.format,
+            instructions: self.instructions,
+            example: self.example,
+            schema: self.schema,
+            ..OutputSpec::default()
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRun {
+    /// A configured agent's name.
+    agent: String,
+    task: String,
+    #[serde(default)]
+    output: Option<OutputRequest>,
+    /// A conversation: `POST /runs/{id}/messages` continues it.
+    #[serde(default)]
+    chat: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Decision {
+    approve: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NextMessage {
+    message: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    limit: Option<u32>,
+    after: Option<String>,
+}
+
+async fn healthz(State(runs): State<Arc<Runs>>) -> Result<Json<Value>, ApiError> {
+    runs.store.ping().await?;
+    Ok(Json(json!({ "ok": true })))
+}
+
+async fn list_agents(State(runs): State<Arc<Runs>>, _caller: Caller) -> Json<Value> {
+    let agents: Vec<Value> = runs
+        .config
+        .agents
+        .iter()
+        .map(|(name, offered)| {
+            json!({
+                "name": name,
+                "description": offered.description,
+                "team": !offered.single,
+                // What a single agent can do that a team run cannot here.
+                "chat": offered.single,
+                "approvals": offered.single,
+            })
+        })
+        .collect();
+    Json(json!({ "agents": agents }))
+}
+
+async fn create_run(
+    State(runs): State<Arc<Runs>>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request: CreateRun = read_json(&runs, &headers, body).await?;
+    check_text(&runs, "task", &request.task)?;
+    let Some(offered) = runs.config.agents.get(&request.agent) else {
+        return Err(ApiError::bad_request(format!(
+            "no agent '{}' on this server; it has: {}",
+            codeact_runtime::text::shorten(&request.agent, 60),
+            runs.config
+                .agents
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    if request.chat && !offered.single {
+        return Err(ApiError::bad_request(format!(
+            "agent '{}' is a team, which cannot hold a conversation here",
+            request.agent
+        )));
+    }
+    let output = match request.output {
+        Some(output) => {
+            // Compiled now, so a broken schema is this request's error, not the run's.
+            output
+                .clone()
+                .into_spec()
+                .load()
+                .map_err(|e| ApiError::bad_request(format!("output: {e}")))?;
+            Some(serde_json::to_value(output).unwrap_or(Value::Null))
+        }
+        None => None,
+    };
+    let id = new_run_id()?;
+    let run = runs
+        .store
+        .create(
+            &id,
+            &caller.name,
+            &request.agent,
+            &request.task,
+            request.chat,
+            output.as_ref(),
+        )
+        .await?;
+    runs.spawn(run.clone(), Job::Start);
+    Ok((StatusCode::CREATED, Json(full(&run))).into_response())
+}
+
+async fn get_run(
+    State(runs): State<Arc<Runs>>,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Path(id) = path?;
+    let run = visible_run(&runs, &caller, &id).await?;
+    Ok(Json(full(&run)))
+}
+
+async fn list_runs(
+    State(runs): State<Arc<Runs>>,
+    caller: Caller,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) =
+        query.map_err(|e| ApiError::bad_request(format!("the query is not valid: {e}")))?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit must be 1 to {MAX_PAGE}"
+        )));
+    }
+    if let Some(after) = &query.after {
+        visible_run(&runs, &caller, after)
+            .await
+            .map_err(|_| ApiError::bad_request("after= names no run you can see"))?;
+    }
+    let tenant = (!caller.admin).then_some(caller.name.as_str());
+    let page = runs
+        .store
+        .list(tenant, query.after.as_deref(), limit)
+        .await?;
+    let next = (page.len() == limit as usize)
+        .then(|| page.last().map(|run| run.id.clone()))
+        .flatten();
+    Ok(Json(json!({
+        "runs": page.iter().map(summary).collect::<Vec<_>>(),
+        "next": next,
+    })))
+}
+
+async fn cancel_run(
+    State(runs): State<Arc<Runs>>,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = path?;
+    let run = visible_run(&runs, &caller, &id).await?;
+    if runs.cancel(&id) {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "id": id, "status": "cancelling" })),
+        )
+            .into_response());
+    }
+    let waiting = [Status::AwaitingApproval, Status::AwaitingMessage];
+    if runs
+        .store
+        .set_status(&id, &waiting, Status::Cancelled)
+        .await?
+    {
+        runs.touched(&id);
+        return Ok(Json(json!({ "id": id, "status": "cancelled" })).into_response());
+    }
+    Err(ApiError::conflict(format!(
+        "the run is {}; only a running or waiting run can be cancelled",
+        run.status.as_str()
+    )))
+}
+
+async fn decide(
+    State(runs): State<Arc<Runs>>,
+    caller: Caller,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Path((id, call)) = path?;
+    let run = visible_run(&runs, &caller, &id).await?;
+    let decision: Decision = read_json(&runs, &headers, body).await?;
+    if let Some(reason) = &decision.reason {
+        check_text(&runs, "reason", reason)?;
+    }
+    let awaited =
+        awaited_call(run.outcome.as_ref()).filter(|_| run.status == Status::AwaitingApproval);
+    let Some((awaited, tool, args)) = awaited else {
+        return Err(ApiError::conflict(format!(
+            "the run is {}, not waiting for an approval",
+            run.status.as_str()
+        )));
+    };
+    if awaited != call {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("the run waits for a decision on call '{awaited}', not on this one"),
+        ));
+    }
+    if !runs.store.claim(&id, &[Status::AwaitingApproval]).await? {
+        return Err(ApiError::conflict(
+            "the run was decided on or cancelled meanwhile",
+        ));
+    }
+    let who = format!("{} (codeact serve)", caller.name);
+    let decision = if decision.approve {
+        ApprovalDecision::approve().by(who)
+    } else {
+        ApprovalDecision::deny(decision.reason.unwrap_or_else(|| "denied".into())).by(who)
+    };
+    runs.spawn(
+        run,
+        Job::Decide {
+            tool,
+            args,
+            decision,
+        },
+    );
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "id": id, "status": "running" })),
+    )
+        .into_response())
+}
+
+async fn send_message(
+    State(runs): State<Arc<Runs>>,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Path(id) = path?;
+    let run = visible_run(&runs, &caller, &id).await?;
+    let next: NextMessage = read_json(&runs, &headers, body).await?;
+    check_text(&runs, "message", &next.message)?;
+    if !run.chat {
+        return Err(ApiError::conflict(
+            "the run is not a conversation; create one with \"chat\": true",
+        ));
+    }
+    let ready = [
+        Status::AwaitingMessage,
+        Status::Cancelled,
+        Status::Failed,
+        Status::Interrupted,
+    ];
+    if !runs.store.claim(&id, &ready).await? {
+        return Err(ApiError::conflict(format!(
+            "the run is {}; send the next message once its turn has ended",
+            run.status.as_str()
+        )));
+    }
+    runs.spawn(run, Job::Message(next.message));
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "id": id, "status": "running" })),
+    )
+        .into_response())
+}
+
+/// A run in full, as `GET /runs/{id}` answers.
+fn full(run: &RunRecord) -> Value {
+    let mut value = serde_json::to_value(run).unwrap_or(Value::Null);
+    if let (Some((call, tool, args)), Value::Object(fields)) =
+        (awaited_call(run.outcome.as_ref()), &mut value)
+        && run.status == Status::AwaitingApproval
+    {
+        fields.insert(
+            "awaiting".into(),
+            json!({ "call": call, "tool": tool, "args": args }),
+        );
+    }
+    value
+}
+
+/// A run in a list: no outcome or output, the task cut short.
+fn summary(run: &RunRecord) -> Value {
+    let task: String = run.task.chars().take(TASK_PREVIEW_CHARS).collect();
+    json!({
+        "id": run.id,
+        "tenant": run.tenant,
+        "agent": run.agent,
+        "task": task,
+        "chat": run.chat,
+        "status": run.status,
+        "steps": run.steps,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+    })
+}

@@ -1,0 +1,292 @@
+//! The server's config file: who may call it (bearer tokens), which agents it
+//! offers (team files, read with [`load_team`]), and the limits every run gets.
+//! Clients choose among these names; nothing in a request can add a tool, a
+//! command, a mount, a host or a higher limit.
+//!
+//! ```toml
+//! [server]
+//! max_body_kib = 64          # a request body past this is refused (413); default 64
+//! max_task_chars = 16000     # a task or message past this is refused (400); default 16,000
+//!
+//! [limits]                   # every script of every run; default: `Limits::default()`
+//! timeout_ms = 5000
+//! max_operations = 10000000
+//! max_memory_mb = 64
+//! tool_timeout_ms = 30000    # a command tool is killed after this; default 30,000
+//!
+//! [[token]]
+//! name = "alice"             # runs are attributed to this name
+//! token_env = "ALICE_TOKEN"  # the secret, from the environment (or `token = "…"`)
+//! admin = false              # an admin sees every tenant's runs; default false
+//!
+//! [[agent]]
+//! name = "demo"              # what a client names in `POST /runs`
+//! team = "serve/demo.toml"   # a team file, as `codeact run --agents` reads it
+//! entry = "triage"           # the agent that starts; default: the file's entry, else its first
+//! description = "Answers."   # shown by `GET /agents`; default: the entry agent's
+//! ```
+//!
+//! Relative paths are read from the config file's folder.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use codeact_runtime::Limits;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::agent::team_config::load_team;
+
+/// Default cap on a request body: 64 KiB.
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 << 10;
+/// Default cap on a task or a chat message: 16,000 characters.
+pub(crate) const DEFAULT_MAX_TASK_CHARS: usize = 16_000;
+/// Default time a command tool may take: 30 s, as `codeact run`.
+const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    server: ServerEntry,
+    #[serde(default)]
+    limits: LimitsEntry,
+    #[serde(rename = "token", default)]
+    tokens: Vec<TokenEntry>,
+    #[serde(rename = "agent", default)]
+    agents: Vec<AgentEntry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerEntry {
+    max_body_kib: Option<usize>,
+    max_task_chars: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsEntry {
+    timeout_ms: Option<u64>,
+    max_operations: Option<u64>,
+    max_memory_mb: Option<u64>,
+    tool_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    name: String,
+    token: Option<String>,
+    token_env: Option<String>,
+    #[serde(default)]
+    admin: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentEntry {
+    name: String,
+    team: PathBuf,
+    entry: Option<String>,
+    description: Option<String>,
+}
+
+/// A caller the config knows: the name its runs carry, and whether it sees all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Caller {
+    pub name: String,
+    pub admin: bool,
+}
+
+/// A token, kept only as its SHA-256 so the comparison takes the same time
+/// whatever the guess.
+struct Token {
+    digest: [u8; 32],
+    caller: Caller,
+}
+
+/// An agent clients may start: a team file and where it starts.
+#[derive(Debug, Clone)]
+pub(crate) struct OfferedAgent {
+    pub team: PathBuf,
+    pub entry: String,
+    pub description: String,
+    /// The file declares one agent: runs are single-agent runs, which can wait
+    /// for approvals and hold conversations. With several, a team run.
+    pub single: bool,
+}
+
+/// The server's config, checked: every team file loaded once at start, so a
+/// broken one is an error before the server listens.
+pub(crate) struct ServeConfig {
+    tokens: Vec<Token>,
+    pub agents: BTreeMap<String, OfferedAgent>,
+    pub limits: Limits,
+    pub tool_timeout: Duration,
+    pub max_body_bytes: usize,
+    pub max_task_chars: usize,
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("tokens", &self.tokens.len())
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServeConfig {
+    /// Reads and checks the config at `path`; the error names the file and the
+    /// problem.
+    pub(crate) fn load(path: &Path) -> Result<Self, String> {
+        let invalid = |message: String| format!("'{}': {message}", path.display());
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
+        let file: ConfigFile =
+            toml::from_str(&text).map_err(|e| invalid(e.to_string().trim().to_string()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut limits = Limits::default();
+        if let Some(ms) = file.limits.timeout_ms {
+            limits.wall_time = Duration::from_millis(ms.max(1));
+        }
+        if let Some(ops) = file.limits.max_operations {
+            limits.max_operations = ops.max(1);
+        }
+        if let Some(mb) = file.limits.max_memory_mb {
+            limits.max_memory_bytes = usize::try_from(mb.max(1) << 20).unwrap_or(usize::MAX);
+        }
+        let tool_timeout = file
+            .limits
+            .tool_timeout_ms
+            .map_or(DEFAULT_TOOL_TIMEOUT, |ms| Duration::from_millis(ms.max(1)));
+
+        if file.tokens.is_empty() {
+            return Err(invalid(
+                "declares no [[token]]: every request needs one".into(),
+            ));
+        }
+        let mut tokens: Vec<Token> = Vec::new();
+        for entry in file.tokens {
+            let secret = match (entry.token, entry.token_env) {
+                (Some(secret), None) => secret,
+                (None, Some(var)) => std::env::var(&var).map_err(|_| {
+                    invalid(format!(
+                        "token '{}': the environment variable {var} is not set",
+                        entry.name
+                    ))
+                })?,
+                _ => {
+                    return Err(invalid(format!(
+                        "token '{}' needs exactly one of `token` and `token_env`",
+                        entry.name
+                    )));
+                }
+            };
+            if secret.trim().len() < 8 {
+                return Err(invalid(format!(
+                    "token '{}' is shorter than 8 characters",
+                    entry.name
+                )));
+            }
+            if entry.name.trim().is_empty() {
+                return Err(invalid("a token has an empty name".into()));
+            }
+            let digest = digest(&secret);
+            if tokens
+                .iter()
+                .any(|t| t.digest == digest || t.caller.name == entry.name)
+            {
+                return Err(invalid(format!(
+                    "token '{}' repeats another token's name or secret",
+                    entry.name
+                )));
+            }
+            tokens.push(Token {
+                digest,
+                caller: Caller {
+                    name: entry.name,
+                    admin: entry.admin,
+                },
+            });
+        }
+
+        if file.agents.is_empty() {
+            return Err(invalid("declares no [[agent]]".into()));
+        }
+        let mut agents = BTreeMap::new();
+        for entry in file.agents {
+            let team = if entry.team.is_absolute() {
+                entry.team.clone()
+            } else {
+                base.join(&entry.team)
+            };
+            let loaded = load_team(&team, &limits, tool_timeout, |builder| builder)
+                .map_err(|e| invalid(format!("agent '{}': {e}", entry.name)))?;
+            let names = loaded.builder.agent_names();
+            let start = entry
+                .entry
+                .clone()
+                .or(loaded.entry.clone())
+                .unwrap_or(loaded.first.clone());
+            if !names.contains(&start) {
+                return Err(invalid(format!(
+                    "agent '{}': its team has no agent '{start}' (it has: {})",
+                    entry.name,
+                    names.join(", ")
+                )));
+            }
+            let offered = OfferedAgent {
+                team,
+                description: entry
+                    .description
+                    .unwrap_or_else(|| loaded.builder.description_of(&start)),
+                single: names.len() == 1,
+                entry: start,
+            };
+            if agents.insert(entry.name.clone(), offered).is_some() {
+                return Err(invalid(format!("two agents are named '{}'", entry.name)));
+            }
+        }
+        Ok(Self {
+            tokens,
+            agents,
+            limits,
+            tool_timeout,
+            max_body_bytes: file
+                .server
+                .max_body_kib
+                .map_or(DEFAULT_MAX_BODY_BYTES, |kib| kib.max(1) << 10),
+            max_task_chars: file
+                .server
+                .max_task_chars
+                .unwrap_or(DEFAULT_MAX_TASK_CHARS)
+                .max(1),
+        })
+    }
+
+    /// The caller holding `secret`, if any. Every configured token is compared,
+    /// each in constant time, so neither which nor how much of one matched shows
+    /// in the time taken.
+    pub(crate) fn caller(&self, secret: &str) -> Option<Caller> {
+        let presented = digest(secret);
+        let mut found = None;
+        for token in &self.tokens {
+            let differs = token
+                .digest
+                .iter()
+                .zip(presented.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            if differs == 0 {
+                found = Some(token.caller.clone());
+            }
+        }
+        found
+    }
+}
+
+fn digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}

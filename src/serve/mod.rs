@@ -1,0 +1,116 @@
+//! `codeact serve`: runs as a service. An HTTP API (axum) starts runs of the
+//! agents the server's config offers, streams their events, cancels them, takes
+//! approvals and a conversation's next messages; runs and their journals live in
+//! an embedded SQLite file, so a restarted server still lists and streams them.
+//!
+//! The parts: the config file and its tokens ([`config`]), who calls
+//! ([`auth`]), the routes ([`api`]), the event stream ([`sse`]), the web page
+//! ([`page`]), the work on runs ([`runs`]) and the store ([`store`]).
+
+mod api;
+mod auth;
+mod config;
+mod page;
+mod runs;
+mod sse;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub(crate) use store::default_store_path;
+
+/// What `codeact serve` was asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct ServeOptions {
+    /// Where to listen; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// The store, `sqlite:PATH`.
+    pub store: String,
+    /// The server's config file.
+    pub config: PathBuf,
+}
+
+/// Loads the config, opens the store, and serves until Ctrl-C or SIGTERM. Once
+/// listening, prints `codeact serve: listening on http://ADDR` on stdout (the
+/// address with the port chosen when 0 was asked for). At a stop it takes no new
+/// requests and waits up to [`SHUTDOWN_GRACE`] for open ones; runs still going
+/// then are marked `interrupted` by the next start.
+pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
+    let path = options.config.clone();
+    let config = tokio::task::spawn_blocking(move || config::ServeConfig::load(&path))
+        .await
+        .map_err(|e| format!("loading the config failed: {e}"))??;
+    let store = store::Store::open(&options.store)
+        .await
+        .map_err(|e| e.to_string())?;
+    let interrupted = store
+        .interrupt_leftovers()
+        .await
+        .map_err(|e| e.to_string())?;
+    if interrupted > 0 {
+        tracing::warn!(
+            "{interrupted} run(s) were going on when the server last stopped: marked interrupted"
+        );
+    }
+    let runs = runs::Runs::new(store, Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the address listened on: {e}"))?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "codeact serve: listening on http://{address} (store {})",
+            options.store
+        );
+        let _ = out.flush();
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let signalled = stop.clone();
+    tokio::spawn(async move {
+        stopped().await;
+        signalled.cancel();
+    });
+    let server = axum::serve(listener, api::router(runs))
+        .with_graceful_shutdown(stop.clone().cancelled_owned())
+        .into_future();
+    // An event stream stays open while its run goes on: past the grace, the
+    // server stops anyway, and the next start marks such runs interrupted.
+    let grace = async {
+        stop.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        served = server => served.map_err(|e| format!("the server failed: {e}")),
+        () = grace => {
+            tracing::warn!("stopping with requests still open after {SHUTDOWN_GRACE:?}");
+            Ok(())
+        }
+    }
+}
+
+/// How long a stopping server waits for open requests (event streams of runs
+/// still going) to end: 5 s.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Resolves at Ctrl-C or SIGTERM.
+async fn stopped() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
