@@ -54,6 +54,7 @@ pub enum ScriptOutput {
 
 /// A completion value that [`ScriptOutput::read`] could not read as an output.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum NotAnOutput {
     /// Not tagged: a bare number, a string, a list, a map without `type`, or null
     /// (no value at all). A host may show it to the model as it is.
