@@ -124,9 +124,10 @@ impl Runs {
         };
         let (sender, receiver) = mpsc::unbounded_channel::<(String, Event)>();
         let writer = tokio::spawn(write_journal(self.clone(), run.id.clone(), first, receiver));
-        // The sender is taken out when the work ends: a script abandoned by a
-        // cancel may live on until its time limit, holding the listener, and must
-        // neither keep the journal open nor write to it after the run's end.
+        // The sender is taken out when the work ends: a script a cancel cut short
+        // may take a moment to stop (a JavaScript worker notices within 10 ms),
+        // holding the listener, and must neither keep the journal open nor write
+        // to it after the run's end.
         let sender = Arc::new(Mutex::new(Some(sender)));
         let slot = sender.clone();
         let listener: Listener = Arc::new(move |agent: &str, event: &Event| {
@@ -178,9 +179,9 @@ impl Runs {
 
 /// One piece of work on a run, with everything it needs: it runs on a thread
 /// of its own, on a single-threaded runtime, where a script runs on the blocking
-/// pool rather than in place. So a cancel ends the run at once even while a
-/// script is going on; the abandoned script still ends at its own time limit,
-/// and nothing it does after the cancel is journalled.
+/// pool rather than in place. A cancel ends the run at once even while a script
+/// is going on (the script is interrupted as at its time limit), and nothing it
+/// does after the cancel is journalled.
 struct Work {
     run: RunRecord,
     offered: OfferedAgent,
@@ -211,7 +212,7 @@ impl Work {
                 };
                 let ended = runtime.block_on(self.drive());
                 let _ = done.send(ended);
-                // A script abandoned by a cancel may still be running on the
+                // A script a cancel interrupted may still be stopping on the
                 // blocking pool: the runtime is not waited for.
                 runtime.shutdown_background();
             });
