@@ -179,9 +179,10 @@ fn min_right(runtime_name: &str) -> usize {
         return n;
     }
     // Measured here (Qwen2.5-Coder-1.5B, temperature 0): js 4, wasm:js 5,
-    // wasm:python 3, rhai 3, wasm:micropython 2 of 5; each bar is one below.
+    // wasm:python 3, rhai 3, wasm:micropython 2 of 5; wasm:boa 5 and wasm:rhai 3
+    // (two runs, 2026-12-02); each bar is one below.
     match runtime_name {
-        "wasm:js" => 4,
+        "wasm:js" | "wasm:boa" => 4,
         "js" => 3,
         "wasm:micropython" => 1,
         _ => 2,
@@ -196,8 +197,9 @@ async fn a_real_model_solves_small_tasks_in_every_runtime() {
     );
     let model_name = std::env::var("CODEACT_TEST_MODEL").unwrap_or_else(|_| "local".into());
     let record = std::env::var("CODEACT_RECORD_TRANSCRIPTS").ok();
-    let runtimes = std::env::var("CODEACT_TEST_RUNTIMES")
-        .unwrap_or_else(|_| "rhai,js,wasm:js,wasm:python,wasm:micropython".into());
+    let runtimes = std::env::var("CODEACT_TEST_RUNTIMES").unwrap_or_else(|_| {
+        "rhai,js,wasm:js,wasm:python,wasm:micropython,wasm:rhai,wasm:boa".into()
+    });
     let mut short = Vec::new();
     for runtime_name in runtimes.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let right = solve_all(runtime_name, &base_url, &model_name, record.as_deref()).await;
