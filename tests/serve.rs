@@ -1116,3 +1116,118 @@ async fn a_stopped_server_exits_soon_and_its_successor_marks_unfinished_runs_int
         "{run}"
     );
 }
+
+/// What the page test needs besides the server: Chromium, node and playwright-core
+/// (`scripts/fetch-browser-driver.sh`); why the test cannot run when one is missing.
+fn browser_parts() -> Result<(PathBuf, PathBuf), String> {
+    let chromium = std::env::var_os("CODEACT_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    if !chromium.exists() {
+        return Err(format!(
+            "no Chromium at {} (apt-get install chromium, or set CODEACT_CHROMIUM)",
+            chromium.display()
+        ));
+    }
+    let home = std::env::var_os("HOME").ok_or("HOME is not set")?;
+    let modules = PathBuf::from(home).join(".cache/codeact-browser/node_modules");
+    if !modules.join("playwright-core").exists() {
+        return Err("playwright-core is missing: run scripts/fetch-browser-driver.sh".into());
+    }
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|out| out.status.success()) {
+        return Err("node is not installed".into());
+    }
+    Ok((chromium, modules))
+}
+
+/// If this fails, the page does not show a run's steps, or shows markup that a
+/// model, a script or a user wrote as markup.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_shows_a_runs_steps_in_a_real_browser_and_markup_only_as_text() {
+    let (chromium, modules) = match browser_parts() {
+        Ok(parts) => parts,
+        Err(why) => {
+            eprintln!("SKIPPED the_page_shows_a_runs_steps_in_a_real_browser: {why}");
+            return;
+        }
+    };
+    let setup = Setup::new();
+    let dir = setup.dir.path();
+    let mut config = std::fs::read_to_string(dir.join("serve.toml")).expect("config");
+    config.push_str("\n[[agent]]\nname = \"page\"\nteam = \"page.toml\"\n");
+    std::fs::write(dir.join("serve.toml"), config).expect("config");
+    std::fs::write(
+        dir.join("page.toml"),
+        "[[agent]]\nname = \"page\"\ndescription = \"Shows markup.\"\nmodel = \"replay:page.json\"\n",
+    )
+    .expect("team file");
+    std::fs::write(
+        dir.join("page.json"),
+        json!({"replies": [
+            "<b>Thinking</b> it over.\n```rhai\nprint(\"<img src=x onerror=alert(1)>\");\nlet x = 40;\nobservation(x)\n```",
+            "```rhai\nfinal_result(x + 2)\n```",
+        ]})
+        .to_string(),
+    )
+    .expect("replies");
+    let server = setup.start();
+    let screenshot = dir.join("page.png");
+    let output = tokio::task::spawn_blocking({
+        let url = server.url("/");
+        let screenshot = screenshot.clone();
+        move || {
+            Command::new("node")
+                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/serve_page.mjs"))
+                .args([url.as_str(), ALICE, "page", "Add <b>2</b> to 40."])
+                .arg(&screenshot)
+                .env("PLAYWRIGHT_MODULES", &modules)
+                .env("CODEACT_CHROMIUM", &chromium)
+                .output()
+        }
+    })
+    .await
+    .expect("joined")
+    .expect("node runs");
+    assert!(
+        output.status.success(),
+        "the browser script failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown: Value = serde_json::from_slice(
+        output
+            .stdout
+            .split(|b| *b == b'\n')
+            .find(|line| line.starts_with(b"{"))
+            .expect("a JSON line"),
+    )
+    .expect("JSON");
+    let steps: Vec<&str> = shown["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let all = steps.join("\n");
+    for expected in [
+        "<b>Thinking</b> it over.",
+        "let x = 40;",
+        "<img src=x onerror=alert(1)>",
+        "observation",
+        "final output",
+        "42",
+        "finished",
+    ] {
+        assert!(all.contains(expected), "{expected:?} not shown in {steps:#?}");
+    }
+    assert_eq!(shown["injected"], json!(0), "markup became elements: {shown}");
+    assert_eq!(shown["problems"], json!([]), "the page threw: {shown}");
+    assert!(
+        shown["runs"].to_string().contains("<b>2</b>"),
+        "the task is listed as text: {shown}"
+    );
+    assert!(screenshot.exists(), "no screenshot");
+    if let Some(keep) = std::env::var_os("CODEACT_KEEP_SCREENSHOT") {
+        std::fs::copy(&screenshot, keep).expect("screenshot kept");
+    }
+}
