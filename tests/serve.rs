@@ -1178,7 +1178,10 @@ async fn the_page_shows_a_runs_steps_in_a_real_browser_and_markup_only_as_text()
         let screenshot = screenshot.clone();
         move || {
             Command::new("node")
-                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/serve_page.mjs"))
+                .arg(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/browser/serve_page.mjs"
+                ))
                 .args([url.as_str(), ALICE, "page", "Add <b>2</b> to 40."])
                 .arg(&screenshot)
                 .env("PLAYWRIGHT_MODULES", &modules)
@@ -1218,9 +1221,16 @@ async fn the_page_shows_a_runs_steps_in_a_real_browser_and_markup_only_as_text()
         "42",
         "finished",
     ] {
-        assert!(all.contains(expected), "{expected:?} not shown in {steps:#?}");
+        assert!(
+            all.contains(expected),
+            "{expected:?} not shown in {steps:#?}"
+        );
     }
-    assert_eq!(shown["injected"], json!(0), "markup became elements: {shown}");
+    assert_eq!(
+        shown["injected"],
+        json!(0),
+        "markup became elements: {shown}"
+    );
     assert_eq!(shown["problems"], json!([]), "the page threw: {shown}");
     assert!(
         shown["runs"].to_string().contains("<b>2</b>"),
