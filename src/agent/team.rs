@@ -334,7 +334,7 @@ impl Team {
 
     /// Runs `task` with every option of `request` (the output spec, a cancel
     /// token, per-run listeners): for `codeact serve`, which cancels team runs.
-    pub(crate) async fn run_inner(
+    async fn run_inner(
         &self,
         entry: &str,
         task: &str,

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::{OfferedAgent, ServeConfig};
 use super::store::{Ended, RunRecord, Status, Store};
 use crate::agent::approval::{ApprovalDecision, Approver};
-use crate::agent::driver::{Agent, AgentError, RequestOutput, RunResult};
+use crate::agent::driver::{Agent, AgentError, RunResult};
 use crate::agent::events::{Event, Listener};
 use crate::agent::outcome::Outcome;
 use crate::agent::resume::ResumePoint;
@@ -343,12 +343,11 @@ async fn drive_team(
     if !matches!(job, Job::Start) {
         return failed("a team run takes neither approvals nor messages".into());
     }
-    let request = RequestOutput {
-        spec,
-        cancel: Some(cancel),
-        ..RequestOutput::default()
-    };
-    match team.run_inner(entry, &run.task, &request).await {
+    let request = team
+        .request(entry, &run.task)
+        .output(spec)
+        .cancel_on(cancel);
+    match request.run().await {
         Ok(TeamRun {
             outcome,
             steps,
