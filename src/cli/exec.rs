@@ -79,7 +79,9 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     let result = host.block_on(async {
-        let mut session = ScriptSession::start(&*runtime, Arc::new(toolbox))?;
+        let view = area.as_ref().map(|area| area.view());
+        let mut session =
+            ScriptSession::start_with_files(&*runtime, Arc::new(toolbox), view.as_ref())?;
         session.run(script).await
     });
     match result {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact_runtime::{HostError, Interrupt, LogBuffer, Runtime, Session, ToolDispatch};
+use codeact_runtime::{FileView, HostError, Interrupt, LogBuffer, Runtime, Session, ToolDispatch};
 
 use crate::exec::run_slots::Slot;
 use crate::output::script_output::ScriptOutput;
@@ -45,6 +45,26 @@ impl ScriptSession {
         Ok(Self {
             runtime: runtime.info().name,
             session: Some(runtime.new_session(tools)?),
+        })
+    }
+
+    /// [`start`](Self::start) in a working directory: an engine with a file API of
+    /// its own (the WASI guests: Python's `open`) sees `files`' folders directly,
+    /// with its writes charged to the same disk limit as the helpers'
+    /// ([`FileArea::view`](crate::files::FileArea::view)); the others reach them
+    /// through the file helpers among `tools`.
+    pub fn start_with_files(
+        runtime: &dyn Runtime,
+        tools: Arc<dyn ToolDispatch>,
+        files: Option<&FileView>,
+    ) -> Result<Self, HostError> {
+        let session = match files {
+            Some(files) => runtime.new_session_with_files(tools, files)?,
+            None => runtime.new_session(tools)?,
+        };
+        Ok(Self {
+            runtime: runtime.info().name,
+            session: Some(session),
         })
     }
 

@@ -36,6 +36,8 @@ pub use tools::{
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use codeact_runtime::{DiskMeter, FileView, SharedDir};
+
 use crate::tools::toolbox::Tool;
 
 /// Bytes a run may write into its file area. Default: 64 MiB.
@@ -257,6 +259,7 @@ impl FileAreaBuilder {
                 }
             })?;
             mounts.push(OpenMount {
+                host: mount.host.clone(),
                 guest,
                 target,
                 writable: mount.mode == MountMode::ReadWrite,
@@ -267,9 +270,8 @@ impl FileAreaBuilder {
                 root_path,
                 root,
                 mounts,
-                max_disk_bytes: self.max_disk_bytes,
                 max_file_bytes: self.max_file_bytes,
-                written: Mutex::new(0),
+                disk: DiskMeter::new(self.max_disk_bytes),
                 shown: Mutex::new(Vec::new()),
                 _temporary: temporary,
             }),
@@ -290,11 +292,11 @@ struct AreaInner {
     root_path: PathBuf,
     root: beneath::Root,
     mounts: Vec<OpenMount>,
-    max_disk_bytes: u64,
     max_file_bytes: u64,
-    /// Bytes charged so far against `max_disk_bytes`; also serialises writes, so two
-    /// scripts writing at once cannot both pass the check.
-    written: Mutex<u64>,
+    /// Bytes charged so far against the disk limit, shared with the engines that
+    /// write by themselves ([`FileArea::view`]); its lock also serialises writes, so
+    /// two scripts writing at once cannot both pass the check.
+    disk: DiskMeter,
     /// Images shown since the driver last took them.
     shown: Mutex<Vec<ShownImage>>,
     _temporary: Option<tempfile::TempDir>,
@@ -302,6 +304,8 @@ struct AreaInner {
 
 #[derive(Debug)]
 struct OpenMount {
+    /// Its host path, for the engines that open folders by path ([`FileArea::view`]).
+    host: PathBuf,
     guest: PathBuf,
     target: beneath::Root,
     writable: bool,
@@ -326,7 +330,33 @@ impl FileArea {
 
     /// Bytes charged against the disk limit so far.
     pub fn written_bytes(&self) -> u64 {
-        *self.inner.written.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.disk.written()
+    }
+
+    /// The area's folders as an engine with a file API of its own sees them (the
+    /// WASI guests, through preopened directories): the root at `/`, writable, and
+    /// each folder mount at `/` and its guest path, as its mode says; one meter for
+    /// what they and the file helpers write. A mount of a single file is left out
+    /// (such engines open only folders); scripts read it through `read_text`.
+    pub fn view(&self) -> FileView {
+        let mut dirs = vec![SharedDir {
+            host: self.inner.root_path.clone(),
+            guest: "/".into(),
+            writable: true,
+        }];
+        for mount in &self.inner.mounts {
+            if !mount.target.is_file() {
+                dirs.push(SharedDir {
+                    host: mount.host.clone(),
+                    guest: format!("/{}", mount.guest.display()),
+                    writable: mount.writable,
+                });
+            }
+        }
+        FileView {
+            dirs,
+            disk: self.inner.disk.clone(),
+        }
     }
 
     /// The images scripts showed since the last call, oldest first.

@@ -49,7 +49,7 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
             WRITE_TEXT_TOOL,
             format!(
                 "Writes text to a file, replacing it, and makes missing folders. {layout} The run may write {} in all.",
-                human_bytes(area.inner.max_disk_bytes)
+                human_bytes(area.inner.disk.max())
             ),
             move |args| {
                 let text = match args.get("text") {
@@ -73,7 +73,7 @@ pub(super) fn file_tools(area: &FileArea) -> Vec<Tool> {
             WRITE_BYTES_TOOL,
             format!(
                 "Writes a binary file (an image, say) from its bytes in base64, replacing it, and makes missing folders. {layout} The run may write {} in all.",
-                human_bytes(area.inner.max_disk_bytes)
+                human_bytes(area.inner.disk.max())
             ),
             move |args| {
                 let Some(Value::String(encoded)) = args.get("base64") else {
@@ -289,10 +289,10 @@ impl FileArea {
                 },
             ));
         }
-        let mut written = self.inner.written.lock().unwrap_or_else(|e| e.into_inner());
+        let mut written = self.inner.disk.lock();
         let mut budget = DiskBudget {
             written: &mut written,
-            max: self.inner.max_disk_bytes,
+            max: self.inner.disk.max(),
         };
         beneath::write(at.base, &at.rest, bytes, &mut budget).map_err(|e| refused(&at.shown, e))?;
         Ok(json!({"path": at.shown.display().to_string(), "bytes": bytes.len()}))

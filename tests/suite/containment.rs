@@ -25,6 +25,8 @@ mod namespaces;
 mod network;
 #[path = "containment/rhai_limits.rs"]
 mod rhai_limits;
+#[path = "containment/wasi_files.rs"]
+mod wasi_files;
 
 const SECTION: Section = Section {
     name: "containment",
@@ -52,6 +54,7 @@ fn attacks() -> Vec<&'static Attack> {
         host::ATTACKS,
         network::ATTACKS,
         files::ATTACKS,
+        wasi_files::ATTACKS,
         namespaces::ATTACKS,
     ];
     areas.iter().flat_map(|area| area.iter()).collect()

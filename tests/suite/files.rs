@@ -169,6 +169,49 @@ async fn a_report_the_script_wrote_comes_back_as_an_artifact_with_its_size_and_d
     );
 }
 
+/// If this fails, an agent on a Python guest cannot use the language's own file
+/// API on its working directory: `open` on a mounted CSV, `os.makedirs` and
+/// `open(…, 'w')` for the report, `os.listdir`, with the bytes written charged to
+/// the run's disk limit like the helpers' (issue 18).
+#[tokio::test]
+async fn python_guests_read_and_write_the_working_directory_with_open_and_os() {
+    for runtime in ["wasm:python", "wasm:micropython"] {
+        let scratch = tempfile::tempdir().expect("scratch");
+        let area = area_with_prices(scratch.path());
+        let script = "import os\n\
+            total = 0.0\n\
+            f = open('data/prices.csv')\n\
+            for line in f.read().split('\\n')[1:]:\n    cells = line.split(',')\n    if len(cells) == 2:\n        total += float(cells[1])\n\
+            f.close()\n\
+            try:\n    os.mkdir('out')\nexcept OSError:\n    pass\n\
+            f = open('out/report.md', 'w')\nf.write('total: ' + str(total))\nf.close()\n\
+            final_result({'total': total, 'root': sorted(os.listdir('.')), 'data': sorted(os.listdir('data'))}, ['out/report.md'])";
+        let model = Arc::new(ReplayModel::new([format!("```python\n{script}\n```")]));
+        let engine =
+            crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
+        let agent = Agent::builder(model, engine)
+            .files(&area)
+            .build()
+            .expect("builds");
+        let run = agent.run("Total the prices.").await.expect("finishes");
+        let output = run
+            .final_output
+            .unwrap_or_else(|| panic!("{runtime}: no result: {:?}", run.outcome));
+        let value: serde_json::Value =
+            serde_json::from_str(output.content.raw()).expect("JSON content");
+        assert_eq!(
+            value,
+            json!({"total": 10.0, "root": ["out"], "data": ["prices.csv"]}),
+            "{runtime}"
+        );
+        assert_eq!(output.artifacts[0].bytes, Some(11), "{runtime}");
+        let report = std::fs::read_to_string(area.root().join("out/report.md")).expect("written");
+        assert_eq!(report, "total: 10.0", "{runtime}");
+        // The folder and the file a block each, and the eleven bytes.
+        assert_eq!(area.written_bytes(), 2 * 4096 + 11, "{runtime}");
+    }
+}
+
 /// If this fails, `codeact run` cannot hand a script files or bring its report
 /// back: the mount, the working directory or `--artifacts` is broken.
 #[test]

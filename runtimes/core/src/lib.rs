@@ -15,6 +15,7 @@
 //! assert!(LimitKind::WallTime.describe(&limits).contains("5000 ms"));
 //! ```
 
+mod files;
 mod interrupt;
 mod limits;
 mod logs;
@@ -32,6 +33,7 @@ pub mod text;
 /// send to the host. See the file for the rules.
 pub const JS_ENCODER: &str = include_str!("js_encoder.js");
 
+pub use files::{DiskFull, DiskMeter, FileView, SharedDir};
 pub use interrupt::Interrupt;
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::{Enforcement, Interrupt, LimitKind, Limits, LogBuffer, ToolDispatch};
+use crate::{Enforcement, FileView, Interrupt, LimitKind, Limits, LogBuffer, ToolDispatch};
 
 /// What a runtime says about itself: enough for the host to pick it by fence tag and
 /// to tell a model how to write for it.
@@ -38,6 +38,20 @@ pub trait Runtime: Send + Sync {
 
     /// Starts a session whose scripts can call `tools`.
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError>;
+
+    /// [`new_session`](Self::new_session) for a run with a working directory: an
+    /// engine with a file API of its own (a WASI guest: Python's `open`) sees
+    /// `files`' folders and charges what it writes to `files.disk`. The default
+    /// ignores `files`: an engine without a file API reaches the same folders
+    /// through the host's file helpers, which are among `tools`.
+    fn new_session_with_files(
+        &self,
+        tools: Arc<dyn ToolDispatch>,
+        files: &FileView,
+    ) -> Result<Box<dyn Session>, HostError> {
+        let _ = files;
+        self.new_session(tools)
+    }
 }
 
 /// One conversation's state: variables and functions persist from run to run.

@@ -33,6 +33,7 @@ mod abi;
 pub mod cache;
 mod engine;
 mod exchange;
+mod files;
 mod guests;
 mod preinit;
 pub mod protocol;
@@ -43,8 +44,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codeact_runtime::{
-    Enforcement, HostError, LimitKind, Limits, Runtime, RuntimeInfo, Session, ToolDispatch,
-    ToolSpec,
+    Enforcement, FileView, HostError, LimitKind, Limits, Runtime, RuntimeInfo, Session,
+    ToolDispatch, ToolSpec,
 };
 use wasmtime::{Linker, Module};
 
@@ -380,7 +381,7 @@ impl WasmRuntime {
             };
             (info, Linked::Abi(Arc::new(blueprint)))
         } else {
-            let pre = link(engine, &module).map_err(|e| engine_error(format!("{e:#}")))?;
+            let linked = link(engine, &module).map_err(|e| engine_error(format!("{e:#}")))?;
             let (info, prelude) = match guest.launch {
                 Launch::QuickJsReactor => (&QUICKJS_INFO, Some(QUICKJS_PRELUDE)),
                 Launch::MicroPython => (&MICROPYTHON_INFO, Some(PYTHON_PRELUDE)),
@@ -389,7 +390,8 @@ impl WasmRuntime {
             };
             let blueprint = Blueprint {
                 runtime_name: info.name,
-                pre,
+                pre: linked.pre,
+                pre_files: linked.pre_files,
                 hoist_js: guest.launch == Launch::QuickJsReactor,
                 guest: guest.clone(),
                 prelude,
@@ -442,7 +444,7 @@ impl WasmRuntime {
     /// Starts a session with these tools, as a concrete type.
     pub fn start_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<WasmSession, HostError> {
         match &self.linked {
-            Linked::Stdio(blueprint) => WasmSession::stdio(blueprint.clone(), tools),
+            Linked::Stdio(blueprint) => WasmSession::stdio(blueprint.clone(), tools, None),
             Linked::Abi(blueprint) => WasmSession::abi(blueprint.clone(), tools),
         }
     }
@@ -488,12 +490,25 @@ fn custom_info(guest: &Guest) -> &'static RuntimeInfo {
     }))
 }
 
+/// A stdio guest linked twice: as it is, and with the file checks for sessions
+/// with a working directory.
+struct StdioLinks {
+    pre: wasmtime::InstancePre<HostState>,
+    pre_files: wasmtime::InstancePre<HostState>,
+}
+
 /// Links WASI preview 1 (asynchronously, so the host can suspend a guest that
-/// waits for input), and stubs what the pinned guests import beyond WASI.
-fn link(
-    engine: &wasmtime::Engine,
-    module: &Module,
-) -> wasmtime::Result<wasmtime::InstancePre<HostState>> {
+/// waits for input) and stubs what the pinned guests import beyond WASI; then the
+/// same with [`files::link_checks`] over WASI's writes.
+fn link(engine: &wasmtime::Engine, module: &Module) -> wasmtime::Result<StdioLinks> {
+    let mut linker = link_plain(engine, module)?;
+    let pre = linker.instantiate_pre(module)?;
+    files::link_checks(&mut linker)?;
+    let pre_files = linker.instantiate_pre(module)?;
+    Ok(StdioLinks { pre, pre_files })
+}
+
+fn link_plain(engine: &wasmtime::Engine, module: &Module) -> wasmtime::Result<Linker<HostState>> {
     let mut linker: Linker<HostState> = Linker::new(engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |state: &mut HostState| state.wasi())?;
     // MicroPython's `host` module calls out through these; codeact talks to it over
@@ -505,7 +520,7 @@ fn link(
         |_: i32, _: i32, _: i32, _: i32, _: i32, _: i32| -> i32 { -1 },
     )?;
     linker.define_unknown_imports_as_traps(module)?;
-    linker.instantiate_pre(module)
+    Ok(linker)
 }
 
 impl Runtime for WasmRuntime {
@@ -535,5 +550,23 @@ impl Runtime for WasmRuntime {
 
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
         Ok(Box::new(self.start_session(tools)?))
+    }
+
+    /// The stdio guests (QuickJS, MicroPython, CPython, custom guests) see the
+    /// run's folders as WASI preopens, their writes charged to its disk limit; the
+    /// guests on codeact's own ABI (`wasm:rhai`, `wasm:boa`) have no file API and
+    /// reach them through the file helpers.
+    fn new_session_with_files(
+        &self,
+        tools: Arc<dyn ToolDispatch>,
+        files: &FileView,
+    ) -> Result<Box<dyn Session>, HostError> {
+        let session = match &self.linked {
+            Linked::Stdio(blueprint) => {
+                WasmSession::stdio(blueprint.clone(), tools, Some(files.clone()))?
+            }
+            Linked::Abi(blueprint) => WasmSession::abi(blueprint.clone(), tools)?,
+        };
+        Ok(Box::new(session))
     }
 }

@@ -21,8 +21,8 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use codeact_runtime::{
-    HostError, Interrupt, LimitKind, Limits, RunOutcome, ScriptError, Session, ToolDispatch,
-    js_hoist::hoist_top_level,
+    FileView, HostError, Interrupt, LimitKind, Limits, RunOutcome, ScriptError, Session,
+    ToolDispatch, js_hoist::hoist_top_level,
 };
 use wasmtime::{InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline};
 use wasmtime_wasi::I32Exit;
@@ -31,6 +31,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::engine::{self, Ticking};
 use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, locked};
+use crate::files;
 use crate::guests::{Guest, Launch};
 use crate::protocol::{self, FailKind, Message};
 
@@ -60,6 +61,9 @@ const STUCK_GRACE: Duration = Duration::from_millis(50);
 pub(crate) struct Blueprint {
     pub(crate) runtime_name: &'static str,
     pub(crate) pre: InstancePre<HostState>,
+    /// The same module with the file checks linked over WASI's writes
+    /// ([`files::link_checks`]), for sessions with a working directory.
+    pub(crate) pre_files: InstancePre<HostState>,
     pub(crate) guest: Guest,
     /// The prelude template, for guests that take one.
     pub(crate) prelude: Option<&'static str>,
@@ -76,6 +80,8 @@ pub(crate) struct HostState {
     wasi: WasiP1Ctx,
     memory: MemoryCap,
     exchange: SharedExchange,
+    /// The run's files, for a session that has them ([`files`]).
+    pub(crate) files: Option<files::GuestFiles>,
 }
 
 impl HostState {
@@ -154,8 +160,9 @@ impl WasmSession {
     pub(crate) fn stdio(
         blueprint: Arc<Blueprint>,
         tools: Arc<dyn ToolDispatch>,
+        files: Option<FileView>,
     ) -> Result<WasmSession, HostError> {
-        StdioSession::start(blueprint, tools).map(|session| WasmSession {
+        StdioSession::start(blueprint, tools, files).map(|session| WasmSession {
             inner: Inner::Stdio(session),
         })
     }
@@ -176,6 +183,8 @@ struct StdioSession {
     tools: Arc<dyn ToolDispatch>,
     /// The guest's argv, its prelude rendered for this session's tools.
     argv: Vec<String>,
+    /// The run's folders, preopened in every instance (a restart too).
+    files: Option<FileView>,
     instance: Option<LiveGuest>,
 }
 
@@ -205,6 +214,7 @@ impl StdioSession {
     fn start(
         blueprint: Arc<Blueprint>,
         tools: Arc<dyn ToolDispatch>,
+        files: Option<FileView>,
     ) -> Result<StdioSession, HostError> {
         let prelude = blueprint
             .prelude
@@ -215,6 +225,7 @@ impl StdioSession {
             blueprint,
             tools,
             argv,
+            files,
             instance: None,
         };
         session.instance = Some(session.instantiate()?);
@@ -247,6 +258,9 @@ impl StdioSession {
         if self.blueprint.guest.launch != Launch::QuickJsReactor {
             wasi.args(&self.argv);
         }
+        if let Some(view) = &self.files {
+            files::preopen(&mut wasi, view).map_err(|e| self.host_error(e))?;
+        }
         let state = HostState {
             wasi: wasi.build_p1(),
             memory: MemoryCap {
@@ -255,8 +269,16 @@ impl StdioSession {
                 exchange: exchange.clone(),
             },
             exchange: exchange.clone(),
+            files: None,
         };
         let mut store = Store::new(engine, state);
+        let pre = match &self.files {
+            Some(view) => {
+                files::install(&mut store, view).map_err(|e| self.host_error(e))?;
+                self.blueprint.pre_files.clone()
+            }
+            None => self.blueprint.pre.clone(),
+        };
         store.limiter(|state| &mut state.memory);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|context| {
@@ -270,12 +292,7 @@ impl StdioSession {
         let deadline = Instant::now() + self.blueprint.startup_time;
         locked(&exchange).deadline = Some(deadline);
 
-        let call = guest_call(
-            self.blueprint.pre.clone(),
-            store,
-            self.blueprint.guest.launch,
-            self.argv.clone(),
-        );
+        let call = guest_call(pre, store, self.blueprint.guest.launch, self.argv.clone());
         let mut instance = LiveGuest {
             exchange,
             call,

@@ -65,7 +65,11 @@ impl Agent {
     /// whole turns as the next one starts, and the model is told.
     pub fn chat(&self) -> Result<Chat<'_>, AgentError> {
         let tools = self.host_tools(None, Vec::new());
-        let session = ScriptSession::start(&*self.runtime, tools.clone())?;
+        let session = ScriptSession::start_with_files(
+            &*self.runtime,
+            tools.clone(),
+            self.files.as_ref().map(|area| area.view()).as_ref(),
+        )?;
         let working_dir = match &self.working_dir {
             Some(dir) => dir.clone(),
             None => std::env::current_dir().map_err(|e| {

@@ -49,7 +49,11 @@ impl Agent {
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
         let cancel = request.cancel.as_ref();
         let tools = self.host_tools(cancel, request.grants.clone());
-        let mut session = ScriptSession::start(&*self.runtime, tools.clone())?;
+        let mut session = ScriptSession::start_with_files(
+            &*self.runtime,
+            tools.clone(),
+            self.files.as_ref().map(|area| area.view()).as_ref(),
+        )?;
         let decision = match resume {
             None => conversation.start(),
             Some(point) => {
