@@ -149,12 +149,14 @@ pub fn error_at(
 }
 
 /// The feedback for a script stopped by one of its limits: which limit, in the
-/// host's words, then what the engine added (fenced: it can quote the script)
-/// and what the script printed (template `feedback/limit_exceeded`).
+/// host's words, then what the engine added (fenced: it can quote the script),
+/// whether the session was restarted (the host's words again) and what the
+/// script printed (template `feedback/limit_exceeded`).
 pub fn limit_exceeded(
     prompts: &Prompts,
     described: &str,
     detail: Option<&str>,
+    restarted: bool,
     logs: &LogBuffer,
     limit: usize,
 ) -> String {
@@ -162,6 +164,28 @@ pub fn limit_exceeded(
         "feedback/limit_exceeded",
         context! {
             limit => described,
+            detail => detail.map(|detail| fenced(detail, limit)),
+            restarted => restarted,
+            logs => fenced_logs(logs, limit),
+        },
+    )
+}
+
+/// The feedback for a script that ended, crashed or broke its engine, which was
+/// started again: what happened in the host's words, what the engine or guest
+/// said (fenced), that the session's state is gone, and what the script printed
+/// (template `feedback/engine_lost`).
+pub fn engine_lost(
+    prompts: &Prompts,
+    message: &str,
+    detail: Option<&str>,
+    logs: &LogBuffer,
+    limit: usize,
+) -> String {
+    prompts.render(
+        "feedback/engine_lost",
+        context! {
+            message => cut_middle(message, limit),
             detail => detail.map(|detail| fenced(detail, limit)),
             logs => fenced_logs(logs, limit),
         },

@@ -142,8 +142,19 @@ fn sections() -> Vec<(&'static str, String)> {
             feedback::limit_exceeded(
                 &prompts,
                 "time limit of 5000 ms",
-                Some("the session was restarted; its variables are gone"),
+                Some("stopped inside a single long operation"),
+                true,
                 &logs,
+                LIMIT,
+            ),
+        ),
+        (
+            "feedback/engine_lost",
+            feedback::engine_lost(
+                &prompts,
+                "the interpreter crashed",
+                Some("wasm trap: wasm `unreachable` instruction executed"),
+                &none,
                 LIMIT,
             ),
         ),

@@ -116,8 +116,12 @@ static BUILTINS: &[Builtin] = &[
         context! { message => FENCED, logs => FENCED },
     ]),
     builtin!("feedback/limit_exceeded", || vec![
-        context! { limit => "time limit of 5000 ms", detail => FENCED, logs => FENCED },
-        context! { limit => "memory limit of 64 MiB", detail => None::<&str>, logs => "" },
+        context! { limit => "time limit of 5000 ms", detail => FENCED, restarted => true, logs => FENCED },
+        context! { limit => "memory limit of 64 MiB", detail => None::<&str>, restarted => false, logs => "" },
+    ]),
+    builtin!("feedback/engine_lost", || vec![
+        context! { message => "the interpreter crashed", detail => FENCED, logs => FENCED },
+        context! { message => "the script ended the interpreter (exit status 0)", detail => None::<&str>, logs => "" },
     ]),
     builtin!("feedback/unrepresentable", || vec![
         context! { what => FENCED, logs => FENCED },

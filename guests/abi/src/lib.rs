@@ -139,6 +139,7 @@ fn script_error(error: &ScriptError) -> Value {
             limit,
             described,
             detail,
+            ..
         } => json!({"kind": "limit", "limit": limit, "described": described, "detail": detail}),
         ScriptError::NoValue { message } => json!({"kind": "no_value", "message": message}),
         ScriptError::Unrepresentable { message } => {

@@ -37,7 +37,9 @@ pub use files::{DiskFull, DiskMeter, FileView, SharedDir};
 pub use interrupt::Interrupt;
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
-pub use runtime::{HostError, RunOutcome, Runtime, RuntimeInfo, ScriptError, Session};
+pub use runtime::{
+    HostError, RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED, ScriptError, Session,
+};
 pub use tools::{
     HELPER_NAMES, NoTools, ToolDispatch, ToolError, ToolSpec, compact_type, is_identifier,
     is_member_name, is_namespace_name, namespaces, rhai_member,

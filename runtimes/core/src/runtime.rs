@@ -120,13 +120,30 @@ pub enum ScriptError {
         message: String,
     },
     /// The script hit one of its [`Limits`] and was stopped.
-    #[error("the script was stopped: it exceeded the {described}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    #[error("the script was stopped: it exceeded the {described}{}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default(), if *restarted { format!("; {SESSION_RESTARTED}") } else { String::new() })]
     LimitExceeded {
         /// Which limit.
         limit: LimitKind,
         /// The limit and its value, e.g. "time limit of 5000 ms".
         described: String,
         /// What the engine said, where it adds something (e.g. which value grew).
+        detail: Option<String>,
+        /// Whether the backend had to start the session again, losing its
+        /// variables and functions (a guest trapped, a worker killed): a fact of the
+        /// host's, which a loop tells the model in its own words, outside the
+        /// fence that holds `detail`. Set with [`restarting`](ScriptError::restarting).
+        restarted: bool,
+    },
+    /// The script ended, crashed or broke its engine (an exit, a trap, a write to
+    /// the host's channel, a worker that died), and the backend started the
+    /// session again: variables and functions from earlier scripts are gone.
+    #[error("{message}{}; {SESSION_RESTARTED}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    EngineLost {
+        /// What happened, in the host's words, which a loop may show outside any
+        /// fence.
+        message: String,
+        /// What the engine or the guest said about it (a trap, its last stderr
+        /// lines), where there is something: text a script may have shaped.
         detail: Option<String>,
     },
     /// The script ended without a value (its last line is a declaration or a
@@ -145,6 +162,10 @@ pub enum ScriptError {
     },
 }
 
+/// What a backend's restart costs a session, as the host says it.
+pub const SESSION_RESTARTED: &str =
+    "the session was restarted: variables and functions from earlier scripts are gone";
+
 impl ScriptError {
     /// A limit error naming `limit` and its value in `limits`.
     pub fn limit(limit: LimitKind, limits: &Limits, detail: Option<String>) -> Self {
@@ -152,7 +173,38 @@ impl ScriptError {
             limit,
             described: limit.describe(limits),
             detail,
+            restarted: false,
         }
+    }
+
+    /// The same limit error, saying the backend started the session again; other
+    /// errors are returned as they are.
+    pub fn restarting(self) -> Self {
+        match self {
+            ScriptError::LimitExceeded {
+                limit,
+                described,
+                detail,
+                ..
+            } => ScriptError::LimitExceeded {
+                limit,
+                described,
+                detail,
+                restarted: true,
+            },
+            other => other,
+        }
+    }
+
+    /// Whether the session lost its variables and functions with this error.
+    pub fn restarted_the_session(&self) -> bool {
+        matches!(
+            self,
+            ScriptError::LimitExceeded {
+                restarted: true,
+                ..
+            } | ScriptError::EngineLost { .. }
+        )
     }
 }
 

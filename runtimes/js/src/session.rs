@@ -18,8 +18,6 @@ use crate::protocol::{Namespaces, Reply, Request, WORKER_ARG, WORKER_ENV};
 const RUNTIME: &str = "js";
 
 /// Told to the model when a stop cost the session its state.
-const RESTARTED: &str =
-    "the JavaScript session was restarted: variables and functions from earlier scripts are gone";
 
 /// A JavaScript session: one worker process, started on the first run and again
 /// after a run that had to be stopped.
@@ -297,11 +295,9 @@ impl JsSession {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     self.worker = None;
-                    return Ok(Err(ScriptError::limit(
-                        LimitKind::WallTime,
-                        &limits,
-                        Some(RESTARTED.into()),
-                    )));
+                    return Ok(Err(
+                        ScriptError::limit(LimitKind::WallTime, &limits, None).restarting()
+                    ));
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     let status = worker.end();
@@ -393,9 +389,10 @@ fn exited_normally(status: Option<std::process::ExitStatus>) -> bool {
 fn died(status: Option<std::process::ExitStatus>, limits: &Limits) -> ScriptError {
     use std::os::unix::process::ExitStatusExt;
     match status.and_then(|s| s.signal()) {
-        Some(6 | 9) => ScriptError::limit(LimitKind::Memory, limits, Some(RESTARTED.into())),
-        other => ScriptError::Thrown {
-            message: format!("the JavaScript worker ended unexpectedly ({other:?}); {RESTARTED}"),
+        Some(6 | 9) => ScriptError::limit(LimitKind::Memory, limits, None).restarting(),
+        other => ScriptError::EngineLost {
+            message: format!("the JavaScript worker ended unexpectedly ({other:?})"),
+            detail: None,
         },
     }
 }

@@ -83,8 +83,6 @@ pub(crate) struct AbiBlueprint {
     pub(crate) runtime_name: &'static str,
     pub(crate) pre: InstancePre<AbiState>,
     pub(crate) limits: Arc<Limits>,
-    /// What the model is told when the session loses its state.
-    pub(crate) restarted: String,
 }
 
 /// The store's data.
@@ -581,40 +579,30 @@ impl AbiSession {
     /// The error for a run wasmtime stopped or the guest crashed out of.
     fn stopped(&self, error: &wasmtime::Error, state: &AbiState) -> ScriptError {
         let limits = &*self.blueprint.limits;
-        let restarted = &self.blueprint.restarted;
+        let limit = |kind, detail: Option<&str>| {
+            ScriptError::limit(kind, limits, detail.map(str::to_string)).restarting()
+        };
         match error.downcast_ref::<Trap>() {
             // An engine that checks the alarm stops itself on ordinary loops: a
             // trap means one long operation.
-            Some(Trap::Interrupt) if state.alarm.is_some() => ScriptError::limit(
+            Some(Trap::Interrupt) if state.alarm.is_some() => limit(
                 LimitKind::WallTime,
-                limits,
-                Some(format!(
-                    "stopped inside a single long operation; {restarted}"
-                )),
+                Some("stopped inside a single long operation"),
             ),
-            Some(Trap::Interrupt) => {
-                ScriptError::limit(LimitKind::WallTime, limits, Some(restarted.clone()))
-            }
-            Some(Trap::StackOverflow) => {
-                ScriptError::limit(LimitKind::CallDepth, limits, Some(restarted.clone()))
-            }
+            Some(Trap::Interrupt) => limit(LimitKind::WallTime, None),
+            Some(Trap::StackOverflow) => limit(LimitKind::CallDepth, None),
             // The guests are Rust, memory-safe but for their stack, which lies first
             // in linear memory: running off its end is an access below address 0.
-            Some(Trap::MemoryOutOfBounds) => ScriptError::limit(
-                LimitKind::CallDepth,
-                limits,
-                Some(format!("the guest's stack overflowed; {restarted}")),
-            ),
-            _ if state.memory.refused => ScriptError::limit(
+            Some(Trap::MemoryOutOfBounds) => {
+                limit(LimitKind::CallDepth, Some("the guest's stack overflowed"))
+            }
+            _ if state.memory.refused => limit(
                 LimitKind::Memory,
-                limits,
-                Some(format!("the guest's memory grew past its cap; {restarted}")),
+                Some("the guest's memory grew past its cap"),
             ),
-            _ => ScriptError::Thrown {
-                message: with_stderr(
-                    format!("the guest crashed: {}; {restarted}", first_line(error)),
-                    &state.stderr,
-                ),
+            _ => ScriptError::EngineLost {
+                message: "the guest crashed".into(),
+                detail: Some(with_stderr(first_line(error), &state.stderr)),
             },
         }
     }

@@ -377,7 +377,6 @@ impl WasmRuntime {
                 runtime_name: info.name,
                 pre,
                 limits: limits.clone(),
-                restarted: session::restarted_note(info.language),
             };
             (info, Linked::Abi(Arc::new(blueprint)))
         } else {
@@ -396,7 +395,6 @@ impl WasmRuntime {
                 guest: guest.clone(),
                 prelude,
                 limits: limits.clone(),
-                restarted: session::restarted_note(info.language),
                 startup_time: session::STARTUP_TIME,
             };
             (info, Linked::Stdio(Arc::new(blueprint)))

@@ -35,13 +35,6 @@ use crate::files;
 use crate::guests::{Guest, Launch};
 use crate::protocol::{self, FailKind, Message};
 
-/// Told to the model when a stop cost the session its state.
-pub(crate) fn restarted_note(language: &str) -> String {
-    format!(
-        "the {language} session was restarted: variables and functions from earlier scripts are gone"
-    )
-}
-
 /// How long a guest may take to start by default (CPython takes ~80 ms here; the
 /// margin is for a loaded machine).
 pub(crate) const STARTUP_TIME: Duration = Duration::from_secs(10);
@@ -69,8 +62,6 @@ pub(crate) struct Blueprint {
     pub(crate) prelude: Option<&'static str>,
     pub(crate) hoist_js: bool,
     pub(crate) limits: Arc<Limits>,
-    /// What the model is told when the session loses its state.
-    pub(crate) restarted: String,
     /// How long a new instance may take to wait for its first script.
     pub(crate) startup_time: Duration,
 }
@@ -374,20 +365,10 @@ impl StdioSession {
                         // The script's values still fill the memory, and an
                         // interpreter that ran out may not run reliably again: the
                         // next run gets a fresh instance.
-                        ScriptError::LimitExceeded {
+                        error @ ScriptError::LimitExceeded {
                             limit: LimitKind::Memory,
-                            detail,
                             ..
-                        } => {
-                            let detail = format!(
-                                "{}; {}",
-                                detail.unwrap_or_default(),
-                                self.blueprint.restarted
-                            );
-                            let error =
-                                ScriptError::limit(LimitKind::Memory, &limits, Some(detail));
-                            break (Err(error), false);
-                        }
+                        } => break (Err(error.restarting()), false),
                         error => break (Err(error), true),
                     }
                 }
@@ -395,11 +376,11 @@ impl StdioSession {
                 // it will never get: it is not used again.
                 Event::Message(Message::Oversized(cap)) => {
                     let detail = format!(
-                        "the value or tool arguments are over {} as JSON, the most a script may send under this limit; {}",
+                        "the value or tool arguments are over {} as JSON, the most a script may send under this limit",
                         shown_bytes(cap),
-                        self.blueprint.restarted
                     );
-                    let error = ScriptError::limit(LimitKind::Memory, &limits, Some(detail));
+                    let error =
+                        ScriptError::limit(LimitKind::Memory, &limits, Some(detail)).restarting();
                     break (Err(error), false);
                 }
                 Event::Message(Message::Malformed(what)) => {
@@ -414,13 +395,12 @@ impl StdioSession {
                 }
                 Event::Ended(result) => {
                     let refused = locked(&instance.exchange).memory_refused;
-                    let error = ended(result, refused, &limits, &self.blueprint.restarted);
+                    let error = ended(result, refused, &limits);
                     break (Err(error), false);
                 }
                 Event::Stuck => {
-                    let restarted = Some(self.blueprint.restarted.clone());
-                    let error = ScriptError::limit(LimitKind::WallTime, &limits, restarted);
-                    break (Err(error), false);
+                    let error = ScriptError::limit(LimitKind::WallTime, &limits, None);
+                    break (Err(error.restarting()), false);
                 }
                 Event::Broken => break (Err(self.broken()), false),
             }
@@ -452,29 +432,25 @@ impl StdioSession {
         completion: Result<serde_json::Value, ScriptError>,
         limits: &Limits,
     ) -> (Result<serde_json::Value, ScriptError>, bool) {
-        let restarted = &self.blueprint.restarted;
         match poll_guest(instance, deadline) {
             Event::Ready => (completion, true),
             Event::Broken | Event::Message(_) => (Err(self.broken()), false),
             Event::Ended(result) => {
                 let refused = locked(&instance.exchange).memory_refused;
-                (Err(ended(result, refused, limits, restarted)), false)
+                (Err(ended(result, refused, limits)), false)
             }
             Event::Stuck => {
-                let error =
-                    ScriptError::limit(LimitKind::WallTime, limits, Some(restarted.clone()));
-                (Err(error), false)
+                let error = ScriptError::limit(LimitKind::WallTime, limits, None);
+                (Err(error.restarting()), false)
             }
         }
     }
 
     /// The error for a guest that wrote where it should have read.
     fn broken(&self) -> ScriptError {
-        ScriptError::Thrown {
-            message: format!(
-                "the script wrote to the host's protocol channel itself (a message after its tool call or its result); {}",
-                self.blueprint.restarted
-            ),
+        ScriptError::EngineLost {
+            message: "the script wrote to the host's protocol channel itself (a message after its tool call or its result)".into(),
+            detail: None,
         }
     }
 }
@@ -597,45 +573,30 @@ fn script_failure(kind: FailKind, message: String, refused: bool, limits: &Limit
 }
 
 /// The error for a guest whose call returned during a run: it exited or trapped.
-fn ended(
-    result: wasmtime::Result<()>,
-    refused: bool,
-    limits: &Limits,
-    restarted: &str,
-) -> ScriptError {
+fn ended(result: wasmtime::Result<()>, refused: bool, limits: &Limits) -> ScriptError {
     let error = match result {
         Ok(()) => {
-            return ScriptError::Thrown {
-                message: format!("the interpreter exited before the script finished; {restarted}"),
+            return ScriptError::EngineLost {
+                message: "the interpreter exited before the script finished".into(),
+                detail: None,
             };
         }
         Err(error) => error,
     };
     if let Some(exit) = error.downcast_ref::<I32Exit>() {
-        return ScriptError::Thrown {
-            message: format!(
-                "the script ended the interpreter (exit status {}); {restarted}",
-                exit.0
-            ),
+        return ScriptError::EngineLost {
+            message: format!("the script ended the interpreter (exit status {})", exit.0),
+            detail: None,
         };
     }
+    let limit = |kind, detail| ScriptError::limit(kind, limits, detail).restarting();
     match error.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => {
-            ScriptError::limit(LimitKind::WallTime, limits, Some(restarted.into()))
-        }
-        Some(Trap::StackOverflow) => {
-            ScriptError::limit(LimitKind::CallDepth, limits, Some(restarted.into()))
-        }
-        _ if refused => ScriptError::limit(
-            LimitKind::Memory,
-            limits,
-            Some(format!("{}; {restarted}", first_line(&error))),
-        ),
-        _ => ScriptError::Thrown {
-            message: format!(
-                "the interpreter crashed: {}; {restarted}",
-                first_line(&error)
-            ),
+        Some(Trap::Interrupt) => limit(LimitKind::WallTime, None),
+        Some(Trap::StackOverflow) => limit(LimitKind::CallDepth, None),
+        _ if refused => limit(LimitKind::Memory, Some(first_line(&error))),
+        _ => ScriptError::EngineLost {
+            message: "the interpreter crashed".into(),
+            detail: Some(first_line(&error)),
         },
     }
 }

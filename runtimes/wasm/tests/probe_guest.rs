@@ -87,11 +87,11 @@ fn a_guest_that_exits_is_an_error_and_the_next_run_gets_a_fresh_one() {
     let mut session = session(&probe(Limits::default()));
     let outcome = session.run("x").expect("runs");
     match &outcome.completion {
-        Err(ScriptError::Thrown { message }) => {
+        Err(error @ ScriptError::EngineLost { message, .. }) => {
             assert!(message.contains("exit status 7"), "{message}");
             assert!(
-                message.contains("the Probe session was restarted"),
-                "{message}"
+                error.to_string().contains("the session was restarted"),
+                "{error}"
             );
         }
         other => panic!("expected an exit error, got {other:?}"),
@@ -185,9 +185,9 @@ fn a_guest_that_writes_after_its_result_loses_the_result_and_the_instance() {
     let mut session = session(&probe(Limits::default()));
     let outcome = session.run("d").expect("runs");
     match &outcome.completion {
-        Err(ScriptError::Thrown { message }) => {
+        Err(error @ ScriptError::EngineLost { message, .. }) => {
             assert!(message.contains("protocol channel"), "{message}");
-            assert!(message.contains("restarted"), "{message}");
+            assert!(error.restarted_the_session(), "{error}");
         }
         other => panic!("expected a protocol error, got {other:?}"),
     }
