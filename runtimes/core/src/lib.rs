@@ -20,6 +20,7 @@ mod interrupt;
 mod limits;
 mod logs;
 mod runtime;
+mod snapshot;
 mod tools;
 
 pub mod js_hoist;
@@ -40,6 +41,7 @@ pub use logs::LogBuffer;
 pub use runtime::{
     HostError, RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED, ScriptError, Session,
 };
+pub use snapshot::{Snapshot, SnapshotError};
 pub use tools::{
     HELPER_NAMES, NoTools, ToolDispatch, ToolError, ToolSpec, compact_type, is_identifier,
     is_member_name, is_namespace_name, namespaces, rhai_member,

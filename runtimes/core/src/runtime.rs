@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::{Enforcement, FileView, Interrupt, LimitKind, Limits, LogBuffer, ToolDispatch};
+use crate::{
+    Enforcement, FileView, Interrupt, LimitKind, Limits, LogBuffer, Snapshot, SnapshotError,
+    ToolDispatch,
+};
 
 /// What a runtime says about itself: enough for the host to pick it by fence tag and
 /// to tell a model how to write for it.
@@ -52,6 +55,22 @@ pub trait Runtime: Send + Sync {
         let _ = files;
         self.new_session(tools)
     }
+
+    /// A session as `snapshot` left it (its variables and functions), whose
+    /// scripts call `tools`; any number of times, each restore independent of the
+    /// others. A snapshot of another runtime, guest or version, or a damaged one,
+    /// is refused. The default: this runtime cannot restore snapshots.
+    fn restore(
+        &self,
+        snapshot: &Snapshot,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<Box<dyn Session>, SnapshotError> {
+        let _ = (snapshot, tools);
+        Err(SnapshotError::Unsupported {
+            runtime: self.info().name.to_string(),
+            why: "the backend keeps its state where it cannot be copied".into(),
+        })
+    }
 }
 
 /// One conversation's state: variables and functions persist from run to run.
@@ -76,6 +95,16 @@ pub trait Session: Send {
         let _ = interrupt;
         self.run(script)
     }
+
+    /// The session's state (variables and functions) as a [`Snapshot`], for
+    /// [`Runtime::restore`]; the session goes on unchanged. The default: this
+    /// backend cannot snapshot its sessions.
+    fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
+        Err(SnapshotError::Unsupported {
+            runtime: "this runtime's".into(),
+            why: "the backend keeps its state where it cannot be copied".into(),
+        })
+    }
 }
 
 impl<S: Session + ?Sized> Session for Box<S> {
@@ -89,6 +118,10 @@ impl<S: Session + ?Sized> Session for Box<S> {
         interrupt: &Interrupt,
     ) -> Result<RunOutcome, HostError> {
         (**self).run_interruptible(script, interrupt)
+    }
+
+    fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
+        (**self).snapshot()
     }
 }
 

@@ -23,13 +23,17 @@ mod memory_meter;
 mod run_state;
 mod semicolons;
 mod session;
+mod snapshot;
 mod spellings;
 mod tool_functions;
 mod validator;
 
 use std::sync::Arc;
 
-use codeact_runtime::{HostError, Limits, Runtime, RuntimeInfo, Session, ToolDispatch, ToolSpec};
+use codeact_runtime::{
+    HostError, Limits, Runtime, RuntimeInfo, Session, Snapshot, SnapshotError, ToolDispatch,
+    ToolSpec,
+};
 use rhai::Engine;
 
 #[cfg(target_family = "wasm")]
@@ -97,7 +101,26 @@ impl Runtime for RhaiRuntime {
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
         Ok(Box::new(self.session(tools)))
     }
+
+    /// A new session with the snapshot's variables and its functions compiled
+    /// again; the limits are this runtime's, whatever the snapshotted one's were.
+    fn restore(
+        &self,
+        snapshot: &Snapshot,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<Box<dyn Session>, SnapshotError> {
+        let payload = snapshot.open(INFO.name, SNAPSHOT_IDENTITY)?;
+        let saved = serde_json::from_slice(payload)
+            .map_err(|e| SnapshotError::Corrupt(format!("its Rhai state is unreadable: {e}")))?;
+        let mut session = self.session(tools);
+        session.load(saved)?;
+        Ok(Box::new(session))
+    }
 }
+
+/// What a Rhai snapshot is bound to besides the runtime's name: this crate's
+/// version, which pins the Rhai it compiles the functions' sources with.
+pub(crate) const SNAPSHOT_IDENTITY: &str = concat!("codeact-rhai ", env!("CARGO_PKG_VERSION"));
 
 /// How a Rhai script calls `tool`: `name(#{field: type, …}) -> returns`, or
 /// `github.create_issue(#{…})` for a namespaced tool whose member Rhai can call

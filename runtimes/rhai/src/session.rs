@@ -4,13 +4,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use codeact_runtime::{
-    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session,
-    ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, Snapshot,
+    SnapshotError, ToolDispatch,
 };
 use rhai::{AST, Dynamic, Engine, Scope};
 
 use crate::run_state::{MeterSchedule, RunGuard, RunState};
-use crate::{alarm, big_stack, convert, errors, memory_meter, semicolons, tool_functions};
+use crate::{
+    alarm, big_stack, convert, errors, memory_meter, semicolons, snapshot, tool_functions,
+};
 
 /// A Rhai session: variables (`let x = …`) and functions (`fn f() {…}`) defined by one
 /// run are visible to the next. Built by [`RhaiRuntime`](crate::RhaiRuntime).
@@ -20,6 +22,9 @@ pub struct RhaiSession {
     tools: Arc<dyn ToolDispatch>,
     scope: Scope<'static>,
     functions: AST,
+    /// The scripts whose functions `functions` holds, in order: what a snapshot
+    /// keeps of them, compiled again on restore.
+    function_sources: Vec<String>,
     /// Tool wrapper functions in `functions`, once compiled (on the first run);
     /// they do not count toward `max_functions`.
     tool_functions: Option<usize>,
@@ -53,6 +58,7 @@ impl RhaiSession {
             tools,
             scope: Scope::new(),
             functions: AST::empty(),
+            function_sources: Vec::new(),
             tool_functions: None,
             wrappers: AST::empty(),
             namespaces: Vec::new(),
@@ -82,6 +88,86 @@ impl RhaiSession {
         Ok(count)
     }
 
+    /// Adds the functions `ast` defines to the session's, within
+    /// `max_functions`; returns `ast` with every function of the session, to run.
+    fn keep_functions(&mut self, ast: &AST, wrappers: usize) -> Result<AST, ScriptError> {
+        let limits = &*self.limits;
+        let merged = self.functions.merge(ast);
+        let defined = merged.iter_functions().count().saturating_sub(wrappers);
+        if defined > limits.max_functions {
+            return Err(ScriptError::limit(
+                LimitKind::Functions,
+                limits,
+                Some(format!("the session would hold {defined} functions")),
+            ));
+        }
+        // Kept for the next script: the script's functions, except those that
+        // take a helper's or a tool's name; the tool wrappers over them.
+        let tools = self.tools.specs();
+        // (`clone_functions_only_filtered` does not filter into an empty
+        // library in rhai 1.x: `retain_functions` does.)
+        let mut kept = merged.clone_functions_only();
+        kept.retain_functions(|_, _, name, _| {
+            !codeact_runtime::HELPER_NAMES.contains(&name)
+                && !tools.iter().any(|spec| spec.name == name)
+        });
+        self.functions = kept.merge(&self.wrappers);
+        Ok(merged)
+    }
+
+    /// What a snapshot keeps: the variables (the host's namespace objects left
+    /// out: a restored session gets its own) and the function sources.
+    pub(crate) fn save(&self) -> Result<snapshot::SavedSession, SnapshotError> {
+        let mut variables = Vec::with_capacity(self.scope.len());
+        for (name, constant, value) in self.scope.iter_raw() {
+            if constant
+                && self.namespaces.iter().any(|(namespace, object)| {
+                    namespace == name
+                        && tool_functions::is_namespace_object(&self.scope, name, object)
+                })
+            {
+                continue;
+            }
+            variables.push(snapshot::SavedVariable {
+                name: name.to_string(),
+                constant,
+                value: snapshot::save(name, value)?,
+            });
+        }
+        variables.reverse();
+        Ok(snapshot::SavedSession {
+            variables,
+            function_sources: self.function_sources.clone(),
+        })
+    }
+
+    /// Sets a new session to what `saved` holds: its functions compiled again from
+    /// their sources, then its variables.
+    pub(crate) fn load(&mut self, saved: snapshot::SavedSession) -> Result<(), SnapshotError> {
+        let failed = |e: ScriptError| SnapshotError::Session(e.to_string());
+        let wrappers = self.ensure_tool_functions().map_err(failed)?;
+        for source in saved.function_sources {
+            let (ast, _) =
+                semicolons::compile_lenient(&self.engine, &source).map_err(|broken| {
+                    SnapshotError::Session(format!(
+                        "a script that defined functions no longer compiles: {}",
+                        broken.error
+                    ))
+                })?;
+            self.keep_functions(&ast, wrappers).map_err(failed)?;
+            self.function_sources.push(source);
+        }
+        for variable in saved.variables {
+            let value = snapshot::load(variable.value)?;
+            if variable.constant {
+                self.scope.push_constant_dynamic(variable.name, value);
+            } else {
+                self.scope.push_dynamic(variable.name, value);
+            }
+        }
+        Ok(())
+    }
+
     fn evaluate(&mut self, script: &str) -> Result<serde_json::Value, ScriptError> {
         let wrappers = self.ensure_tool_functions()?;
         // The namespace objects as the host made them, whatever an earlier script
@@ -92,33 +178,15 @@ impl RhaiSession {
                     .push_constant_dynamic(name.clone(), object.clone());
             }
         }
-        let limits = &*self.limits;
+        let limits = self.limits.clone();
+        let limits = &*limits;
         // Inserted semicolons are not reported to the model: told about them, small
         // models took the note for an error and "fixed" working scripts.
         let (mut ast, _patched_lines) = semicolons::compile_lenient(&self.engine, script)
             .map_err(|broken| errors::from_parse_in(&broken.error, limits, &broken.source))?;
         if ast.has_functions() {
-            let merged = self.functions.merge(&ast);
-            let defined = merged.iter_functions().count().saturating_sub(wrappers);
-            if defined > limits.max_functions {
-                return Err(ScriptError::limit(
-                    LimitKind::Functions,
-                    limits,
-                    Some(format!("the session would hold {defined} functions")),
-                ));
-            }
-            // Kept for the next script: the script's functions, except those that
-            // take a helper's or a tool's name; the tool wrappers over them.
-            let tools = self.tools.specs();
-            // (`clone_functions_only_filtered` does not filter into an empty
-            // library in rhai 1.x: `retain_functions` does.)
-            let mut kept = merged.clone_functions_only();
-            kept.retain_functions(|_, _, name, _| {
-                !codeact_runtime::HELPER_NAMES.contains(&name)
-                    && !tools.iter().any(|spec| spec.name == name)
-            });
-            self.functions = kept.merge(&self.wrappers);
-            ast = merged;
+            ast = self.keep_functions(&ast, wrappers)?;
+            self.function_sources.push(script.to_string());
         } else if self.functions.has_functions() {
             ast = self.functions.merge(&ast);
         }
@@ -243,6 +311,17 @@ impl Drop for RhaiSession {
 impl Session for RhaiSession {
     fn run(&mut self, script: &str) -> Result<RunOutcome, HostError> {
         self.run_with(script, None)
+    }
+
+    fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
+        let saved = self.save()?;
+        let payload = serde_json::to_vec(&saved)
+            .map_err(|e| SnapshotError::Session(format!("cannot write the snapshot: {e}")))?;
+        Ok(Snapshot::seal(
+            crate::INFO.name,
+            crate::SNAPSHOT_IDENTITY,
+            &payload,
+        ))
     }
 
     /// An interrupt raises the run's alarm flag, which `on_progress` checks on every
