@@ -75,8 +75,9 @@
 //! - **Runtimes:** [`RhaiRuntime`], `JsRuntime` and [`run_worker_if_requested`]
 //!   (feature `js`), `WasmRuntime` and `Guest` (feature `wasm`); the traits and
 //!   limits they share: [`Runtime`], [`Session`], [`Interrupt`], [`RuntimeInfo`], [`Enforcement`],
-//!   [`Limits`], [`LimitKind`], [`ScriptError`], [`HostError`], [`RunOutcome`],
-//!   [`LogBuffer`]; [`MeteredAllocator`] and [`metered_allocator_installed`] (the
+//!   [`Limits`], [`LimitKind`], [`ScriptError`], [`SESSION_RESTARTED`], [`HostError`],
+//!   [`RunOutcome`], [`LogBuffer`]; snapshots of sessions ([`Snapshot`],
+//!   [`SnapshotError`]); [`MeteredAllocator`] and [`metered_allocator_installed`] (the
 //!   global allocator that holds Rhai runs to their memory limit).
 //! - **Tools:** [`Tool`], [`ToolBox`], [`ToolBoxError`], [`ToolFuture`],
 //!   [`ToolSpec`], [`ToolError`], [`ToolDispatch`], [`NoTools`]; command tools
@@ -91,7 +92,9 @@
 //!   [`DEFAULT_MAX_DISK_BYTES`], [`DEFAULT_MAX_FILE_BYTES`], the helpers' names
 //!   [`READ_TEXT_TOOL`], [`WRITE_TEXT_TOOL`], [`WRITE_BYTES_TOOL`], [`LIST_DIR_TOOL`],
 //!   [`EXISTS_TOOL`], [`SHOW_IMAGE_TOOL`]; images shown to the model: [`ShownImage`],
-//!   [`MAX_IMAGE_BYTES`], [`MAX_IMAGES_PER_SCRIPT`], [`MAX_IMAGE_SIDE`]).
+//!   [`MAX_IMAGE_BYTES`], [`MAX_IMAGES_PER_SCRIPT`], [`MAX_IMAGE_SIDE`]); the view an
+//!   engine with a file API of its own gets ([`FileView`], [`SharedDir`],
+//!   [`DiskMeter`]).
 //! - **Final answers:** [`OutputSpec`], [`OutputContract`], [`Check`],
 //!   [`ExtraCheck`], [`OnValidatorError`], [`RefusedBy`], [`OutputSpecError`],
 //!   [`content_text`]; [`FinalOutput`], [`Validation`], [`artifact_path`],
@@ -138,8 +141,9 @@ pub use codeact_macros::FinalAnswer;
 pub use codeact_rhai::RhaiRuntime;
 pub use codeact_rhai::{RhaiPolicy, RhaiValidator, ValidatorLoadError, Verdict};
 pub use codeact_runtime::{
-    Enforcement, HostError, Interrupt, LimitKind, Limits, LogBuffer, NoTools, RunOutcome, Runtime,
-    RuntimeInfo, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
+    DiskMeter, Enforcement, FileView, HostError, Interrupt, LimitKind, Limits, LogBuffer, NoTools,
+    RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED, ScriptError, Session, SharedDir, Snapshot,
+    SnapshotError, ToolDispatch, ToolError, ToolSpec,
 };
 #[cfg(feature = "wasm")]
 pub use codeact_wasm::{Guest, WasmRuntime};

@@ -175,6 +175,9 @@ pub fn run_cases(
                 CaseId::StopInfiniteLoop => stop_infinite_loop(backend),
                 CaseId::Json10Kb => json_round_trip(backend),
                 CaseId::AgentRun => agent_run(backend, host),
+                CaseId::Snapshot10Mb => snapshot_ten_megabytes(backend),
+                CaseId::Restore10Mb => restore_ten_megabytes(backend),
+                CaseId::NewSessionRestored => new_session_restored(backend),
             };
             if case == CaseId::StopInfiniteLoop {
                 progress("waiting for abandoned runs to end");
@@ -182,10 +185,92 @@ pub fn run_cases(
             }
             CaseResult {
                 case,
-                result: Measured::from(result),
+                result: match result {
+                    Err(error) if error.starts_with(NOT_APPLICABLE) => Measured::NotApplicable {
+                        not_applicable: error[NOT_APPLICABLE.len()..].to_string(),
+                    },
+                    other => Measured::from(other),
+                },
             }
         })
         .collect()
+}
+
+/// How a case says it does not apply to a backend (the rest is why).
+const NOT_APPLICABLE: &str = "not applicable: ";
+
+/// A warm session holding 10 MB (`Lang::ten_megabytes`), checked.
+fn holding_ten_megabytes(backend: &Backend) -> Result<ScriptSession, String> {
+    let mut session = backend.warm_session()?;
+    step(
+        &mut session,
+        backend.lang.ten_megabytes(),
+        &ScriptOutput::final_result(json!(10_485_760)),
+    )?;
+    Ok(session)
+}
+
+/// A snapshot of `session`, or why the case does not apply.
+fn snapshot_of(session: &mut ScriptSession) -> Result<codeact_runtime::Snapshot, String> {
+    session.snapshot().map_err(|e| match e {
+        codeact_runtime::SnapshotError::Unsupported { why, .. } => format!("{NOT_APPLICABLE}{why}"),
+        other => other.to_string(),
+    })
+}
+
+fn snapshot_ten_megabytes(backend: &Backend) -> Result<Summary, String> {
+    let mut session = holding_ten_megabytes(backend)?;
+    let started = Instant::now();
+    snapshot_of(&mut session)?;
+    measure(
+        backend.budget_for(started.elapsed()),
+        || snapshot_of(&mut session),
+        |snapshot| {
+            if snapshot.as_bytes().len() >= 10_485_760 {
+                Ok(())
+            } else {
+                Err(format!("a snapshot of {} bytes", snapshot.as_bytes().len()))
+            }
+        },
+    )
+}
+
+fn restore_ten_megabytes(backend: &Backend) -> Result<Summary, String> {
+    let snapshot = snapshot_of(&mut holding_ten_megabytes(backend)?)?;
+    let restore = || {
+        ScriptSession::restore(&*backend.runtime, &snapshot, backend.tools.clone())
+            .map_err(|e| e.to_string())
+    };
+    let mut first = restore()?;
+    step(
+        &mut first,
+        backend.lang.length_of_big(),
+        &ScriptOutput::final_result(json!(10_485_760)),
+    )?;
+    let started = Instant::now();
+    drop(restore()?);
+    measure(backend.budget_for(started.elapsed()), restore, |_| Ok(()))
+}
+
+fn new_session_restored(backend: &Backend) -> Result<Summary, String> {
+    let expected = ScriptOutput::final_result(json!(42));
+    let snapshot = snapshot_of(&mut backend.warm_session()?)?;
+    let run_restored = || {
+        let mut session =
+            ScriptSession::restore(&*backend.runtime, &snapshot, backend.tools.clone())
+                .map_err(|e| e.to_string())?;
+        let run = session
+            .run_blocking(backend.lang.trivial())
+            .map_err(|e| e.to_string())?;
+        Ok((session, run))
+    };
+    let started = Instant::now();
+    drop(run_restored()?);
+    measure(
+        backend.budget_for(started.elapsed()),
+        run_restored,
+        |(_, run)| check(run, &expected),
+    )
 }
 
 fn new_session(backend: &Backend) -> Result<Summary, String> {

@@ -37,11 +37,21 @@ pub enum CaseId {
     /// A 10-step agent run against a replay model: host time only.
     #[serde(rename = "agent_10_steps")]
     AgentRun,
+    /// A snapshot of a session holding a 10 MB string (issue 19).
+    #[serde(rename = "snapshot_10mb")]
+    Snapshot10Mb,
+    /// A session restored from that snapshot.
+    #[serde(rename = "restore_10mb")]
+    Restore10Mb,
+    /// A new session restored from a snapshot of a fresh one, plus its first
+    /// trivial step: against `new_session`, what starting from a snapshot costs.
+    #[serde(rename = "new_session_restored")]
+    NewSessionRestored,
 }
 
 impl CaseId {
     /// Every case, in report order.
-    pub const ALL: [CaseId; 8] = [
+    pub const ALL: [CaseId; 11] = [
         CaseId::NewSession,
         CaseId::WarmStep,
         CaseId::ToolCalls,
@@ -50,6 +60,9 @@ impl CaseId {
         CaseId::StopInfiniteLoop,
         CaseId::Json10Kb,
         CaseId::AgentRun,
+        CaseId::Snapshot10Mb,
+        CaseId::Restore10Mb,
+        CaseId::NewSessionRestored,
     ];
 
     /// The case's name in JSON and on the progress line.
@@ -63,6 +76,9 @@ impl CaseId {
             CaseId::StopInfiniteLoop => "stop_infinite_loop_200ms",
             CaseId::Json10Kb => "json_10kb",
             CaseId::AgentRun => "agent_10_steps",
+            CaseId::Snapshot10Mb => "snapshot_10mb",
+            CaseId::Restore10Mb => "restore_10mb",
+            CaseId::NewSessionRestored => "new_session_restored",
         }
     }
 
@@ -77,12 +93,15 @@ impl CaseId {
             CaseId::StopInfiniteLoop => "stop infinite loop (200 ms limit)",
             CaseId::Json10Kb => "JSON 10 KB in and out",
             CaseId::AgentRun => "10-step agent run (replay)",
+            CaseId::Snapshot10Mb => "snapshot, 10 MB held",
+            CaseId::Restore10Mb => "restore, 10 MB held",
+            CaseId::NewSessionRestored => "new session from a snapshot + first step",
         }
     }
 }
 
-/// A measurement that may have failed; serialised as its fields or as
-/// `{"error": "…"}`.
+/// A measurement that may have failed or not apply; serialised as its fields,
+/// as `{"error": "…"}` or as `{"not_applicable": "…"}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Measured<T> {
@@ -93,6 +112,12 @@ pub enum Measured<T> {
         /// Why.
         error: String,
     },
+    /// The backend does not do what the case measures (a runtime whose sessions
+    /// cannot be snapshotted): not a failure.
+    NotApplicable {
+        /// Why not.
+        not_applicable: String,
+    },
 }
 
 impl<T> Measured<T> {
@@ -100,7 +125,7 @@ impl<T> Measured<T> {
     pub fn ok(&self) -> Option<&T> {
         match self {
             Measured::Ok(value) => Some(value),
-            Measured::Failed { .. } => None,
+            Measured::Failed { .. } | Measured::NotApplicable { .. } => None,
         }
     }
 }
@@ -278,6 +303,9 @@ fn summary_row(out: &mut String, label: &str, result: &Measured<Summary>) {
             s.iterations
         ),
         Measured::Failed { error } => writeln!(out, "  {label:<36} FAILED: {error}"),
+        Measured::NotApplicable { not_applicable } => {
+            writeln!(out, "  {label:<36} n/a: {not_applicable}")
+        }
     };
 }
 
@@ -327,6 +355,9 @@ impl ScaleReport {
                 format_bytes(m.worker_private_growth_bytes as f64)
             ),
             Measured::Failed { error } => writeln!(out, "  idle session memory: FAILED: {error}"),
+            Measured::NotApplicable { not_applicable } => {
+                writeln!(out, "  idle session memory: n/a: {not_applicable}")
+            }
         };
         let _ = write!(
             out,
@@ -352,6 +383,9 @@ impl ScaleReport {
                     }
                 ),
                 Measured::Failed { error } => write!(out, "\n    FAILED: {error}"),
+                Measured::NotApplicable { not_applicable } => {
+                    write!(out, "\n    n/a: {not_applicable}")
+                }
             };
         }
         out.push('\n');
@@ -369,6 +403,9 @@ impl ScaleReport {
             }
             Measured::Failed { error } => {
                 let _ = writeln!(out, "  session history: FAILED: {error}");
+            }
+            Measured::NotApplicable { not_applicable } => {
+                let _ = writeln!(out, "  session history: n/a: {not_applicable}");
             }
         }
     }

@@ -29,6 +29,27 @@ impl Lang {
         "final_result(40 + 2)"
     }
 
+    /// Makes a variable `big` holding a string of 10,485,760 characters; the result
+    /// is its length.
+    pub fn ten_megabytes(self) -> &'static str {
+        match self {
+            Lang::Rhai => {
+                "let big = \"0123456789\"; while big.len() < 10_000_000 { big += big; } final_result(big.len())"
+            }
+            Lang::Js => "var big = \"0123456789\".repeat(1048576); final_result(big.length)",
+            Lang::Python => "big = \"0123456789\" * 1048576\nfinal_result(len(big))",
+        }
+    }
+
+    /// The length of `big` as the final result.
+    pub fn length_of_big(self) -> &'static str {
+        match self {
+            Lang::Rhai => "final_result(big.len())",
+            Lang::Js => "final_result(big.length)",
+            Lang::Python => "final_result(len(big))",
+        }
+    }
+
     /// Calls the `add` tool 1,000 times; the result is 500,500.
     pub fn tool_calls(self) -> &'static str {
         match self {

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact_runtime::{FileView, HostError, Interrupt, LogBuffer, Runtime, Session, ToolDispatch};
+use codeact_runtime::{
+    FileView, HostError, Interrupt, LogBuffer, Runtime, Session, Snapshot, SnapshotError,
+    ToolDispatch,
+};
 
 use crate::exec::run_slots::Slot;
 use crate::output::script_output::ScriptOutput;
@@ -65,6 +68,31 @@ impl ScriptSession {
         Ok(Self {
             runtime: runtime.info().name,
             session: Some(session),
+        })
+    }
+
+    /// The session's state as a [`Snapshot`], for [`restore`](Self::restore); the
+    /// session goes on unchanged. Refused for a backend that cannot snapshot its
+    /// sessions (see its capability table), and for a value that cannot be kept.
+    pub fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
+        match self.session.as_mut() {
+            Some(session) => session.snapshot(),
+            None => Err(SnapshotError::Session(format!(
+                "the {} session was lost",
+                self.runtime
+            ))),
+        }
+    }
+
+    /// A session of `runtime` as `snapshot` left it, whose scripts call `tools`.
+    pub fn restore(
+        runtime: &dyn Runtime,
+        snapshot: &Snapshot,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<Self, SnapshotError> {
+        Ok(Self {
+            runtime: runtime.info().name,
+            session: Some(runtime.restore(snapshot, tools)?),
         })
     }
 

@@ -24,6 +24,7 @@ mod run_state;
 mod semicolons;
 mod session;
 mod snapshot;
+mod snapshot_codec;
 mod spellings;
 mod tool_functions;
 mod validator;
@@ -110,8 +111,7 @@ impl Runtime for RhaiRuntime {
         tools: Arc<dyn ToolDispatch>,
     ) -> Result<Box<dyn Session>, SnapshotError> {
         let payload = snapshot.open(INFO.name, SNAPSHOT_IDENTITY)?;
-        let saved = serde_json::from_slice(payload)
-            .map_err(|e| SnapshotError::Corrupt(format!("its Rhai state is unreadable: {e}")))?;
+        let saved = snapshot_codec::decode(payload)?;
         let mut session = self.session(tools);
         session.load(saved)?;
         Ok(Box::new(session))

@@ -314,9 +314,7 @@ impl Session for RhaiSession {
     }
 
     fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
-        let saved = self.save()?;
-        let payload = serde_json::to_vec(&saved)
-            .map_err(|e| SnapshotError::Session(format!("cannot write the snapshot: {e}")))?;
+        let payload = crate::snapshot_codec::encode(&self.save()?);
         Ok(Snapshot::seal(
             crate::INFO.name,
             crate::SNAPSHOT_IDENTITY,

@@ -8,10 +8,9 @@
 
 use codeact_runtime::SnapshotError;
 use rhai::{Array, Blob, Dynamic, FnPtr, ImmutableString, Map};
-use serde::{Deserialize, Serialize};
 
 /// What a snapshot keeps of a session.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug)]
 pub(crate) struct SavedSession {
     /// The variables, oldest first, as the scope held them.
     pub(crate) variables: Vec<SavedVariable>,
@@ -20,7 +19,7 @@ pub(crate) struct SavedSession {
 }
 
 /// One variable of the scope.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug)]
 pub(crate) struct SavedVariable {
     pub(crate) name: String,
     pub(crate) constant: bool,
@@ -28,7 +27,7 @@ pub(crate) struct SavedVariable {
 }
 
 /// A Rhai value with its type.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug)]
 pub(crate) enum Saved {
     Unit,
     Bool(bool),

@@ -158,7 +158,7 @@ fn a_damaged_or_foreign_snapshot_is_refused() {
         matches!(refused, SnapshotError::Foreign { .. }),
         "{refused}"
     );
-    let garbage = Snapshot::seal("rhai", "codeact-rhai 0.1.0", b"not json");
+    let garbage = Snapshot::seal("rhai", "codeact-rhai 0.1.0", b"\x01not a Rhai state");
     assert!(matches!(
         runtime.restore(&garbage, Arc::new(NoTools)),
         Err(SnapshotError::Corrupt(_))

@@ -23,7 +23,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use codeact_runtime::{
-    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Snapshot,
+    SnapshotError, ToolDispatch,
 };
 use serde_json::{Value, json};
 use wasmtime::{
@@ -83,6 +84,8 @@ pub(crate) struct AbiBlueprint {
     pub(crate) runtime_name: &'static str,
     pub(crate) pre: InstancePre<AbiState>,
     pub(crate) limits: Arc<Limits>,
+    /// The sha256 of the guest's module, which its snapshots are bound to.
+    pub(crate) guest_sha256: String,
 }
 
 /// The store's data.
@@ -437,6 +440,92 @@ impl AbiSession {
         }
     }
 
+    /// The configuration the guest is started with: the limits and the tools.
+    fn config(&self) -> String {
+        json!({"limits": &*self.blueprint.limits, "tools": self.tools.specs()}).to_string()
+    }
+
+    /// The session's linear memory, whole, with the configuration it was started
+    /// with and the memory it held when it started (its cap's baseline). Between
+    /// runs the guest holds nothing on the stack wasmtime keeps, and its only
+    /// mutable global, the stack pointer, is back where the instance started it.
+    pub(crate) fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
+        if self.live.is_none() {
+            let fresh = self
+                .instantiate()
+                .map_err(|e| SnapshotError::Session(e.to_string()))?;
+            self.live = Some(fresh);
+        }
+        let Some(live) = &self.live else {
+            return Err(SnapshotError::Session("the session has no instance".into()));
+        };
+        let header = json!({
+            "config": self.config(),
+            "baseline": live.store.data().memory.baseline,
+        })
+        .to_string();
+        let memory = live.memory.data(&live.store);
+        let header_len = (header.len() as u64).to_le_bytes();
+        Ok(Snapshot::seal_parts(
+            self.blueprint.runtime_name,
+            &self.blueprint.guest_sha256,
+            &[&header_len, header.as_bytes(), memory],
+        ))
+    }
+
+    /// A session started as usual, then given the snapshot's memory: refused
+    /// unless the snapshot is of this guest, with the same tools and limits (the
+    /// guest keeps them in its memory), and its memory fits this runtime's cap.
+    pub(crate) fn restore(
+        blueprint: Arc<AbiBlueprint>,
+        tools: Arc<dyn ToolDispatch>,
+        snapshot: &Snapshot,
+    ) -> Result<AbiSession, SnapshotError> {
+        let payload = snapshot.open(blueprint.runtime_name, &blueprint.guest_sha256)?;
+        let corrupt = |why: &str| SnapshotError::Corrupt(why.to_string());
+        let (len, rest) = payload
+            .split_first_chunk::<8>()
+            .ok_or_else(|| corrupt("its guest state has no header"))?;
+        let len = usize::try_from(u64::from_le_bytes(*len))
+            .map_err(|_| corrupt("its guest state's header is too long"))?;
+        if rest.len() < len {
+            return Err(corrupt("its guest state ends inside its header"));
+        }
+        let (header, memory) = rest.split_at(len);
+        let header: serde_json::Value = serde_json::from_slice(header)
+            .map_err(|e| SnapshotError::Corrupt(format!("its guest state's header: {e}")))?;
+        let mut session = AbiSession::start(blueprint, tools)
+            .map_err(|e| SnapshotError::Session(e.to_string()))?;
+        if header["config"].as_str() != Some(session.config().as_str()) {
+            return Err(SnapshotError::Session(
+                "the snapshot was made with other tools or limits than this session has; the guest keeps them in its memory, so restore it with the same ones".into(),
+            ));
+        }
+        let baseline = header["baseline"]
+            .as_u64()
+            .and_then(|b| usize::try_from(b).ok());
+        let Some(live) = session.live.as_mut() else {
+            return Err(SnapshotError::Session("the session has no instance".into()));
+        };
+        live.store.data_mut().memory.baseline = baseline;
+        let current = live.memory.data_size(&live.store);
+        if memory.len() > current {
+            let page = 65_536;
+            let pages = (memory.len() - current).div_ceil(page) as u64;
+            live.memory.grow(&mut live.store, pages).map_err(|e| {
+                SnapshotError::Session(format!(
+                    "the snapshot's memory ({} bytes) does not fit this runtime's memory limit: {e}",
+                    memory.len()
+                ))
+            })?;
+        }
+        let data = live.memory.data_mut(&mut live.store);
+        copy_changed_pages(&mut data[..memory.len()], memory);
+        zero_pages(&mut data[memory.len()..]);
+        live.input_buffer = None;
+        Ok(session)
+    }
+
     /// A fresh instance, started with the session's limits and tools.
     fn instantiate(&self) -> Result<Live, HostError> {
         let engine = crate::engine::engine().map_err(|e| self.start_error(e))?;
@@ -504,7 +593,7 @@ impl AbiSession {
             run,
             input_buffer: None,
         };
-        let config = json!({"limits": limits, "tools": self.tools.specs()}).to_string();
+        let config = self.config();
         let answer = match call(&mut live, EntryPoint::Start, config.as_bytes()) {
             Ok(answer) => answer,
             Err(Stopped::Lost(e)) => return Err(failed(&live.store, e)),
@@ -604,6 +693,30 @@ impl AbiSession {
                 message: "the guest crashed".into(),
                 detail: Some(with_stderr(first_line(error), &state.stderr)),
             },
+        }
+    }
+}
+
+/// The bytes of a page, as the kernel maps them.
+const PAGE: usize = 4096;
+
+/// Writes `from` over `to` a page at a time, skipping the pages that already
+/// hold the same bytes: a fresh instance's memory is a copy-on-write image, and
+/// a page written is a page the kernel must copy, so restoring a snapshot that
+/// differs little from the image costs little.
+fn copy_changed_pages(to: &mut [u8], from: &[u8]) {
+    for (to, from) in to.chunks_mut(PAGE).zip(from.chunks(PAGE)) {
+        if to != from {
+            to.copy_from_slice(from);
+        }
+    }
+}
+
+/// Zeroes `memory` a page at a time, leaving pages that are zero already.
+fn zero_pages(memory: &mut [u8]) {
+    for page in memory.chunks_mut(PAGE) {
+        if page.iter().any(|&byte| byte != 0) {
+            page.fill(0);
         }
     }
 }

@@ -44,8 +44,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codeact_runtime::{
-    Enforcement, FileView, HostError, LimitKind, Limits, Runtime, RuntimeInfo, Session,
-    ToolDispatch, ToolSpec,
+    Enforcement, FileView, HostError, LimitKind, Limits, Runtime, RuntimeInfo, Session, Snapshot,
+    SnapshotError, ToolDispatch, ToolSpec,
 };
 use wasmtime::{Linker, Module};
 
@@ -377,6 +377,7 @@ impl WasmRuntime {
                 runtime_name: info.name,
                 pre,
                 limits: limits.clone(),
+                guest_sha256: actual.clone(),
             };
             (info, Linked::Abi(Arc::new(blueprint)))
         } else {
@@ -554,6 +555,24 @@ impl Runtime for WasmRuntime {
     /// run's folders as WASI preopens, their writes charged to its disk limit; the
     /// guests on codeact's own ABI (`wasm:rhai`, `wasm:boa`) have no file API and
     /// reach them through the file helpers.
+    /// Sessions of the guests on codeact's own ABI (`wasm:rhai`, `wasm:boa`) come
+    /// back from a snapshot of their linear memory; the stdio guests, which wait
+    /// for their next script inside a call, cannot be snapshotted.
+    fn restore(
+        &self,
+        snapshot: &Snapshot,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<Box<dyn Session>, SnapshotError> {
+        match &self.linked {
+            Linked::Abi(blueprint) => Ok(Box::new(WasmSession::restore_abi(
+                blueprint.clone(),
+                tools,
+                snapshot,
+            )?)),
+            Linked::Stdio(_) => Err(session::stdio_unsupported(self.info.name)),
+        }
+    }
+
     fn new_session_with_files(
         &self,
         tools: Arc<dyn ToolDispatch>,

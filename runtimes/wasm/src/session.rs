@@ -21,8 +21,8 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use codeact_runtime::{
-    FileView, HostError, Interrupt, LimitKind, Limits, RunOutcome, ScriptError, Session,
-    ToolDispatch, js_hoist::hoist_top_level,
+    FileView, HostError, Interrupt, LimitKind, Limits, RunOutcome, ScriptError, Session, Snapshot,
+    SnapshotError, ToolDispatch, js_hoist::hoist_top_level,
 };
 use wasmtime::{InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline};
 use wasmtime_wasi::I32Exit;
@@ -158,6 +158,17 @@ impl WasmSession {
         })
     }
 
+    /// An ABI guest's session as `snapshot` left it.
+    pub(crate) fn restore_abi(
+        blueprint: Arc<crate::abi::AbiBlueprint>,
+        tools: Arc<dyn ToolDispatch>,
+        snapshot: &Snapshot,
+    ) -> Result<WasmSession, SnapshotError> {
+        crate::abi::AbiSession::restore(blueprint, tools, snapshot).map(|session| WasmSession {
+            inner: Inner::Abi(Box::new(session)),
+        })
+    }
+
     pub(crate) fn abi(
         blueprint: Arc<crate::abi::AbiBlueprint>,
         tools: Arc<dyn ToolDispatch>,
@@ -177,6 +188,14 @@ struct StdioSession {
     /// The run's folders, preopened in every instance (a restart too).
     files: Option<FileView>,
     instance: Option<LiveGuest>,
+}
+
+/// Why a stdio guest's session has no snapshot.
+pub(crate) fn stdio_unsupported(runtime: &str) -> SnapshotError {
+    SnapshotError::Unsupported {
+        runtime: runtime.to_string(),
+        why: "the guest waits for its next script inside a call, on a stack wasmtime keeps outside its memory".into(),
+    }
 }
 
 /// What the poll loop stopped for.
@@ -615,6 +634,13 @@ impl Session for WasmSession {
         match &mut self.inner {
             Inner::Stdio(session) => session.run_script(script, None),
             Inner::Abi(session) => session.run_script(script, None),
+        }
+    }
+
+    fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
+        match &mut self.inner {
+            Inner::Stdio(session) => Err(stdio_unsupported(session.blueprint.runtime_name)),
+            Inner::Abi(session) => session.snapshot(),
         }
     }
 
