@@ -17,8 +17,6 @@ use crate::protocol::{Namespaces, Reply, Request, WORKER_ARG, WORKER_ENV};
 
 const RUNTIME: &str = "js";
 
-/// Told to the model when a stop cost the session its state.
-
 /// A JavaScript session: one worker process, started on the first run and again
 /// after a run that had to be stopped.
 pub struct JsSession {
