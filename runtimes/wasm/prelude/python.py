@@ -75,6 +75,7 @@ def __codeact_main(
     NAMESPACES = __CODEACT_NAMESPACES__
     MAX_DEPTH = __CODEACT_MAX_DEPTH__
     MAX_CALL_DEPTH = __CODEACT_MAX_CALL_DEPTH__
+    IMPORT_FRAMES = 1000
     NO_RESULT = (
         "the script ended in a statement and called no result helper: end it with "
         "an expression such as final_result(value)"
@@ -135,6 +136,36 @@ def __codeact_main(
     if hasattr(sys, "setrecursionlimit"):
         # The script's own frames, plus the few the prelude adds below them.
         sys.setrecursionlimit(MAX_CALL_DEPTH + 8)
+    if CPYTHON:
+        # An import nests frames the script did not write: importlib's, six or so
+        # per module, and each module's own as it runs (numpy's and pandas' go
+        # some 150 deep). So while an import runs, the limit has IMPORT_FRAMES more;
+        # the wasm stack still bounds it. Every import (`import`, __import__,
+        # importlib.import_module) comes through this one function of importlib.
+        import _frozen_importlib
+
+        def raising_the_limit(find_and_load, importing, getlimit, setlimit):
+            def _find_and_load(*args):
+                if importing[0]:
+                    return find_and_load(*args)
+                limit = getlimit()
+                importing[0] = True
+                setlimit(limit + IMPORT_FRAMES)
+                try:
+                    return find_and_load(*args)
+                finally:
+                    importing[0] = False
+                    setlimit(limit)
+
+            return _find_and_load
+
+        _frozen_importlib._find_and_load = raising_the_limit(
+            _frozen_importlib._find_and_load,
+            [False],
+            sys.getrecursionlimit,
+            sys.setrecursionlimit,
+        )
+        _frozen_importlib = raising_the_limit = None
 
     # One buffer for every read: MicroPython never collects garbage here (see the
     # end of this file), so each step should leave as little behind as it can.
@@ -377,23 +408,62 @@ def __codeact_main(
         # Bytecode that no compiler wrote reads and writes memory at will (the
         # nonce included), and `marshal` is how it gets in: it is refused unless
         # the standard library's zip importer is unmarshalling a module it read
-        # from its archive (a read-only file no script can write).
+        # from its archive (a read-only file no script can write), or the frozen
+        # importer is loading a module frozen into the interpreter (CPython 3.15
+        # freezes importlib.machinery, which numpy imports): it asks for the
+        # bytecode by module name only, so no script can hand it other bytes.
         import zipimport
+        import _frozen_importlib
 
         UNMARSHAL_CODE = zipimport._unmarshal_code.__code__
         GET_MODULE_CODE = zipimport._get_module_code.__code__
-        zipimport = None
+        FRAMES_REMOVED_CODE = _frozen_importlib._call_with_frames_removed.__code__
+        FROZEN_EXEC_CODE = _frozen_importlib.FrozenImporter.exec_module.__code__
+        zipimport = _frozen_importlib = None
+        # CPython 3.14 and later evaluate annotations lazily: annotationlib makes a
+        # function of an `__annotate__` function's code with stand-in globals
+        # (typing does, as numpy imports). That one caller may make functions; it
+        # is taken here, by identity, before any script could replace the module.
+        # The same versions' traceback.extract_stack may look at the stack (pyparsing
+        # calls it as matplotlib imports): it gives back names and line numbers,
+        # never a frame, so it may call sys._getframe.
+        try:
+            import annotationlib
+
+            ANNOTATE_CODE = annotationlib.call_annotate_function.__code__
+            import traceback
+
+            EXTRACT_STACK_CODE = traceback.extract_stack.__code__
+        except ImportError:
+            ANNOTATE_CODE = EXTRACT_STACK_CODE = None
+        annotationlib = traceback = None
+        # types.coroutine marks a generator function's code as a coroutine's, a
+        # copy with one flag changed (asyncio does, as scikit-learn imports): it
+        # makes no code of its own.
+        import types
+
+        MARK_COROUTINE_CODE = types.coroutine.__code__
+        types = None
 
         def unmarshalling_an_archived_module():
             # 0 is this function, 1 the guard, 2 whoever called marshal.loads.
             trusted[0] = True
             try:
                 caller = sys._getframe(2)
-                return (
-                    caller.f_code is UNMARSHAL_CODE
-                    and caller.f_back is not None
-                    and caller.f_back.f_code is GET_MODULE_CODE
+                if caller.f_back is None:
+                    return False
+                outer = caller.f_back.f_code
+                return (caller.f_code is UNMARSHAL_CODE and outer is GET_MODULE_CODE) or (
+                    caller.f_code is FRAMES_REMOVED_CODE and outer is FROZEN_EXEC_CODE
                 )
+            finally:
+                trusted[0] = False
+
+        def called_by(code):
+            # 0 is this function, 1 the guard, 2 whoever raised the event.
+            trusted[0] = True
+            try:
+                return code is not None and sys._getframe(2).f_code is code
             finally:
                 trusted[0] = False
 
@@ -413,6 +483,8 @@ def __codeact_main(
                 dispatch(event, args)
             elif trusted[0]:
                 return
+            elif event == "sys._getframe" and called_by(EXTRACT_STACK_CODE):
+                return
             elif event in frameless:
                 raise ValueError("%s is not available to scripts here" % event)
             elif event in frameless_by_name:
@@ -422,6 +494,10 @@ def __codeact_main(
                     raise RuntimeError("%s is not available to scripts here" % event)
             elif event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attributes:
                 raise AttributeError("%s is not available to scripts here" % args[1])
+            elif event == "code.__new__" and called_by(MARK_COROUTINE_CODE):
+                return
+            elif event == "function.__new__" and called_by(ANNOTATE_CODE):
+                return
             elif event in refused:
                 raise RuntimeError("%s is not available to scripts here" % event)
             elif event == "object.__setattr__" and protected(args[0]):

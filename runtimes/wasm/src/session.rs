@@ -26,12 +26,12 @@ use codeact_runtime::{
 };
 use wasmtime::{InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline};
 use wasmtime_wasi::I32Exit;
-use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::engine::{self, Ticking};
 use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, locked};
-use crate::guests::{Guest, Launch};
+use crate::guests::{CPythonBuild, Guest, Launch};
 use crate::protocol::{self, FailKind, Message};
 
 /// Told to the model when a stop cost the session its state.
@@ -246,6 +246,17 @@ impl StdioSession {
             });
         if self.blueprint.guest.launch != Launch::QuickJsReactor {
             wasi.args(&self.argv);
+        }
+        wasi.envs(&self.blueprint.guest.env);
+        for mount in &self.blueprint.guest.mounts {
+            wasi.preopened_dir(&mount.host, &mount.guest, FsPerms::ReadOnly)
+                .map_err(|e| {
+                    self.host_error(format!(
+                        "cannot give the guest {} at {}: {e:#}",
+                        mount.host.display(),
+                        mount.guest
+                    ))
+                })?;
         }
         let state = HostState {
             wasi: wasi.build_p1(),
@@ -472,8 +483,10 @@ fn shown_bytes(bytes: usize) -> String {
 }
 
 /// The guest's whole life as one async call: instantiate, then run `_start` (a
-/// command) or `_initialize` and `qjs_init_argv` (the QuickJS reactor, whose argv
-/// is written into its own memory). It returns only when the guest exits or traps.
+/// command), `_initialize` and `qjs_init_argv` (the QuickJS reactor, whose argv
+/// is written into its own memory), or `_initialize` if exported and `run` (the
+/// CPython reactor, which reads argv from WASI). It returns only when the guest
+/// exits or traps.
 fn guest_call(
     pre: InstancePre<HostState>,
     mut store: Store<HostState>,
@@ -509,6 +522,19 @@ fn guest_call(
                 init_argv
                     .call_async(&mut store, (i32::try_from(argv.len())?, array))
                     .await?;
+            }
+            Launch::CPython(CPythonBuild::Reactor) => {
+                if let Ok(initialize) = instance.get_typed_func::<(), ()>(&mut store, "_initialize")
+                {
+                    initialize.call_async(&mut store, ()).await?;
+                }
+                let run: TypedFunc<(), i32> = instance.get_typed_func(&mut store, "run")?;
+                let status = run.call_async(&mut store, ()).await?;
+                // `run` returns the status `python` would exit with; a command's
+                // `_start` reports it as an exit instead: make them alike.
+                if status != 0 {
+                    return Err(I32Exit(status).into());
+                }
             }
             _ => {
                 let start: TypedFunc<(), ()> = instance.get_typed_func(&mut store, "_start")?;
