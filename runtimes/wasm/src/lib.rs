@@ -76,7 +76,7 @@ const ENFORCEMENT: &[Enforcement] = &[
     },
     Enforcement {
         limit: LimitKind::CallDepth,
-        how: "CPython: the recursion limit; QuickJS and MicroPython: their own stack checks; a 4 MiB wasm stack behind them (a trap, the session restarts)",
+        how: "CPython: the recursion limit (1,000 frames more while an import runs); QuickJS and MicroPython: their own stack checks; a 4 MiB wasm stack behind them (a trap, the session restarts)",
     },
     Enforcement {
         limit: LimitKind::NestingDepth,

@@ -225,6 +225,45 @@ fn a_script_cannot_write_files_or_read_outside_its_stdlib() {
     }
 }
 
+/// The prelude lets CPython 3.15's own library make functions (annotationlib),
+/// mark coroutines (types.coroutine) and read the stack (traceback), which numpy,
+/// scikit-learn and matplotlib need as they import; a script doing the same itself
+/// is still refused, so it reaches no frame and makes no code.
+#[test]
+fn the_exemptions_the_libraries_need_give_a_script_no_frame_and_no_new_code() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    let outcome = session
+        .run(concat!(
+            "import sys, types, traceback\n",
+            "def attempt(f):\n",
+            "    try:\n        f()\n        return 'allowed'\n",
+            "    except Exception as e:\n        return type(e).__name__\n",
+            "def g():\n    yield 1\n",
+            "final_result({\n",
+            "  'getframe': attempt(lambda: sys._getframe()),\n",
+            "  'code_replace': attempt(lambda: g.__code__.replace(co_flags=0)),\n",
+            "  'new_function': attempt(lambda: types.FunctionType(g.__code__, {})),\n",
+            "  'mark_coroutine': attempt(lambda: types.coroutine(g)),\n",
+            "  'stack_names': [f.name for f in traceback.extract_stack()][-1:],\n",
+            "  'stack_frames': [hasattr(f, 'f_locals') for f in traceback.extract_stack()],\n",
+            "})",
+        ))
+        .expect("the run finishes");
+    let got = value(&outcome);
+    assert_eq!(got["getframe"], "ValueError", "{got}");
+    assert_eq!(got["code_replace"], "RuntimeError", "{got}");
+    assert_eq!(got["new_function"], "RuntimeError", "{got}");
+    assert_eq!(got["mark_coroutine"], "allowed", "{got}");
+    assert_eq!(got["stack_names"], json!(["<module>"]), "{got}");
+    assert!(
+        got["stack_frames"]
+            .as_array()
+            .is_some_and(|all| all.iter().all(|f| f == false)),
+        "{got}"
+    );
+}
+
 /// A missing guest is an error that names the command that fetches it.
 #[test]
 fn a_missing_sci_guest_names_the_command_that_fetches_it() {
