@@ -43,8 +43,9 @@ pub const OPT_IN_RUNTIMES: &[(&str, &str)] = &[
     (
         "wasm:python-sci",
         "it is fetched only on request (scripts/fetch-guests.sh --python-sci: about \
-         100 MB from PyPI), its first compile takes minutes, and its imports need more \
-         than the default limits (numpy and pandas about 100 MiB and a few seconds)",
+         100 MB from PyPI), its first compile takes minutes (150 s here), and a \
+         session that imports pandas, matplotlib and scikit-learn needs more than the \
+         default 64 MiB",
     ),
 ];
 
