@@ -33,7 +33,8 @@ const MAX_SCRIPT_BYTES: usize = 256 << 10;
 #[derive(Debug, Args)]
 pub(crate) struct McpArgs {
     /// The runtimes a client may pick, comma-separated [default: every built-in
-    /// runtime but the opt-in ones (js-in-process, wasm:micropython)].
+    /// runtime but the opt-in ones (js-in-process, wasm:micropython,
+    /// wasm:python-sci)].
     #[arg(long = "runtimes", value_name = "NAMES", value_delimiter = ',')]
     runtimes: Vec<String>,
     /// The most sessions open at once; a client asking for more is told to close

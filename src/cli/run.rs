@@ -62,7 +62,8 @@ pub(crate) struct RunArgs {
     #[arg(long = "model-option", value_name = "KEY=VALUE")]
     model_options: Vec<String>,
     /// The runtime the model's scripts run in: rhai, js, js-in-process, wasm:js,
-    /// wasm:micropython, wasm:python, wasm:rhai, wasm:boa, or wasm:PATH for a WASI guest file.
+    /// wasm:micropython, wasm:python, wasm:python-sci, wasm:rhai, wasm:boa, or wasm:PATH for a
+    /// WASI guest file.
     /// [default: rhai, or the resumed transcript's runtime]
     #[arg(long)]
     runtime: Option<String>,

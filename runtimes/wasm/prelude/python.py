@@ -75,6 +75,7 @@ def __codeact_main(
     NAMESPACES = __CODEACT_NAMESPACES__
     MAX_DEPTH = __CODEACT_MAX_DEPTH__
     MAX_CALL_DEPTH = __CODEACT_MAX_CALL_DEPTH__
+    IMPORT_FRAMES = 1000
     NO_RESULT = (
         "the script ended in a statement and called no result helper: end it with "
         "an expression such as final_result(value)"
@@ -135,6 +136,36 @@ def __codeact_main(
     if hasattr(sys, "setrecursionlimit"):
         # The script's own frames, plus the few the prelude adds below them.
         sys.setrecursionlimit(MAX_CALL_DEPTH + 8)
+    if CPYTHON:
+        # An import nests frames the script did not write: importlib's, six or so
+        # per module, and each module's own as it runs (numpy's and pandas' go
+        # some 150 deep). So while an import runs, the limit has IMPORT_FRAMES more;
+        # the wasm stack still bounds it. Every import (`import`, __import__,
+        # importlib.import_module) comes through this one function of importlib.
+        import _frozen_importlib
+
+        def raising_the_limit(find_and_load, importing, getlimit, setlimit):
+            def _find_and_load(*args):
+                if importing[0]:
+                    return find_and_load(*args)
+                limit = getlimit()
+                importing[0] = True
+                setlimit(limit + IMPORT_FRAMES)
+                try:
+                    return find_and_load(*args)
+                finally:
+                    importing[0] = False
+                    setlimit(limit)
+
+            return _find_and_load
+
+        _frozen_importlib._find_and_load = raising_the_limit(
+            _frozen_importlib._find_and_load,
+            [False],
+            sys.getrecursionlimit,
+            sys.setrecursionlimit,
+        )
+        _frozen_importlib = raising_the_limit = None
 
     # One buffer for every read: MicroPython never collects garbage here (see the
     # end of this file), so each step should leave as little behind as it can.
@@ -377,12 +408,53 @@ def __codeact_main(
         # Bytecode that no compiler wrote reads and writes memory at will (the
         # nonce included), and `marshal` is how it gets in: it is refused unless
         # the standard library's zip importer is unmarshalling a module it read
-        # from its archive (a read-only file no script can write).
+        # from its archive (a read-only file no script can write). Modules frozen
+        # into the interpreter are unmarshalled too when first imported, through
+        # functions whose globals (`_imp`) a script could replace to unmarshal its
+        # own bytes: the ones libraries import are imported here instead, before
+        # the guard (CPython 3.15 freezes importlib.machinery, which numpy imports).
         import zipimport
+        import _imp
+
+        for frozen in ("importlib.machinery", "importlib.util"):
+            if _imp.is_frozen(frozen):
+                __import__(frozen)
+        _imp = frozen = None
 
         UNMARSHAL_CODE = zipimport._unmarshal_code.__code__
         GET_MODULE_CODE = zipimport._get_module_code.__code__
         zipimport = None
+        # CPython 3.14 and later evaluate annotations lazily: annotationlib makes a
+        # function of an `__annotate__` function's code with stand-in globals
+        # (typing does, as numpy imports). That one caller may make functions; it
+        # is taken here, by identity, before any script could replace the module.
+        # The same versions' traceback.extract_stack looks at the stack (pyparsing
+        # calls it as matplotlib imports). It cannot be let through: it hands the
+        # frame it gets to functions it looks up in its module, which a script can
+        # replace to keep the frame. So it is replaced here by one that gives a
+        # stand-in entry per frame asked for, touching no frame.
+        try:
+            import annotationlib
+
+            ANNOTATE_CODE = annotationlib.call_annotate_function.__code__
+            import traceback
+
+            def extract_stack(f=None, limit=None, summary=traceback.StackSummary):
+                count = 1 if limit is None else max(int(limit), 1)
+                return summary.from_list([("<hidden>", 0, "<hidden>", "")] * count)
+
+            traceback.extract_stack = extract_stack
+            extract_stack = None
+        except ImportError:
+            ANNOTATE_CODE = None
+        annotationlib = traceback = None
+        # types.coroutine marks a generator function's code as a coroutine's, a
+        # copy with one flag changed (asyncio does, as scikit-learn imports): it
+        # makes no code of its own.
+        import types
+
+        MARK_COROUTINE_CODE = types.coroutine.__code__
+        types = None
 
         def unmarshalling_an_archived_module():
             # 0 is this function, 1 the guard, 2 whoever called marshal.loads.
@@ -394,6 +466,14 @@ def __codeact_main(
                     and caller.f_back is not None
                     and caller.f_back.f_code is GET_MODULE_CODE
                 )
+            finally:
+                trusted[0] = False
+
+        def called_by(code):
+            # 0 is this function, 1 the guard, 2 whoever raised the event.
+            trusted[0] = True
+            try:
+                return code is not None and sys._getframe(2).f_code is code
             finally:
                 trusted[0] = False
 
@@ -422,6 +502,10 @@ def __codeact_main(
                     raise RuntimeError("%s is not available to scripts here" % event)
             elif event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attributes:
                 raise AttributeError("%s is not available to scripts here" % args[1])
+            elif event == "code.__new__" and called_by(MARK_COROUTINE_CODE):
+                return
+            elif event == "function.__new__" and called_by(ANNOTATE_CODE):
+                return
             elif event in refused:
                 raise RuntimeError("%s is not available to scripts here" % event)
             elif event == "object.__setattr__" and protected(args[0]):

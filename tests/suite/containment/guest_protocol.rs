@@ -42,6 +42,10 @@ pub const ATTACKS: &[Attack] = &[
         run: crafted_bytecode_cannot_be_loaded,
     },
     Attack {
+        name: "library_code_a_script_rewires_neither_unmarshals_its_bytes_nor_hands_it_a_frame",
+        run: library_code_a_script_rewires_gives_it_nothing,
+    },
+    Attack {
         name: "a_dynamic_import_reaches_no_host_module",
         run: a_dynamic_import_reaches_no_host_module,
     },
@@ -492,6 +496,52 @@ final_result(loaded)
         session_runs(column, Limits::default(), &[script]).and_then(|runs| {
             later_steps_gave(&runs, 0, &[json!([])])?;
             Ok("marshal, the zip importer's unmarshaller and code constructors refused".into())
+        }),
+    )
+}
+
+/// Two ways a script can borrow library code the guard trusts, found in review of
+/// the `wasm:python-sci` work: the frozen importer unmarshals whatever its
+/// module's `_imp.get_frozen_object` returns (a script replaces `_imp`), and
+/// `traceback.extract_stack` passes the frame it takes to `walk_stack`, looked up
+/// in its module (a script replaces it to keep the frame). Both must give the
+/// script nothing.
+fn library_code_a_script_rewires_gives_it_nothing(column: &str) -> Option<Result<String, String>> {
+    if column != "wasm:python" {
+        return None;
+    }
+    let script = r#"
+got = []
+try:
+    import _frozen_importlib, marshal, types
+    class FakeImp:
+        get_frozen_object = staticmethod(marshal.loads)
+    real = _frozen_importlib._imp
+    _frozen_importlib._imp = FakeImp()
+    module = types.ModuleType("x")
+    module.__spec__ = types.SimpleNamespace(name=marshal.dumps(compile("1", "x", "eval")))
+    try:
+        _frozen_importlib.FrozenImporter.exec_module(module)
+        got.append("bytecode loaded")
+    finally:
+        _frozen_importlib._imp = real
+except Exception:
+    pass
+try:
+    import traceback
+    kept = []
+    traceback.walk_stack = lambda f: (kept.append(f), iter(()))[1]
+    traceback.extract_stack()
+    if [f for f in kept if f is not None]:
+        got.append("a frame")
+except Exception:
+    pass
+final_result(got)
+"#;
+    Some(
+        session_runs(column, Limits::default(), &[script]).and_then(|runs| {
+            later_steps_gave(&runs, 0, &[json!([])])?;
+            Ok("the frozen importer with a script's `_imp` and `traceback.extract_stack` with a script's `walk_stack`: no bytecode loaded, no frame given".into())
         }),
     )
 }

