@@ -160,7 +160,8 @@ async fn new_database(port: u16, name: &str) -> String {
     let admin = sqlx::PgPool::connect(&format!("postgres://codeact@127.0.0.1:{port}/postgres"))
         .await
         .expect("the cluster");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
+    // Test-chosen names only.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&admin)
         .await
         .expect("a database");
@@ -239,12 +240,11 @@ struct Outcome {
 }
 
 async fn outcome(db: &sqlx::PgPool) -> Outcome {
-    let rows: Vec<(String, Option<String>, String, String, i32)> = sqlx::query_as(
-        "SELECT status, outcome, created_at, updated_at, takeovers FROM runs",
-    )
-    .fetch_all(db)
-    .await
-    .expect("runs");
+    let rows: Vec<(String, Option<String>, String, String, i32)> =
+        sqlx::query_as("SELECT status, outcome, created_at, updated_at, takeovers FROM runs")
+            .fetch_all(db)
+            .await
+            .expect("runs");
     let mut latencies: Vec<i64> = rows.iter().map(|r| millis(&r.3) - millis(&r.2)).collect();
     latencies.sort_unstable();
     let first = rows.iter().map(|r| millis(&r.2)).min().unwrap_or(0);
@@ -355,7 +355,10 @@ async fn main() {
         if creating.is_finished() && active == 0 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(600), "the failover run never ended");
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the failover run never ended"
+        );
         let victim = kills % workers.len();
         let _ = workers[victim].0.kill(); // SIGKILL
         let _ = workers[victim].0.wait();

@@ -7,7 +7,7 @@
 //! `SKIPPED` and passes.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
@@ -44,13 +44,19 @@ fn cluster() -> Option<&'static Cluster> {
 async fn database(name: &str) -> Option<String> {
     let cluster = cluster()?;
     let admin = format!("postgres://codeact@127.0.0.1:{}/postgres", cluster.port);
-    let pool = sqlx::PgPool::connect(&admin).await.expect("the cluster answers");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
+    let pool = sqlx::PgPool::connect(&admin)
+        .await
+        .expect("the cluster answers");
+    // Test-chosen names only.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&pool)
         .await
         .expect("a database");
     pool.close().await;
-    Some(format!("postgres://codeact@127.0.0.1:{}/{name}", cluster.port))
+    Some(format!(
+        "postgres://codeact@127.0.0.1:{}/{name}",
+        cluster.port
+    ))
 }
 
 /// Writes the config and its agents into `dir`, with `server` and `worker`
@@ -59,7 +65,8 @@ async fn database(name: &str) -> Option<String> {
 /// `tally.log`, then one that naps 3 s, then 42).
 fn write_config(dir: &Path, server: &str, worker: &str) {
     let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).expect("fixture");
-    let replay = |name: &str, replies: &[&str]| write(name, &json!({ "replies": replies }).to_string());
+    let replay =
+        |name: &str, replies: &[&str]| write(name, &json!({ "replies": replies }).to_string());
     write(
         "serve.toml",
         &format!(
@@ -118,7 +125,12 @@ team = "tally.toml"
     );
     single("slow.toml", "slow", "slow.json", "");
     replay("slow.json", &["```rhai\nlet n = 0;\nloop { n += 1; }\n```"]);
-    single("refund.toml", "refund", "refund.json", "tools = \"refund-tools.json\"\n");
+    single(
+        "refund.toml",
+        "refund",
+        "refund.json",
+        "tools = \"refund-tools.json\"\n",
+    );
     let refunds = dir.join("refunds.log");
     write(
         "refund-tools.json",
@@ -135,7 +147,12 @@ team = "tally.toml"
         "refund.json",
         &["```rhai\nlet r = call_tool(\"refund\", #{amount: 5});\nfinal_result(r)\n```"],
     );
-    single("tally.toml", "tally", "tally.json", "tools = \"tally-tools.json\"\n");
+    single(
+        "tally.toml",
+        "tally",
+        "tally.json",
+        "tools = \"tally-tools.json\"\n",
+    );
     let tally = dir.join("tally.log");
     let naps = dir.join("naps.log");
     write(
@@ -155,7 +172,9 @@ team = "tally.toml"
     );
     replay(
         "tally.json",
-        &["```rhai\nlet a = call_tool(\"tally\", #{});\nlet b = call_tool(\"nap\", #{});\nfinal_result(a + b)\n```"],
+        &[
+            "```rhai\nlet a = call_tool(\"tally\", #{});\nlet b = call_tool(\"nap\", #{});\nfinal_result(a + b)\n```",
+        ],
     );
 }
 
@@ -259,7 +278,9 @@ impl Setup {
     }
 
     async fn db(&self) -> sqlx::PgPool {
-        sqlx::PgPool::connect(&self.url).await.expect("the database answers")
+        sqlx::PgPool::connect(&self.url)
+            .await
+            .expect("the database answers")
     }
 }
 
@@ -275,7 +296,12 @@ impl Process {
         format!("{}{path}", self.base)
     }
 
-    async fn post(&self, token: &str, path: &str, body: Value) -> (StatusCode, Value, Option<String>) {
+    async fn post(
+        &self,
+        token: &str,
+        path: &str,
+        body: Value,
+    ) -> (StatusCode, Value, Option<String>) {
         let response = client()
             .post(self.url(path))
             .bearer_auth(token)
@@ -325,7 +351,6 @@ impl Process {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-
 }
 
 /// The run's events from the front end at `base` until `end`: their kinds, the
@@ -369,7 +394,9 @@ fn finished_with(run: &Value, value: i64) -> bool {
 /// (or re-applies) the schema a first one created.
 #[tokio::test(flavor = "multi_thread")]
 async fn migrations_apply_to_an_empty_database_and_leave_an_existing_one_as_it_is() {
-    let Some(setup) = Setup::new("migrations", "", "").await else { return };
+    let Some(setup) = Setup::new("migrations", "", "").await else {
+        return;
+    };
     let first = setup.front();
     let (status, body) = first.get(ALICE, "/readyz").await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -398,7 +425,9 @@ async fn migrations_apply_to_an_empty_database_and_leave_an_existing_one_as_it_i
 /// front end without a worker runs runs itself.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_workers_never_run_the_same_run() {
-    let Some(setup) = Setup::new("two_workers", "", "concurrency = 8").await else { return };
+    let Some(setup) = Setup::new("two_workers", "", "concurrency = 8").await else {
+        return;
+    };
     let front = setup.front();
     let mut ids = Vec::new();
     for _ in 0..16 {
@@ -436,7 +465,9 @@ async fn two_workers_never_run_the_same_run() {
 /// made again by the worker that takes it over.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_whose_worker_is_killed_is_finished_by_another_without_repeating_a_finished_call() {
-    let Some(setup) = Setup::new("takeover", "", "").await else { return };
+    let Some(setup) = Setup::new("takeover", "", "").await else {
+        return;
+    };
     let front = setup.front();
     let mut first = setup.worker();
     let id = front.create(ALICE, "tally").await;
@@ -450,9 +481,15 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_repeating_a
     let (_, run) = front.get(ALICE, &format!("/runs/{id}")).await;
     assert_eq!(run["status"], "running", "{run}");
     let _second = setup.worker();
-    let run = front.wait_for(&id, LONG, |run| finished_with(run, 42)).await;
+    let run = front
+        .wait_for(&id, LONG, |run| finished_with(run, 42))
+        .await;
     assert_eq!(run["takeovers"], 1, "{run}");
-    assert_eq!(setup.lines("tally.log"), 1, "the finished call was served from the journal");
+    assert_eq!(
+        setup.lines("tally.log"),
+        1,
+        "the finished call was served from the journal"
+    );
     assert_eq!(setup.lines("naps.log"), 2, "the call cut short ran again");
 }
 
@@ -472,11 +509,16 @@ async fn a_worker_stopped_with_sigterm_hands_back_what_it_cannot_finish() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     first.terminate();
-    assert!(first.wait_exit(Duration::from_secs(5)), "the worker stops after its grace");
+    assert!(
+        first.wait_exit(Duration::from_secs(5)),
+        "the worker stops after its grace"
+    );
     let (_, run) = front.get(ALICE, &format!("/runs/{id}")).await;
     assert_eq!(run["status"], "queued", "handed back: {run}");
     let _second = setup.worker();
-    let run = front.wait_for(&id, LONG, |run| finished_with(run, 42)).await;
+    let run = front
+        .wait_for(&id, LONG, |run| finished_with(run, 42))
+        .await;
     assert_eq!(run["takeovers"], 1, "{run}");
     assert_eq!(setup.lines("tally.log"), 1);
 }
@@ -485,7 +527,9 @@ async fn a_worker_stopped_with_sigterm_hands_back_what_it_cannot_finish() {
 /// through one front end is not carried out by another process.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_approval_answered_through_one_front_end_is_carried_out_by_another_worker() {
-    let Some(setup) = Setup::new("approval", "", "concurrency = 1").await else { return };
+    let Some(setup) = Setup::new("approval", "", "concurrency = 1").await else {
+        return;
+    };
     let asked = setup.front();
     let answering = setup.front();
     let mut first = setup.worker();
@@ -493,7 +537,10 @@ async fn an_approval_answered_through_one_front_end_is_carried_out_by_another_wo
     let run = asked
         .wait_for(&id, LONG, |run| run["status"] == "awaiting_approval")
         .await;
-    let call = run["awaiting"]["call"].as_str().expect("the awaited call").to_string();
+    let call = run["awaiting"]["call"]
+        .as_str()
+        .expect("the awaited call")
+        .to_string();
     let db = setup.db().await;
     let owner: Option<String> = sqlx::query_scalar("SELECT lease_owner FROM runs WHERE id = $1")
         .bind(&id)
@@ -503,11 +550,17 @@ async fn an_approval_answered_through_one_front_end_is_carried_out_by_another_wo
     assert_eq!(owner, None, "a waiting run holds no worker");
     // The worker's one slot is free: it runs another run meanwhile.
     let other = asked.create(ALICE, "calc").await;
-    asked.wait_for(&other, LONG, |run| finished_with(run, 42)).await;
+    asked
+        .wait_for(&other, LONG, |run| finished_with(run, 42))
+        .await;
     first.kill9();
     let _second = setup.worker();
     let (status, body, _) = answering
-        .post(ALICE, &format!("/runs/{id}/approvals/{call}"), json!({"approve": true}))
+        .post(
+            ALICE,
+            &format!("/runs/{id}/approvals/{call}"),
+            json!({"approve": true}),
+        )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let run = asked
@@ -521,7 +574,9 @@ async fn an_approval_answered_through_one_front_end_is_carried_out_by_another_wo
 /// watch it.
 #[tokio::test(flavor = "multi_thread")]
 async fn events_stream_live_from_a_front_end_that_did_not_create_the_run() {
-    let Some(setup) = Setup::new("sse", "", "").await else { return };
+    let Some(setup) = Setup::new("sse", "", "").await else {
+        return;
+    };
     let creating = setup.front();
     let viewing = setup.front();
     let id = creating.create(ALICE, "calc").await;
@@ -529,23 +584,34 @@ async fn events_stream_live_from_a_front_end_that_did_not_create_the_run() {
     let stream = tokio::spawn({
         let base = viewing.base.clone();
         let id = id.clone();
-        async move {
-            stream(&base, &id).await
-        }
+        async move { stream(&base, &id).await }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _worker = setup.worker();
     let kinds = stream.await.expect("the stream task");
-    assert_eq!(kinds.first().map(String::as_str), Some("run_started"), "{kinds:?}");
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("run_started"),
+        "{kinds:?}"
+    );
     assert!(kinds.contains(&"observation".to_string()), "{kinds:?}");
-    assert_eq!(kinds.last().map(String::as_str), Some("end:finished"), "{kinds:?}");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("end:finished"),
+        "{kinds:?}"
+    );
 }
 
 /// If this fails, a client can fill the queue without bound, or is refused
 /// without being told when to come back.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_queue_is_refused_with_429_and_retry_after() {
-    let Some(setup) = Setup::new("backpressure", "max_queued = 3\nmax_queued_per_token = 2", "").await
+    let Some(setup) = Setup::new(
+        "backpressure",
+        "max_queued = 3\nmax_queued_per_token = 2",
+        "",
+    )
+    .await
     else {
         return;
     };
@@ -557,14 +623,26 @@ async fn a_full_queue_is_refused_with_429_and_retry_after() {
         .await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(retry.as_deref(), Some("5"));
-    assert!(body["error"].as_str().unwrap_or("").contains("of your token"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("of your token"),
+        "{body}"
+    );
     front.create(BOB, "calc").await;
     let (status, body, retry) = front
         .post(BOB, "/runs", json!({"agent": "calc", "task": "Go."}))
         .await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert!(retry.is_some());
-    assert!(body["error"].as_str().unwrap_or("").contains("on this server"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("on this server"),
+        "{body}"
+    );
     // Once a worker drains the queue, runs are taken again.
     let _worker = setup.worker();
     let started = Instant::now();
@@ -584,7 +662,9 @@ async fn a_full_queue_is_refused_with_429_and_retry_after() {
 /// runs the run.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancel_through_any_front_end_stops_the_run_on_its_worker() {
-    let Some(setup) = Setup::new("cancel", "", "").await else { return };
+    let Some(setup) = Setup::new("cancel", "", "").await else {
+        return;
+    };
     let front = setup.front();
     let other = setup.front();
     let _worker = setup.worker();
@@ -594,10 +674,16 @@ async fn a_cancel_through_any_front_end_stops_the_run_on_its_worker() {
         .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let asked = Instant::now();
-    let (status, body, _) = other.post(ALICE, &format!("/runs/{id}/cancel"), json!({})).await;
+    let (status, body, _) = other
+        .post(ALICE, &format!("/runs/{id}/cancel"), json!({}))
+        .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     front
         .wait_for(&id, LONG, |run| run["status"] == "cancelled")
         .await;
-    assert!(asked.elapsed() < Duration::from_secs(3), "took {:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        asked.elapsed()
+    );
 }

@@ -277,11 +277,8 @@ async fn readyz(State(runs): State<Arc<Runs>>) -> Response {
         Ok(()) => Json(json!({ "ready": true })).into_response(),
         Err(e) => {
             tracing::warn!("not ready: {e}");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the store does not answer",
-            )
-            .into_response()
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the store does not answer")
+                .into_response()
         }
     }
 }

@@ -299,9 +299,7 @@ impl ServeConfig {
             concurrency: file.worker.concurrency.unwrap_or(4).clamp(1, 1024),
             lease: Duration::from_millis(file.worker.lease_ms.unwrap_or(30_000).max(300)),
             poll: Duration::from_millis(file.worker.poll_ms.unwrap_or(1_000).max(10)),
-            shutdown_grace: Duration::from_millis(
-                file.worker.shutdown_grace_ms.unwrap_or(10_000),
-            ),
+            shutdown_grace: Duration::from_millis(file.worker.shutdown_grace_ms.unwrap_or(10_000)),
         };
         let queue = QueueLimits {
             total: file.server.max_queued.unwrap_or(DEFAULT_MAX_QUEUED).max(1),

@@ -60,7 +60,9 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     if options.work && !store.is_shared() {
-        return Err("--work needs a postgres:// store (on SQLite, serve runs its runs itself)".into());
+        return Err(
+            "--work needs a postgres:// store (on SQLite, serve runs its runs itself)".into(),
+        );
     }
     let interrupted = store
         .interrupt_leftovers()

@@ -347,8 +347,7 @@ impl Work {
                 return Ended {
                     status: Status::Interrupted,
                     error: Some(
-                        "a team run cannot be resumed after its worker was lost or stopped"
-                            .into(),
+                        "a team run cannot be resumed after its worker was lost or stopped".into(),
                     ),
                     ..failed(String::new())
                 };

@@ -212,9 +212,8 @@ impl Store {
     /// exist; its tables are created or migrated.
     pub(crate) async fn open(url: &str) -> Result<Self, StoreError> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let options: PgConnectOptions = url
-                .parse()
-                .map_err(|_| StoreError::Url(redact(url)))?;
+            let options: PgConnectOptions =
+                url.parse().map_err(|_| StoreError::Url(redact(url)))?;
             let pool = PgPoolOptions::new()
                 .max_connections(PG_POOL)
                 .acquire_timeout(Duration::from_secs(10))

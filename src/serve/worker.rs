@@ -117,7 +117,9 @@ pub(super) async fn work_queue(runs: Arc<Runs>, stop: CancellationToken) {
     if !left.is_empty() {
         match runs.store.hand_back(&owner, &left).await {
             Ok(n) => tracing::warn!("stopping: {n} run(s) handed back to the queue"),
-            Err(e) => tracing::error!("stopping: cannot hand runs back ({e}); their leases will run out"),
+            Err(e) => {
+                tracing::error!("stopping: cannot hand runs back ({e}); their leases will run out")
+            }
         }
         // Whatever they still do is refused by the store: they are not ours.
         for id in &left {
@@ -135,7 +137,9 @@ async fn start(runs: &Arc<Runs>, claimed: Claimed, slot: OwnedSemaphorePermit) {
     }
     let job = match job.as_deref().map(serde_json::from_str::<Job>) {
         Some(Ok(job)) => job,
-        Some(Err(e)) => return end_unreadable(runs, &run.id, format!("its job is unreadable: {e}")).await,
+        Some(Err(e)) => {
+            return end_unreadable(runs, &run.id, format!("its job is unreadable: {e}")).await;
+        }
         None => return end_unreadable(runs, &run.id, "it has no job".into()).await,
     };
     runs.spawn_holding(run, job, retake, Some(slot));
@@ -166,7 +170,9 @@ async fn heartbeat(runs: Arc<Runs>, owner: String, lease: Duration) {
             Ok(held) => {
                 for id in &ids {
                     if !held.iter().any(|(h, _)| h == id) && runs.cancel(id) {
-                        tracing::warn!("run {id}: its lease was lost; stopping the work on it here");
+                        tracing::warn!(
+                            "run {id}: its lease was lost; stopping the work on it here"
+                        );
                     }
                 }
                 for (id, cancel) in held {
@@ -220,4 +226,3 @@ pub(super) async fn listen(runs: Arc<Runs>, wake: Option<Arc<Notify>>) {
         }
     }
 }
-

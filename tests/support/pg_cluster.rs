@@ -20,7 +20,8 @@ pub fn pg_bin() -> Option<PathBuf> {
         return Some(PathBuf::from(dir));
     }
     let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
+        std::env::split_paths(&path)
+            .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
     });
     if on_path.is_some() {
         return on_path;
@@ -43,7 +44,10 @@ fn free_port() -> u16 {
 
 fn uid() -> u32 {
     let out = Command::new("id").arg("-u").output().expect("id runs");
-    String::from_utf8_lossy(&out.stdout).trim().parse().expect("a uid")
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a uid")
 }
 
 /// `(uid, gid)` of `user`, if the system has it.
@@ -59,7 +63,8 @@ fn ids_of(user: &str) -> Option<(u32, u32)> {
 }
 
 pub fn start_cluster() -> Result<Cluster, String> {
-    let bin = pg_bin().ok_or("no PostgreSQL binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin")?;
+    let bin = pg_bin()
+        .ok_or("no PostgreSQL binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin")?;
     let dir = tempfile::Builder::new()
         .prefix("codeact-pg-")
         .tempdir()
@@ -72,7 +77,8 @@ pub fn start_cluster() -> Result<Cluster, String> {
             .into_iter()
             .find_map(|u| ids_of(u).map(|ids| (u, ids)))
             .ok_or("running as root, and neither a `postgres` nor a `nobody` user exists to run PostgreSQL")?;
-        std::os::unix::fs::chown(&dir, Some(user.1.0), Some(user.1.1)).map_err(|e| e.to_string())?;
+        std::os::unix::fs::chown(&dir, Some(user.1.0), Some(user.1.1))
+            .map_err(|e| e.to_string())?;
         Some(user.0)
     } else {
         None
@@ -96,7 +102,10 @@ pub fn start_cluster() -> Result<Cluster, String> {
         .output()
         .map_err(|e| format!("initdb: {e}"))?;
     if !out.status.success() {
-        return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
+        return Err(format!(
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     let port = free_port();
     let out = command("pg_ctl")
@@ -114,12 +123,23 @@ pub fn start_cluster() -> Result<Cluster, String> {
         .map_err(|e| format!("pg_ctl: {e}"))?;
     if !out.status.success() {
         let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
-        return Err(format!("pg_ctl start failed: {}{log}", String::from_utf8_lossy(&out.stderr)));
+        return Err(format!(
+            "pg_ctl start failed: {}{log}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     // The watchdog: once this test process is gone, stop the cluster and remove it.
     let stop = match run_as {
-        Some(user) => format!("runuser -u {user} -- {} -D {} -m immediate stop", bin.join("pg_ctl").display(), data.display()),
-        None => format!("{} -D {} -m immediate stop", bin.join("pg_ctl").display(), data.display()),
+        Some(user) => format!(
+            "runuser -u {user} -- {} -D {} -m immediate stop",
+            bin.join("pg_ctl").display(),
+            data.display()
+        ),
+        None => format!(
+            "{} -D {} -m immediate stop",
+            bin.join("pg_ctl").display(),
+            data.display()
+        ),
     };
     Command::new("sh")
         .arg("-c")
@@ -135,4 +155,3 @@ pub fn start_cluster() -> Result<Cluster, String> {
         .map_err(|e| format!("the watchdog: {e}"))?;
     Ok(Cluster { port })
 }
-
