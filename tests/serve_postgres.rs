@@ -710,9 +710,9 @@ async fn runs_go_through_while_workers_are_killed_one_after_another() {
         assert!(started.elapsed() < LONG, "the naps never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    for round in 0..3 {
-        workers[round].kill9();
-        workers[round] = setup.worker();
+    for worker in workers.iter_mut() {
+        worker.kill9();
+        *worker = setup.worker();
         tokio::time::sleep(Duration::from_millis(1000)).await;
     }
     let mut takeovers = 0;

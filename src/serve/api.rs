@@ -354,7 +354,7 @@ async fn create_run(
         )
         .await?;
     let run = match created {
-        Created::Run(run) => run,
+        Created::Run(run) => *run,
         Created::Full { tenant, limit } => {
             let whose = if tenant {
                 "of your token"

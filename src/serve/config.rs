@@ -12,7 +12,7 @@
 //!
 //! [worker]                   # `codeact worker` and `serve --work` on PostgreSQL
 //! concurrency = 4            # runs one process works on at once; default 4
-//! lease_ms = 30000           # a run's lease, renewed every third of it; default 30,000
+//! lease_ms = 30000           # a run's lease, renewed every third of it; default 30,000 (at least 300)
 //! poll_ms = 1000             # how often an idle worker looks without a notice; default 1,000
 //! shutdown_grace_ms = 10000  # at SIGTERM, how long runs may finish before being handed back; default 10,000
 //!

@@ -148,7 +148,7 @@ pub(crate) struct QueueLimits {
 #[derive(Debug)]
 pub(crate) enum Created {
     /// Stored: queued on PostgreSQL, running on SQLite.
-    Run(RunRecord),
+    Run(Box<RunRecord>),
     /// Refused: this many runs of the tenant, or of everyone, are active already.
     Full { tenant: bool, limit: u32 },
 }
@@ -357,7 +357,7 @@ impl Store {
                 },
             });
         }
-        Ok(Created::Run(RunRecord {
+        Ok(Created::Run(Box::new(RunRecord {
             id: id.into(),
             tenant: tenant.into(),
             agent: agent.into(),
@@ -373,7 +373,7 @@ impl Store {
             created_at: at.clone(),
             updated_at: at,
             takeovers: 0,
-        }))
+        })))
     }
 
     /// How many runs are queued or running, of `tenant` when given.
