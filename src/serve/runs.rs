@@ -369,7 +369,12 @@ async fn drive_agent(
     if run.chat {
         return drive_chat(run, agent, job, retake, journal, cancel).await;
     }
-    if journal.is_empty() {
+    // Nothing done yet that a fresh start would repeat (a worker lost right
+    // after the run started): the run starts over.
+    let acted = journal
+        .iter()
+        .any(|e| matches!(e, Event::ScriptStarted { .. } | Event::ToolCall { .. }));
+    if journal.is_empty() || (!acted && matches!(job, Job::Start)) {
         return match job {
             Job::Start => ended_agent(
                 agent
@@ -387,6 +392,11 @@ async fn drive_agent(
     // A journal: the run stopped on an approval, or its worker was lost. Its
     // finished scripts are re-run with their recorded tool results, and it
     // goes on from there.
+    // The run ended, but its worker was lost before storing that: the end is
+    // the journal's.
+    if let Some(ended) = journalled_end(journal) {
+        return ended;
+    }
     let point = match ResumePoint::from_events(journal) {
         Ok(point) => point,
         Err(e) => return failed(format!("cannot resume the run: {e}")),
@@ -505,6 +515,30 @@ async fn drive_team(
         }
         Err(e) => failed(e.to_string()),
     }
+}
+
+/// How a plain run ended, from a journal whose last event is its `finished`.
+fn journalled_end(journal: &[Event]) -> Option<Ended> {
+    let Some(Event::Finished {
+        outcome,
+        steps,
+        usage,
+    }) = journal.last()
+    else {
+        return None;
+    };
+    let final_output = journal.iter().rev().find_map(|e| match e {
+        Event::FinalOutput { output } => serde_json::to_value(output).ok(),
+        _ => None,
+    });
+    Some(Ended {
+        status: status_of(outcome, false),
+        outcome: serde_json::to_value(outcome).ok(),
+        final_output,
+        usage: serde_json::to_value(usage).ok(),
+        steps: *steps,
+        error: None,
+    })
 }
 
 /// The status a run's outcome leaves it in.
