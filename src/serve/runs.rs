@@ -392,9 +392,13 @@ async fn drive_agent(
     // A journal: the run stopped on an approval, or its worker was lost. Its
     // finished scripts are re-run with their recorded tool results, and it
     // goes on from there.
-    // The run ended, but its worker was lost before storing that: the end is
-    // the journal's.
-    if let Some(ended) = journalled_end(journal) {
+    // Taken over from a worker lost after the run ended but before it stored
+    // that: the end is the journal's (unless that end is the wait for the
+    // decision this job carries).
+    if retake
+        && let Some(ended) = journalled_end(journal)
+        && ended.status != Status::AwaitingApproval
+    {
         return ended;
     }
     let point = match ResumePoint::from_events(journal) {
