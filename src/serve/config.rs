@@ -7,6 +7,14 @@
 //! [server]
 //! max_body_kib = 64          # a request body past this is refused (413); default 64
 //! max_task_chars = 16000     # a task or message past this is refused (400); default 16,000
+//! max_queued = 1000          # runs queued or running at once, all tokens; default 1,000
+//! max_queued_per_token = 100 # the same, per token; default 100 (past either: 429)
+//!
+//! [worker]                   # `codeact worker` and `serve --work` on PostgreSQL
+//! concurrency = 4            # runs one process works on at once; default 4
+//! lease_ms = 30000           # a run's lease, renewed every third of it; default 30,000 (at least 300)
+//! poll_ms = 1000             # how often an idle worker looks without a notice; default 1,000
+//! shutdown_grace_ms = 10000  # at SIGTERM, how long runs may finish before being handed back; default 10,000
 //!
 //! [limits]                   # every script of every run; default: `Limits::default()`
 //! timeout_ms = 5000
@@ -36,6 +44,7 @@ use codeact_runtime::Limits;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::store::QueueLimits;
 use crate::agent::team_config::load_team;
 
 /// Default cap on a request body: 64 KiB.
@@ -44,6 +53,10 @@ pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 << 10;
 pub(crate) const DEFAULT_MAX_TASK_CHARS: usize = 16_000;
 /// Default time a command tool may take: 30 s, as `codeact run`.
 const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default cap on runs queued or running at once, all tokens together: 1,000.
+const DEFAULT_MAX_QUEUED: u32 = 1_000;
+/// Default cap on runs queued or running at once for one token: 100.
+const DEFAULT_MAX_QUEUED_PER_TOKEN: u32 = 100;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +65,8 @@ struct ConfigFile {
     server: ServerEntry,
     #[serde(default)]
     limits: LimitsEntry,
+    #[serde(default)]
+    worker: WorkerEntry,
     #[serde(rename = "token", default)]
     tokens: Vec<TokenEntry>,
     #[serde(rename = "agent", default)]
@@ -63,6 +78,34 @@ struct ConfigFile {
 struct ServerEntry {
     max_body_kib: Option<usize>,
     max_task_chars: Option<usize>,
+    max_queued: Option<u32>,
+    max_queued_per_token: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkerEntry {
+    concurrency: Option<usize>,
+    lease_ms: Option<u64>,
+    poll_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
+}
+
+/// How a worker takes and holds runs (PostgreSQL stores).
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerSettings {
+    /// Runs one process works on at once. Default: 4.
+    pub concurrency: usize,
+    /// How long a claimed run stays a worker's without a heartbeat; a heartbeat
+    /// renews it every third of it, so a dead worker's runs are taken over after
+    /// at most this long. Default: 30 s.
+    pub lease: Duration,
+    /// How often an idle worker looks for work when no notice woke it (notices
+    /// are hints: a missed one costs this much delay). Default: 1 s.
+    pub poll: Duration,
+    /// At SIGTERM: how long the runs going on may take to finish before they are
+    /// handed back to the queue for another worker. Default: 10 s.
+    pub shutdown_grace: Duration,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -127,6 +170,8 @@ pub(crate) struct ServeConfig {
     pub tool_timeout: Duration,
     pub max_body_bytes: usize,
     pub max_task_chars: usize,
+    pub queue: QueueLimits,
+    pub worker: WorkerSettings,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -250,11 +295,27 @@ impl ServeConfig {
                 return Err(invalid(format!("two agents are named '{}'", entry.name)));
             }
         }
+        let worker = WorkerSettings {
+            concurrency: file.worker.concurrency.unwrap_or(4).clamp(1, 1024),
+            lease: Duration::from_millis(file.worker.lease_ms.unwrap_or(30_000).max(300)),
+            poll: Duration::from_millis(file.worker.poll_ms.unwrap_or(1_000).max(10)),
+            shutdown_grace: Duration::from_millis(file.worker.shutdown_grace_ms.unwrap_or(10_000)),
+        };
+        let queue = QueueLimits {
+            total: file.server.max_queued.unwrap_or(DEFAULT_MAX_QUEUED).max(1),
+            per_tenant: file
+                .server
+                .max_queued_per_token
+                .unwrap_or(DEFAULT_MAX_QUEUED_PER_TOKEN)
+                .max(1),
+        };
         Ok(Self {
             tokens,
             agents,
             limits,
             tool_timeout,
+            queue,
+            worker,
             max_body_bytes: file
                 .server
                 .max_body_kib

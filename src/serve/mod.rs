@@ -2,34 +2,51 @@
 //! agents the server's config offers, streams their events, cancels them, takes
 //! approvals and a conversation's next messages; runs and their journals live in
 //! an embedded SQLite file, so a restarted server still lists and streams them.
+//! With a PostgreSQL store, any number of front ends (`codeact serve`) and
+//! workers (`codeact worker`) share one database: front ends queue runs, workers
+//! claim and run them, and any front end streams any run.
 //!
 //! The parts: the config file and its tokens ([`config`]), who calls
 //! ([`auth`]), the routes ([`api`]), the event stream ([`sse`]), the web page
-//! ([`page`]), the work on runs ([`runs`]) and the store ([`store`]).
+//! ([`page`]), the work on runs ([`runs`]), the store ([`store`]), the queue
+//! on PostgreSQL ([`queue`]) and the workers taking from it ([`worker`]).
 
 mod api;
 mod auth;
 mod config;
 mod page;
+mod queue;
 mod runs;
 mod sse;
 mod store;
+mod worker;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub(crate) use store::default_store_path;
+pub(crate) use worker::{WorkerOptions, worker};
 
 /// What `codeact serve` was asked to do.
 #[derive(Debug, Clone)]
 pub(crate) struct ServeOptions {
     /// Where to listen; port 0 picks a free one.
     pub listen: SocketAddr,
-    /// The store, `sqlite:PATH`.
+    /// The store, `sqlite:PATH` or `postgres://…`.
     pub store: String,
     /// The server's config file.
     pub config: PathBuf,
+    /// With a PostgreSQL store, also work on queued runs in this process (as a
+    /// `codeact worker` does); without, this process only queues them.
+    pub work: bool,
+}
+
+/// Reads and checks the config file, off the runtime's threads.
+async fn load_config(path: PathBuf) -> Result<config::ServeConfig, String> {
+    tokio::task::spawn_blocking(move || config::ServeConfig::load(&path))
+        .await
+        .map_err(|e| format!("loading the config failed: {e}"))?
 }
 
 /// Loads the config, opens the store, and serves until Ctrl-C or SIGTERM. Once
@@ -38,13 +55,15 @@ pub(crate) struct ServeOptions {
 /// requests and waits up to [`SHUTDOWN_GRACE`] for open ones; runs still going
 /// then are marked `interrupted` by the next start.
 pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
-    let path = options.config.clone();
-    let config = tokio::task::spawn_blocking(move || config::ServeConfig::load(&path))
-        .await
-        .map_err(|e| format!("loading the config failed: {e}"))??;
+    let config = load_config(options.config.clone()).await?;
     let store = store::Store::open(&options.store)
         .await
         .map_err(|e| e.to_string())?;
+    if options.work && !store.is_shared() {
+        return Err(
+            "--work needs a postgres:// store (on SQLite, serve runs its runs itself)".into(),
+        );
+    }
     let interrupted = store
         .interrupt_leftovers()
         .await
@@ -54,7 +73,8 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
             "{interrupted} run(s) were going on when the server last stopped: marked interrupted"
         );
     }
-    let runs = runs::Runs::new(store, Arc::new(config));
+    let owner = options.work.then(worker::worker_name);
+    let runs = runs::Runs::new(store, Arc::new(config), owner);
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
@@ -77,6 +97,18 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
         stopped().await;
         signalled.cancel();
     });
+    // On PostgreSQL, workers write the journals: notices tell this process's
+    // viewers; with --work, this process is one of the workers too.
+    let working = if runs.store.is_shared() {
+        if options.work {
+            Some(tokio::spawn(worker::work_queue(runs.clone(), stop.clone())))
+        } else {
+            tokio::spawn(worker::listen(runs.clone(), None));
+            None
+        }
+    } else {
+        None
+    };
     let server = axum::serve(listener, api::router(runs))
         .with_graceful_shutdown(stop.clone().cancelled_owned())
         .into_future();
@@ -86,13 +118,17 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
         stop.cancelled().await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
-    tokio::select! {
+    let served = tokio::select! {
         served = server => served.map_err(|e| format!("the server failed: {e}")),
         () = grace => {
             tracing::warn!("stopping with requests still open after {SHUTDOWN_GRACE:?}");
             Ok(())
         }
+    };
+    if let Some(working) = working {
+        let _ = working.await;
     }
+    served
 }
 
 /// How long a stopping server waits for open requests (event streams of runs
@@ -100,7 +136,7 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Resolves at Ctrl-C or SIGTERM.
-async fn stopped() {
+pub(super) async fn stopped() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

@@ -4,10 +4,17 @@
 //! directory), journals every event into the store as it happens, and stores how
 //! it ended. Nothing but the journal carries a run from one piece of work to the
 //! next, so a run continued after a restart continues the same way.
+//!
+//! On PostgreSQL the same work is done by workers (`codeact worker`, see
+//! [`worker`](super::worker)) on runs they claimed from the queue: their journal
+//! writes and the stored end count only while they hold the run's lease, and a
+//! run taken over from a lost worker goes on from its journal, its recorded tool
+//! calls served from it rather than made again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -23,19 +30,31 @@ use crate::agent::team::{Team, TeamOutcome, TeamRun};
 use crate::agent::team_config::load_team;
 use crate::output::spec::OutputSpec;
 
-/// What a piece of work on a run does.
-#[derive(Debug)]
+/// What a piece of work on a run does; on PostgreSQL, stored as JSON in the
+/// run's `job` column until a worker does it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub(crate) enum Job {
-    /// Run the task from the start (a chat: its first turn).
+    /// Run the task from the start (a chat: its first turn); a run whose journal
+    /// is not empty (its worker was lost) goes on from it.
     Start,
     /// Go on from the journal with a decision for the call the run waits on.
     Decide {
         tool: String,
         args: Value,
-        decision: ApprovalDecision,
+        approved: bool,
+        reason: Option<String>,
+        /// Who decided, for the record.
+        by: String,
     },
     /// A chat's next turn, from the journal.
-    Message(String),
+    Message { message: String },
+}
+
+impl Job {
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{\"kind\":\"start\"}".into())
+    }
 }
 
 /// The runs this server works on, the store they live in, and who to tell when a
@@ -43,6 +62,9 @@ pub(crate) enum Job {
 pub(crate) struct Runs {
     pub store: Store,
     pub config: Arc<ServeConfig>,
+    /// This process's name as a worker on PostgreSQL: it holds the leases of
+    /// the runs it works on. `None` on SQLite.
+    pub owner: Option<String>,
     /// The cancel token of every run a task works on now.
     live: Mutex<HashMap<String, CancellationToken>>,
     /// The id of a run whose journal or status just changed (SSE viewers wait on
@@ -57,11 +79,12 @@ impl std::fmt::Debug for Runs {
 }
 
 impl Runs {
-    pub(crate) fn new(store: Store, config: Arc<ServeConfig>) -> Arc<Self> {
+    pub(crate) fn new(store: Store, config: Arc<ServeConfig>, owner: Option<String>) -> Arc<Self> {
         let (changed, _) = broadcast::channel(1024);
         Arc::new(Self {
             store,
             config,
+            owner,
             live: Mutex::new(HashMap::new()),
             changed,
         })
@@ -72,7 +95,7 @@ impl Runs {
         self.changed.subscribe()
     }
 
-    fn notify(&self, id: &str) {
+    pub(crate) fn notify(&self, id: &str) {
         let _ = self.changed.send(id.to_string());
     }
 
@@ -93,8 +116,45 @@ impl Runs {
         self.notify(id);
     }
 
-    /// Starts `job` on `run`, which the caller has set `running`.
-    pub(crate) fn spawn(self: &Arc<Self>, run: RunRecord, job: Job) {
+    /// The ids of the runs this process works on now.
+    pub(crate) fn live_ids(&self) -> Vec<String> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.keys().cloned().collect()
+    }
+
+    /// Goes on with `job` on a run that waits (an approval, a chat's next
+    /// message) if its status is one of `from`: started here on SQLite, queued
+    /// for a worker on PostgreSQL. False when the run was in none of them.
+    pub(crate) async fn go_on(
+        self: &Arc<Self>,
+        run: RunRecord,
+        from: &[Status],
+        job: Job,
+    ) -> Result<bool, super::store::StoreError> {
+        if self.store.is_shared() {
+            return self.store.requeue(&run.id, from, &job.to_json()).await;
+        }
+        if !self.store.claim(&run.id, from).await? {
+            return Ok(false);
+        }
+        self.spawn(run, job, false);
+        Ok(true)
+    }
+
+    /// Starts `job` on `run`, which the caller has set `running` (or claimed
+    /// from the queue; `retake`: after another worker had it).
+    pub(crate) fn spawn(self: &Arc<Self>, run: RunRecord, job: Job, retake: bool) {
+        self.spawn_holding(run, job, retake, None);
+    }
+
+    /// [`Runs::spawn`], holding `slot` (a worker's) until the work ends.
+    pub(crate) fn spawn_holding(
+        self: &Arc<Self>,
+        run: RunRecord,
+        job: Job,
+        retake: bool,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         let cancel = CancellationToken::new();
         self.live
             .lock()
@@ -103,27 +163,42 @@ impl Runs {
         let runs = self.clone();
         tokio::spawn(async move {
             let id = run.id.clone();
-            runs.work(run, job, cancel).await;
+            runs.work(run, job, retake, cancel).await;
             runs.live
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&id);
             runs.notify(&id);
+            drop(slot);
         });
     }
 
     /// Does `job`, journalling as it goes, then stores how it ended: after the
     /// last event is written, so a viewer that sees the end has seen every event.
-    async fn work(self: &Arc<Self>, run: RunRecord, job: Job, cancel: CancellationToken) {
-        let first = match self.store.last_seq(&run.id).await {
-            Ok(last) => last + 1,
+    async fn work(
+        self: &Arc<Self>,
+        run: RunRecord,
+        job: Job,
+        retake: bool,
+        cancel: CancellationToken,
+    ) {
+        // What resumes a run is its journal, read here, on the server's runtime,
+        // where the store lives (a new run's is empty).
+        let (journal, last) = match self.store.journal(&run.id).await {
+            Ok(read) => read,
             Err(e) => {
                 tracing::error!("run {}: {e}", run.id);
                 return self.store_end(&run.id, failed(e.to_string())).await;
             }
         };
         let (sender, receiver) = mpsc::unbounded_channel::<(String, Event)>();
-        let writer = tokio::spawn(write_journal(self.clone(), run.id.clone(), first, receiver));
+        let writer = tokio::spawn(write_journal(
+            self.clone(),
+            run.id.clone(),
+            last + 1,
+            receiver,
+            cancel.clone(),
+        ));
         // The sender is taken out when the work ends: a script a cancel cut short
         // may take a moment to stop (a JavaScript worker notices within 10 ms),
         // holding the listener, and must neither keep the journal open nor write
@@ -137,28 +212,18 @@ impl Runs {
         });
         let ended = match self.config.agents.get(&run.agent).cloned() {
             Some(offered) => {
-                // What resumes a run is its journal, read here, on the server's
-                // runtime, where the store lives.
-                let journal = match &job {
-                    Job::Start => Ok(Vec::new()),
-                    Job::Decide { .. } | Job::Message(_) => self.store.journal(&run.id).await,
+                let work = Work {
+                    run: run.clone(),
+                    offered,
+                    limits: self.config.limits.clone(),
+                    tool_timeout: self.config.tool_timeout,
+                    job,
+                    retake,
+                    journal,
+                    cancel,
+                    listener,
                 };
-                match journal {
-                    Ok(journal) => {
-                        let work = Work {
-                            run: run.clone(),
-                            offered,
-                            limits: self.config.limits.clone(),
-                            tool_timeout: self.config.tool_timeout,
-                            job,
-                            journal,
-                            cancel,
-                            listener,
-                        };
-                        work.on_its_own_thread().await
-                    }
-                    Err(e) => failed(e.to_string()),
-                }
+                work.on_its_own_thread().await
             }
             None => failed(format!(
                 "the agent '{}' is no longer configured on this server",
@@ -171,8 +236,10 @@ impl Runs {
     }
 
     async fn store_end(&self, id: &str, ended: Ended) {
-        if let Err(e) = self.store.finish(id, &ended).await {
-            tracing::error!("run {id}: cannot store its end: {e}");
+        match self.store.finish(id, &ended, self.owner.as_deref()).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!("run {id}: its lease was lost; its end here is dropped"),
+            Err(e) => tracing::error!("run {id}: cannot store its end: {e}"),
         }
     }
 }
@@ -188,6 +255,8 @@ struct Work {
     limits: codeact_runtime::Limits,
     tool_timeout: std::time::Duration,
     job: Job,
+    /// The job was claimed before by a worker that was lost or handed it back.
+    retake: bool,
     /// The run's journal so far (empty for a new run).
     journal: Vec<Event>,
     cancel: CancellationToken,
@@ -231,6 +300,7 @@ impl Work {
             limits,
             tool_timeout,
             job,
+            retake,
             journal,
             cancel,
             listener,
@@ -267,12 +337,21 @@ impl Work {
                 Ok(agent) => agent,
                 Err(e) => return failed(e.to_string()),
             };
-            drive_agent(&run, &agent, job, &journal, spec, cancel).await
+            drive_agent(&run, &agent, job, retake, &journal, spec, cancel).await
         } else {
             let team = match loaded.builder.team_listener(listener).build() {
                 Ok(team) => team,
                 Err(e) => return failed(e.to_string()),
             };
+            if !journal.is_empty() {
+                return Ended {
+                    status: Status::Interrupted,
+                    error: Some(
+                        "a team run cannot be resumed after its worker was lost or stopped".into(),
+                    ),
+                    ..failed(String::new())
+                };
+            }
             drive_team(&run, &team, &offered.entry, job, spec, cancel).await
         }
     }
@@ -282,54 +361,124 @@ async fn drive_agent(
     run: &RunRecord,
     agent: &Agent,
     job: Job,
+    retake: bool,
     journal: &[Event],
     spec: OutputSpec,
     cancel: CancellationToken,
 ) -> Ended {
     if run.chat {
-        let chat = match job {
-            Job::Start => agent.chat().map(|chat| (chat, None::<String>)),
-            Job::Message(message) => {
-                let point = match ResumePoint::from_chat_events(journal) {
-                    Ok(point) => point,
-                    Err(e) => return failed(format!("cannot continue the chat: {e}")),
-                };
-                // A turn cut short (a cancel, a restart) is finished first,
-                // then the message is the next turn.
-                agent
-                    .resume_chat(&point)
-                    .await
-                    .map(|(chat, _)| (chat, Some(message)))
-            }
-            Job::Decide { .. } => {
-                return failed("a conversation does not wait for approvals".into());
-            }
-        };
-        let (mut chat, message) = match chat {
-            Ok(started) => started,
-            Err(e) => return failed(e.to_string()),
-        };
-        chat.cancel_on(cancel);
-        let message = message.unwrap_or_else(|| run.task.clone());
-        return ended_agent(chat.send(&message).await, true);
+        return drive_chat(run, agent, job, retake, journal, cancel).await;
     }
-    let point;
+    // Nothing done yet that a fresh start would repeat (a worker lost right
+    // after the run started): the run starts over.
+    let acted = journal
+        .iter()
+        .any(|e| matches!(e, Event::ScriptStarted { .. } | Event::ToolCall { .. }));
+    if journal.is_empty() || (!acted && matches!(job, Job::Start)) {
+        return match job {
+            Job::Start => ended_agent(
+                agent
+                    .request(run.task.clone())
+                    .output(spec)
+                    .cancel_on(cancel)
+                    .run()
+                    .await,
+                false,
+            ),
+            Job::Decide { .. } => failed("the run has no journal to resume".into()),
+            Job::Message { .. } => failed("only a chat takes messages".into()),
+        };
+    }
+    // A journal: the run stopped on an approval, or its worker was lost. Its
+    // finished scripts are re-run with their recorded tool results, and it
+    // goes on from there.
+    // Taken over from a worker lost after the run ended but before it stored
+    // that: the end is the journal's (unless that end is the wait for the
+    // decision this job carries).
+    if retake
+        && let Some(ended) = journalled_end(journal)
+        && ended.status != Status::AwaitingApproval
+    {
+        return ended;
+    }
+    let point = match ResumePoint::from_events(journal) {
+        Ok(point) => point,
+        Err(e) => return failed(format!("cannot resume the run: {e}")),
+    };
+    let request = agent.resume_request(&point);
     let request = match job {
-        Job::Start => agent.request(run.task.clone()),
         Job::Decide {
             tool,
             args,
-            decision,
-        } => {
-            point = match ResumePoint::from_events(journal) {
-                Ok(point) => point,
-                Err(e) => return failed(format!("cannot resume the run: {e}")),
+            approved,
+            reason,
+            by,
+        } if point.pending_approval.is_some() => {
+            let decision = if approved {
+                ApprovalDecision::approve()
+            } else {
+                ApprovalDecision::deny(reason.unwrap_or_else(|| "denied".into()))
             };
-            agent.resume_request(&point).grant(tool, args, decision)
+            request.grant(tool, args, decision.by(by))
         }
-        Job::Message(_) => return failed("only a chat takes messages".into()),
+        // Taken over after the decision was journalled (its call made, or
+        // refused), or a run that never stopped on one.
+        Job::Decide { .. } | Job::Start => request,
+        Job::Message { .. } => return failed("only a chat takes messages".into()),
     };
     ended_agent(request.output(spec).cancel_on(cancel).run().await, false)
+}
+
+async fn drive_chat(
+    run: &RunRecord,
+    agent: &Agent,
+    job: Job,
+    retake: bool,
+    journal: &[Event],
+    cancel: CancellationToken,
+) -> Ended {
+    if matches!(job, Job::Decide { .. }) {
+        return failed("a conversation does not wait for approvals".into());
+    }
+    if journal.is_empty() {
+        let message = match job {
+            Job::Message { message } => message,
+            _ => run.task.clone(),
+        };
+        return match agent.chat() {
+            Ok(mut chat) => {
+                chat.cancel_on(cancel);
+                ended_agent(chat.send(&message).await, true)
+            }
+            Err(e) => failed(e.to_string()),
+        };
+    }
+    let point = match ResumePoint::from_chat_events(journal) {
+        Ok(point) => point,
+        Err(e) => return failed(format!("cannot continue the chat: {e}")),
+    };
+    // A turn cut short (a cancel, a restart, a lost worker) is finished first.
+    // Taken over, that turn is this job's own (its message was journalled before
+    // the worker was lost), and it is the answer; otherwise the message is the
+    // next turn.
+    let (mut chat, cut_short) = match agent.resume_chat(&point).await {
+        Ok(resumed) => resumed,
+        Err(e) => return failed(e.to_string()),
+    };
+    let message = match job {
+        Job::Message { message } => message,
+        _ => {
+            return match cut_short {
+                Some(result) => ended_agent(Ok(result), true),
+                None => failed("the first turn ended before its worker was lost".into()),
+            };
+        }
+    };
+    if retake && let Some(result) = cut_short {
+        return ended_agent(Ok(result), true);
+    }
+    chat.cancel_on(cancel);
+    ended_agent(chat.send(&message).await, true)
 }
 
 async fn drive_team(
@@ -370,6 +519,30 @@ async fn drive_team(
         }
         Err(e) => failed(e.to_string()),
     }
+}
+
+/// How a plain run ended, from a journal whose last event is its `finished`.
+fn journalled_end(journal: &[Event]) -> Option<Ended> {
+    let Some(Event::Finished {
+        outcome,
+        steps,
+        usage,
+    }) = journal.last()
+    else {
+        return None;
+    };
+    let final_output = journal.iter().rev().find_map(|e| match e {
+        Event::FinalOutput { output } => serde_json::to_value(output).ok(),
+        _ => None,
+    });
+    Some(Ended {
+        status: status_of(outcome, false),
+        outcome: serde_json::to_value(outcome).ok(),
+        final_output,
+        usage: serde_json::to_value(usage).ok(),
+        steps: *steps,
+        error: None,
+    })
 }
 
 /// The status a run's outcome leaves it in.
@@ -434,17 +607,27 @@ fn request_spec(output: Option<&Value>) -> Result<OutputSpec, String> {
 
 /// Writes the events `receiver` gets into the run's journal, numbered from
 /// `first`, telling viewers after each. A write that fails is logged and the
-/// event skipped; the run goes on.
+/// event skipped; the run goes on. A write refused because this worker lost
+/// the run's lease cancels the work: another worker has the run now.
 async fn write_journal(
     runs: Arc<Runs>,
     id: String,
     first: i64,
     mut receiver: mpsc::UnboundedReceiver<(String, Event)>,
+    cancel: CancellationToken,
 ) {
     let mut seq = first;
     while let Some((agent, event)) = receiver.recv().await {
-        match runs.store.append(&id, seq, &agent, &event).await {
-            Ok(()) => seq += 1,
+        match runs
+            .store
+            .append(&id, seq, &agent, &event, runs.owner.as_deref())
+            .await
+        {
+            Ok(true) => seq += 1,
+            Ok(false) => {
+                tracing::warn!("run {id}: its lease was lost; stopping the work on it here");
+                cancel.cancel();
+            }
             Err(e) => tracing::error!("run {id}: cannot journal an event: {e}"),
         }
         runs.notify(&id);

@@ -3,11 +3,14 @@
 //!
 //! Each event's `id` is its number in the journal and its data the transcript
 //! line (`{"agent": …, "event": "script_started", …}`). When the run is no longer
-//! running and every event has been sent, a last event named `end` carries the
+//! queued or running and every event has been sent, a last event named `end` carries the
 //! status (`{"status": "finished"}`) and the stream closes; a run that goes on
 //! later (an approval, a chat's next message) is followed by connecting again
 //! with the last id seen. The stream reads the store, not the task, so any
-//! viewer, connected at any time, sees the same events in the same order.
+//! viewer, connected at any time, sees the same events in the same order. On
+//! PostgreSQL the journal is written by whichever worker runs the run: a front
+//! end hears of new rows by `LISTEN` (see [`queue`](super::queue)), and reads the
+//! store anyway every [`POLL`] when no notice came.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -25,12 +28,11 @@ use tokio::sync::broadcast;
 use super::api::{ApiError, visible_run};
 use super::config::Caller;
 use super::runs::Runs;
-use super::store::Status;
 
 /// Events read from the store at a time.
 const BATCH: u32 = 256;
 /// How long a viewer waits for news before reading the store anyway (a missed
-/// notice costs at most this much delay).
+/// notice costs at most this much delay): 2 s.
 const POLL: Duration = Duration::from_secs(2);
 
 struct Viewer {
@@ -110,7 +112,7 @@ impl Viewer {
                 );
                 continue;
             }
-            if status != Status::Running {
+            if !status.is_active() {
                 self.done = true;
                 return Some(
                     SseEvent::default()
