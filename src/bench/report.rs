@@ -128,6 +128,11 @@ impl<T> Measured<T> {
             Measured::Failed { .. } | Measured::NotApplicable { .. } => None,
         }
     }
+
+    /// Whether the case failed (one that does not apply to the backend did not).
+    pub fn failed(&self) -> bool {
+        matches!(self, Measured::Failed { .. })
+    }
 }
 
 impl<T> From<Result<T, String>> for Measured<T> {

@@ -82,12 +82,12 @@ pub(crate) fn bench(args: &BenchArgs) -> ExitCode {
     // report; the exit status says whether everything measured.
     let complete = report.backends.iter().all(|b| {
         b.unavailable.is_none()
-            && b.cases.iter().all(|c| c.result.ok().is_some())
+            && b.cases.iter().all(|c| !c.result.failed())
             && b.scale.as_ref().is_none_or(|s| {
-                s.idle_memory.ok().is_some()
-                    && s.throughput.iter().all(|t| t.ok().is_some())
-                    && s.script_size.iter().all(|t| t.result.ok().is_some())
-                    && s.history.ok().is_some()
+                !s.idle_memory.failed()
+                    && s.throughput.iter().all(|t| !t.failed())
+                    && s.script_size.iter().all(|t| !t.result.failed())
+                    && !s.history.failed()
             })
     });
     ExitCode::from(if complete { EXIT_OK } else { EXIT_HOST_FAILURE })

@@ -94,10 +94,15 @@ fn the_table_names_every_case_for_the_javascript_worker() {
         "stop infinite loop (200 ms limit)",
         "JSON 10 KB in and out",
         "10-step agent run (replay)",
+        "snapshot, 10 MB held",
     ] {
         assert!(stdout.contains(title), "no '{title}' in\n{stdout}");
     }
     assert!(!stdout.contains("FAILED"), "{stdout}");
+    assert!(
+        stdout.contains("n/a: the backend keeps its state where it cannot be copied"),
+        "a case that does not apply says so: {stdout}"
+    );
 }
 
 #[test]
