@@ -270,6 +270,90 @@ pub fn refusal(
     )
 }
 
+/// A tool call a script made and what it returned, shown with the script's
+/// error ([`tool_results`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResultSeen {
+    /// The tool's name.
+    pub tool: String,
+    /// The arguments the script passed.
+    pub args: Value,
+    /// What the tool returned.
+    pub value: Value,
+}
+
+/// Distinct tool calls shown with one error, at most.
+pub const TOOL_RESULTS_SHOWN: usize = 4;
+
+/// What a failing script's tool calls returned, each call once (template
+/// `feedback/tool_results`): a small model that computes from a tool's data in
+/// the same script that fetched it has never seen that data, and answers an
+/// error with the same wrong reading of it (a CSV's columns, a log line's
+/// format, JSON text taken for parsed data). In the host's words: each tool's
+/// name and the kind and size of what it returned, and, for a string that holds
+/// JSON, how to parse it (`parse_call`); fenced: the call and the result, a
+/// string as it is, anything else as JSON, each cut to `limit` characters.
+pub fn tool_results(
+    prompts: &Prompts,
+    calls: &[ToolResultSeen],
+    parse_call: &str,
+    limit: usize,
+) -> String {
+    let mut distinct: Vec<&ToolResultSeen> = Vec::new();
+    for call in calls {
+        if !distinct
+            .iter()
+            .any(|seen| seen.tool == call.tool && seen.args == call.args)
+        {
+            distinct.push(call);
+        }
+    }
+    let shown: Vec<_> = distinct
+        .iter()
+        .take(TOOL_RESULTS_SHOWN)
+        .map(|call| {
+            let quoted = format!("{}({}) returned:\n{}", call.tool, call.args, shown(&call.value));
+            context! {
+                tool => &call.tool,
+                kind => kind_of(&call.value),
+                holds_json => holds_json(&call.value),
+                fenced => fenced(&quoted, limit),
+            }
+        })
+        .collect();
+    prompts.render(
+        "feedback/tool_results",
+        context! {
+            calls => shown,
+            more => distinct.len().saturating_sub(TOOL_RESULTS_SHOWN),
+            parse_call => parse_call,
+        },
+    )
+}
+
+/// What kind of value a tool returned, with its size, in the host's words.
+fn kind_of(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(_) => "a boolean".to_string(),
+        Value::Number(_) => "a number".to_string(),
+        Value::String(text) => format!("a string of {} characters", text.chars().count()),
+        Value::Array(items) => format!("a list of {} items", items.len()),
+        Value::Object(fields) => format!("a map of {} keys", fields.len()),
+    }
+}
+
+/// Whether `value` is a string holding a JSON list or map: text a script has
+/// to parse before it can read it as data.
+fn holds_json(value: &Value) -> bool {
+    let Value::String(text) = value else {
+        return false;
+    };
+    let text = text.trim_start();
+    (text.starts_with('[') || text.starts_with('{'))
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+}
+
 /// A value as an observation shows it: a string as it is, anything else as JSON.
 fn shown(value: &Value) -> String {
     match value {

@@ -26,6 +26,7 @@ use super::approval::{
 };
 use super::decide::Progress;
 use super::events::{Event, Listener, ToolCallOutcome};
+use super::feedback::ToolResultSeen;
 use super::outcome::Outcome;
 use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
 
@@ -300,6 +301,9 @@ impl ResumePoint {
     }
 }
 
+/// Tool results of one script kept for its error's feedback, which shows fewer.
+const SCRIPT_RESULTS_KEPT: usize = 16;
+
 /// The tools as the driver hands them to a session: every call a script makes
 /// goes through here, is reported as an [`Event::ToolCall`] once answered, and,
 /// while a resumed run is rebuilt, is served from the transcript instead.
@@ -324,6 +328,9 @@ pub(crate) struct HostTools {
     calls: AtomicUsize,
     /// The calls of the running script, described for a refusal.
     script_calls: Mutex<Vec<String>>,
+    /// What the running script's calls returned, the first
+    /// [`SCRIPT_RESULTS_KEPT`] of them: a failing script's feedback shows them.
+    script_results: Mutex<Vec<ToolResultSeen>>,
     /// Set when a call was refused for the run's budget: the run ends after
     /// the script that made it.
     run_budget_spent: AtomicBool,
@@ -376,6 +383,7 @@ impl HostTools {
             budgets: CallBudgets::default(),
             calls: AtomicUsize::new(0),
             script_calls: Mutex::new(Vec::new()),
+            script_results: Mutex::new(Vec::new()),
             run_budget_spent: AtomicBool::new(false),
             policy: None,
             approvals: Arc::new(Approvals::default()),
@@ -584,6 +592,16 @@ impl HostTools {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+        self.script_results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// What the running script's tool calls returned (the calls that failed
+    /// left out: their errors reach the script), taken.
+    pub(crate) fn take_script_results(&self) -> Vec<ToolResultSeen> {
+        std::mem::take(&mut *self.script_results.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The run's tool calls, once a call was refused for the run's budget.
@@ -617,6 +635,16 @@ impl HostTools {
     /// later refusal's list.
     fn count(&self, name: &str, args: &Value, result: &Result<Value, ToolError>) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        if let Ok(value) = result {
+            let mut results = self.script_results.lock().unwrap_or_else(|p| p.into_inner());
+            if results.len() < SCRIPT_RESULTS_KEPT {
+                results.push(ToolResultSeen {
+                    tool: name.to_string(),
+                    args: args.clone(),
+                    value: value.clone(),
+                });
+            }
+        }
         if self.budgets.per_script.is_none() {
             // Described only for a refusal to list: costs nothing without one.
             return;

@@ -259,6 +259,104 @@ pub fn printed_expression(script: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// A Rhai mistake a small model makes even though the prompt card warns of it,
+/// found in a script's text: a final result resting on one is held back once
+/// with this account (the evaluation's transcripts: `for i in 1..20` meant to
+/// include 20, `2^50` meant as a power).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RhaiPitfall {
+    /// The 1-based line it is on.
+    pub line: usize,
+    /// What the script wrote: digits and operators only, so the host may quote
+    /// it in its own words.
+    pub written: String,
+    /// What that does in Rhai, and what to write instead, in the host's words.
+    pub account: String,
+}
+
+/// The Rhai pitfalls in `script`, in order: a range `1..N` between integer
+/// literals (it stops at N - 1; counting from 1 means to N, `1..=N`), and `A^B`
+/// between integer literals (bitwise XOR in Rhai; a power is `A**B`). Text in
+/// strings and comments is not told apart: a pitfall there is rare and costs
+/// one held result at most.
+pub fn rhai_pitfalls(script: &str) -> Vec<RhaiPitfall> {
+    let mut found = Vec::new();
+    for (index, line) in script.lines().enumerate() {
+        let bytes = line.as_bytes();
+        let mut at = 0;
+        while at < bytes.len() {
+            if !bytes[at].is_ascii_digit() || (at > 0 && is_word_byte(bytes[at - 1])) {
+                at += 1;
+                continue;
+            }
+            let (left, after_left) = digits_at(bytes, at);
+            let operator_at = skip_spaces(bytes, after_left);
+            let range = bytes[operator_at..].starts_with(b"..")
+                && !bytes[operator_at..].starts_with(b"..=")
+                && !bytes[operator_at..].starts_with(b"...");
+            let xor = bytes.get(operator_at) == Some(&b'^');
+            let right_at = skip_spaces(bytes, operator_at + if range { 2 } else { 1 });
+            let right = (range || xor)
+                .then(|| digits_at(bytes, right_at))
+                .filter(|(digits, end)| {
+                    !digits.is_empty() && bytes.get(*end).is_none_or(|b| !is_word_byte(*b) && *b != b'.')
+                });
+            let Some((right, end)) = right else {
+                at = after_left.max(at + 1);
+                continue;
+            };
+            let written = line[at..end].to_string();
+            if range && left == "1" {
+                let last = right.parse::<u64>().ok().and_then(|n| n.checked_sub(1));
+                if let Some(last) = last {
+                    found.push(RhaiPitfall {
+                        line: index + 1,
+                        account: format!(
+                            "`{written}` stops at {last}: in Rhai the end of `a..b` is excluded. To include {right}, write `1..={right}`."
+                        ),
+                        written,
+                    });
+                }
+            } else if xor {
+                let value = left
+                    .parse::<i64>()
+                    .ok()
+                    .zip(right.parse::<i64>().ok())
+                    .map(|(a, b)| a ^ b);
+                if let Some(value) = value {
+                    found.push(RhaiPitfall {
+                        line: index + 1,
+                        account: format!(
+                            "`{written}` is bitwise XOR in Rhai (it gives {value}), not a power. A power is written `{left}**{right}`."
+                        ),
+                        written,
+                    });
+                }
+            }
+            at = end;
+        }
+    }
+    found
+}
+
+fn is_word_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'.'
+}
+
+/// The digits starting at `at`, and where they end.
+fn digits_at(bytes: &[u8], at: usize) -> (String, usize) {
+    let end = (at..bytes.len())
+        .find(|&i| !bytes[i].is_ascii_digit())
+        .unwrap_or(bytes.len());
+    (String::from_utf8_lossy(&bytes[at.min(end)..end]).into_owned(), end)
+}
+
+fn skip_spaces(bytes: &[u8], at: usize) -> usize {
+    (at..bytes.len())
+        .find(|&i| bytes[i] != b' ')
+        .unwrap_or(bytes.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +469,52 @@ mod tests {
             &"x".repeat(61),
         ] {
             assert!(!reads_as_plain_code(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_rhai_range_from_one_to_a_literal_and_a_caret_between_literals_are_pitfalls() {
+        let found = rhai_pitfalls("let s = 0;\nfor i in 1..20 { s += i }\nlet p = 2^50;\nfinal_result(s)");
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found[0].line, 2);
+        assert_eq!(found[0].written, "1..20");
+        assert_eq!(
+            found[0].account,
+            "`1..20` stops at 19: in Rhai the end of `a..b` is excluded. To include 20, write `1..=20`."
+        );
+        assert_eq!(found[1].line, 3);
+        assert_eq!(found[1].written, "2^50");
+        assert!(found[1].account.contains("(it gives 48)"), "{}", found[1].account);
+        assert!(found[1].account.contains("`2**50`"), "{}", found[1].account);
+    }
+
+    #[test]
+    fn ranges_that_mean_what_they_say_are_not_pitfalls() {
+        for script in [
+            "for i in 1..=20 { }",
+            "for i in 0..20 { }",
+            "for i in 1..n { }",
+            "for i in 2..14 { }",
+            "let x = a^b;",
+            "let v = 1.5..2;",
+            "let x = 11..20;",
+            "let s = x21..20;",
+            "let t = 1..20x;",
+            "2 ** 50",
+        ] {
+            assert_eq!(rhai_pitfalls(script), Vec::new(), "{script}");
+        }
+    }
+
+    #[test]
+    fn a_pitfall_never_quotes_anything_but_digits_and_operators() {
+        let found = rhai_pitfalls("let t = \"ignore the host\"; for i in 1 ..  7 {} 3 ^ 4");
+        assert_eq!(found.len(), 2, "{found:?}");
+        for pitfall in found {
+            assert!(
+                pitfall.written.chars().all(|c| c.is_ascii_digit() || " .^".contains(c)),
+                "{pitfall:?}"
+            );
         }
     }
 }

@@ -131,6 +131,20 @@ static BUILTINS: &[Builtin] = &[
         context! { message => "there is no agent of the name below", quoted => FENCED, logs => FENCED },
         context! { message => "'triage' is this agent", quoted => None::<&str>, logs => "" },
     ]),
+    builtin!("feedback/pitfall", || vec![
+        context! { line_number => 2, account => "`1..20` stops at 19: in Rhai the end of `a..b` is excluded. To include 20, write `1..=20`." },
+    ]),
+    builtin!("feedback/tool_results", || vec![
+        context! {
+            calls => vec![
+                context! { tool => "read_file", kind => "a string of 90 characters", holds_json => true, fenced => FENCED },
+                context! { tool => "get_weather", kind => "a map of 3 keys", holds_json => false, fenced => FENCED },
+            ],
+            more => 2,
+            parse_call => "JSON.parse(text)",
+        },
+        context! { calls => Vec::<Value>::new(), more => 0, parse_call => "json.loads(text)" },
+    ]),
     builtin!("feedback/bare_value", || vec![
         context! { value => FENCED, literal => "7.8", logs => FENCED },
         context! { value => FENCED, literal => None::<&str>, logs => "" },

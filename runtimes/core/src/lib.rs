@@ -43,6 +43,7 @@ pub use runtime::{
 };
 pub use snapshot::{Snapshot, SnapshotError};
 pub use tools::{
+    SignatureField,
     HELPER_NAMES, NoTools, ToolDispatch, ToolError, ToolSpec, compact_type, is_identifier,
     is_member_name, is_namespace_name, namespaces, rhai_member,
 };

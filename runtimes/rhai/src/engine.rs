@@ -190,6 +190,17 @@ fn register_helpers(engine: &mut Engine, max_depth: usize) {
     });
     // Spellings models bring from JavaScript and Python; Rhai lacks them.
     crate::spellings::register(engine);
+    // Rhai's own `parse_json` reads only an object: a file or a tool's text
+    // holding a JSON list (the commonest data a script parses) was an error.
+    // This one reads any JSON value, nested at most as deep as a tool result.
+    engine.register_fn(
+        "parse_json",
+        move |text: ImmutableString| -> Result<Dynamic, Box<EvalAltResult>> {
+            let value: serde_json::Value = serde_json::from_str(text.as_str())
+                .map_err(|e| format!("parse_json: the text is not JSON: {e}"))?;
+            convert::from_json(&value, max_depth).map_err(|e| format!("parse_json: {e}").into())
+        },
+    );
     engine.register_fn("join", |array: &mut rhai::Array, separator: &str| {
         array
             .iter()

@@ -122,14 +122,18 @@ impl Runtime for RhaiRuntime {
 /// version, which pins the Rhai it compiles the functions' sources with.
 pub(crate) const SNAPSHOT_IDENTITY: &str = concat!("codeact-rhai ", env!("CARGO_PKG_VERSION"));
 
-/// How a Rhai script calls `tool`: `name(#{field: type, …}) -> returns`, or
+/// How a Rhai script calls `tool`: `name(#{field: type, …}) -> returns` (an
+/// optional field as `field?: type`), or
 /// `github.create_issue(#{…})` for a namespaced tool whose member Rhai can call
 /// as a method of the server's map.
 pub fn tool_signature(tool: &ToolSpec) -> String {
     let fields: Vec<String> = tool
         .signature_fields()
         .into_iter()
-        .map(|(name, ty)| format!("{name}: {}", rhai_type(&ty)))
+        .map(|f| {
+            let optional = if f.required { "" } else { "?" };
+            format!("{}{optional}: {}", f.name, rhai_type(&f.ty))
+        })
         .collect();
     let call = match tool.namespaced() {
         Some((namespace, member)) if codeact_runtime::rhai_member(member) => {
@@ -166,9 +170,16 @@ mod tests {
         let runtime = RhaiRuntime::new(Limits::default());
         let tool = ToolSpec::new("add", "Adds.").with_parameters(json!({
             "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "number"}}
+            "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
+            "required": ["a", "b"]
         }));
         assert_eq!(runtime.tool_signature(&tool), "add(#{a: int, b: float})");
+        let optional = ToolSpec::new("add", "Adds.").with_parameters(json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
+            "required": ["a"]
+        }));
+        assert_eq!(runtime.tool_signature(&optional), "add(#{a: int, b?: float})");
         assert_eq!(
             runtime.tool_signature(&ToolSpec::new("now", "")),
             "now(#{})"

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use codeact_runtime::{Limits, LogBuffer, NoTools};
-use rhai::{AST, CallFnOptions, Dynamic, Engine, EvalAltResult, ImmutableString, Scope};
+use rhai::{AST, CallFnOptions, Dynamic, Engine, ImmutableString, Scope};
 
 use crate::run_state::{MeterSchedule, RunGuard, RunState};
 use crate::{big_stack, convert, engine, errors};
@@ -365,19 +365,11 @@ fn verdict(function: &str, value: &Dynamic) -> Verdict {
     }
 }
 
-/// The agent engine plus `parse_json(text)`, and property reads on `()` that give
-/// `()`, so `parse_json(text).a.b` is `()` when `a` is missing instead of an error.
+/// The agent engine (with its `parse_json(text)`), plus property reads on `()`
+/// that give `()`, so `parse_json(text).a.b` is `()` when `a` is missing instead
+/// of an error.
 fn validator_engine(limits: &Limits) -> Engine {
     let mut engine = engine::build(limits);
-    let max_depth = limits.max_nesting_depth;
-    engine.register_fn(
-        "parse_json",
-        move |text: ImmutableString| -> Result<Dynamic, Box<EvalAltResult>> {
-            let value: serde_json::Value = serde_json::from_str(text.as_str())
-                .map_err(|e| format!("parse_json: the text is not JSON: {e}"))?;
-            convert::from_json(&value, max_depth).map_err(|e| format!("parse_json: {e}").into())
-        },
-    );
     engine.register_indexer_get(|_unit: &mut (), _property: ImmutableString| ());
     engine
 }

@@ -263,6 +263,7 @@ impl Agent {
                             conversation.show_images(self.image_blocks(shown));
                         }
                     }
+                    conversation.note_tool_results(tools.take_script_results());
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {
