@@ -115,6 +115,36 @@ fn sections() -> Vec<(&'static str, String)> {
                 &logs,
             ),
         ),
+        ("feedback/tool_results", {
+            let mut c = conversation();
+            c.on_reply(&reply(
+                "```rhai\nlet text = read_file(#{name: \"sales.json\"});\ntext.filter(|r| r.qty > 1)\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![
+                feedback::ToolResultSeen {
+                    tool: "read_file".into(),
+                    args: json!({"name": "sales.json"}),
+                    value: json!("[{\"product\": \"pen\", \"qty\": 3}]"),
+                },
+                feedback::ToolResultSeen {
+                    tool: "add".into(),
+                    args: json!({"a": 1, "b": 2}),
+                    value: json!(3),
+                },
+            ]);
+            c.on_completion(&Err(thrown("Function not found: filter (string, Fn)")), &none);
+            fed_back(&c)
+        }),
+        (
+            "feedback/pitfall",
+            after_script(
+                conversation(),
+                "let s = 0;\nfor i in 1..20 { s += i * i; }\nfinal_result(s)",
+                Ok(json!({"type": "final_result", "value": 2470})),
+                &none,
+            ),
+        ),
         (
             "feedback/error_at (an import, no tools)",
             after_script(
