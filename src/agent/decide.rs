@@ -1083,7 +1083,18 @@ impl Conversation {
         let section = feedback::tool_results(&self.prompts, &results, parse_call, limit);
         let fix_it = self.prompts.render("feedback/fix_it", context! {});
         match text.rfind(&fix_it) {
-            Some(at) if !fix_it.is_empty() => text.insert_str(at, &format!("{section}\n\n")),
+            Some(at) if !fix_it.is_empty() => {
+                // A blank line on both sides, whatever the template put before.
+                let before = &text[..at];
+                let gap = if before.is_empty() || before.ends_with("\n\n") {
+                    ""
+                } else if before.ends_with('\n') {
+                    "\n"
+                } else {
+                    "\n\n"
+                };
+                text.insert_str(at, &format!("{gap}{section}\n\n"));
+            }
             _ => {
                 text.push_str("\n\n");
                 text.push_str(&section);
@@ -2312,5 +2323,22 @@ Fn(\"f\")
         );
         assert_eq!(decision.next, Next::CallModel);
         assert!(last_feedback(&rhai).starts_with("Observation:"), "{}", last_feedback(&rhai));
+    }
+
+    #[test]
+    fn the_tool_results_stand_apart_by_a_blank_line_whatever_precedes_them() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nlet t = add(#{a: 1, b: 2}); t / 0.0\n```"));
+        c.note_tool_results(vec![seen("add", json!({"a": 1, "b": 2}), json!(3))]);
+        c.on_completion(
+            &Err(ScriptError::Unrepresentable {
+                message: "output.value is NaN".into(),
+            }),
+            &LogBuffer::new(10),
+        );
+        let text = last_feedback(&c);
+        assert!(text.contains("maps.\n\nLook at what"), "{text}");
+        assert!(text.contains("</untrusted-"), "{text}");
+        assert!(text.ends_with("\n\nFix the script and reply with a corrected one."), "{text}");
     }
 }
