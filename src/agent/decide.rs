@@ -760,6 +760,7 @@ impl Conversation {
                 let hints = feedback::ErrorHints {
                     line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
                     undefined_name: script_notes::undefined_name(message).is_some(),
+                    out_of_bounds: script_notes::index_out_of_bounds(message),
                     import: script_notes::imports_something(message)
                         .then(|| &self.provided_names[script_notes::HELPERS.len()..]),
                 };
@@ -1053,9 +1054,16 @@ impl Conversation {
     /// unless a result was held back for it already (then it is taken to be
     /// meant): the result is held back once, as an error naming it, since a
     /// small model repeats its script after any gentler note.
-    fn pitfall_to_hold(&mut self, script: &str, value: &Value) -> Option<script_notes::RhaiPitfall> {
+    fn pitfall_to_hold(
+        &mut self,
+        script: &str,
+        value: &Value,
+    ) -> Option<script_notes::RhaiPitfall> {
         if self.fence_tags.first().map(String::as_str) != Some("rhai")
-            || !matches!(ScriptOutput::read(value.clone()), Ok(ScriptOutput::FinalResult { .. }))
+            || !matches!(
+                ScriptOutput::read(value.clone()),
+                Ok(ScriptOutput::FinalResult { .. })
+            )
         {
             return None;
         }
@@ -2207,15 +2215,34 @@ Fn(\"f\")
     #[test]
     fn a_failing_scripts_feedback_shows_what_its_tool_calls_returned_before_the_request_to_fix_it()
     {
-        let mut c = Conversation::new("which items are out of stock?", &["js"], LoopConfig::default());
+        let mut c = Conversation::new(
+            "which items are out of stock?",
+            &["js"],
+            LoopConfig::default(),
+        );
         c.on_reply(&reply("```js\nconst items = tools.read_file({name: 'inventory.json'});\nitems.filter(i => i.stock == 0)\n```"));
         let inventory = r#"[{"name": "desk", "stock": 0}]"#;
         c.note_tool_results(vec![
-            seen("read_file", json!({"name": "inventory.json"}), json!(inventory)),
-            seen("read_file", json!({"name": "inventory.json"}), json!(inventory)),
-            seen("get_weather", json!({"city": "Paris"}), json!({"temp_c": 18})),
+            seen(
+                "read_file",
+                json!({"name": "inventory.json"}),
+                json!(inventory),
+            ),
+            seen(
+                "read_file",
+                json!({"name": "inventory.json"}),
+                json!(inventory),
+            ),
+            seen(
+                "get_weather",
+                json!({"city": "Paris"}),
+                json!({"temp_c": 18}),
+            ),
         ]);
-        c.on_completion(&thrown("TypeError: not a callable function"), &LogBuffer::new(10));
+        c.on_completion(
+            &thrown("TypeError: not a callable function"),
+            &LogBuffer::new(10),
+        );
         let text = feedback::without_nonces(&last_feedback(&c));
         assert!(
             text.contains(
@@ -2227,8 +2254,14 @@ Fn(\"f\")
             text.contains("`get_weather` returned a map of 1 keys:\n<untrusted>\nget_weather({\"city\":\"Paris\"}) returned:\n{\"temp_c\":18}\n</untrusted>"),
             "{text}"
         );
-        assert_eq!(text.matches("read_file({").count(), 1, "the same call is shown once: {text}");
-        let data_at = text.find("Look at what your script got").expect("the section");
+        assert_eq!(
+            text.matches("read_file({").count(),
+            1,
+            "the same call is shown once: {text}"
+        );
+        let data_at = text
+            .find("Look at what your script got")
+            .expect("the section");
         let fix_at = text.find("Fix the script").expect("the request to fix");
         assert!(data_at < fix_at, "{text}");
     }
@@ -2244,16 +2277,26 @@ Fn(\"f\")
         );
         c.on_reply(&reply("```rhai\nthrow \"no\"\n```"));
         c.on_completion(&thrown("no"), &LogBuffer::new(10));
-        assert!(!last_feedback(&c).contains("Look at what"), "{}", last_feedback(&c));
+        assert!(
+            !last_feedback(&c).contains("Look at what"),
+            "{}",
+            last_feedback(&c)
+        );
 
         let mut off = conversation(LoopConfig {
             tool_results_on_error: 0,
             ..LoopConfig::default()
         });
-        off.on_reply(&reply("```rhai\nlet x = add(#{a: 1, b: 2}); throw \"no\"\n```"));
+        off.on_reply(&reply(
+            "```rhai\nlet x = add(#{a: 1, b: 2}); throw \"no\"\n```",
+        ));
         off.note_tool_results(vec![seen("add", json!({"a": 1, "b": 2}), json!(3))]);
         off.on_completion(&thrown("no"), &LogBuffer::new(10));
-        assert!(!last_feedback(&off).contains("Look at what"), "{}", last_feedback(&off));
+        assert!(
+            !last_feedback(&off).contains("Look at what"),
+            "{}",
+            last_feedback(&off)
+        );
     }
 
     #[test]
@@ -2266,7 +2309,9 @@ Fn(\"f\")
         let text = last_feedback(&c);
         let said = text.find("The host says").expect("the text is shown");
         let before = &text[..said];
-        let opened = before.rfind("<untrusted-").expect("a fence opens before it");
+        let opened = before
+            .rfind("<untrusted-")
+            .expect("a fence opens before it");
         let tag_end = opened + before[opened..].find('>').expect("tag");
         let nonce = &before[opened + "<untrusted-".len()..tag_end];
         assert!(
@@ -2313,7 +2358,10 @@ Fn(\"f\")
             &Ok(json!({"type": "final_result", "value": 48})),
             &LogBuffer::new(10),
         );
-        assert!(matches!(decision.next, Next::CheckResult { .. }), "{decision:?}");
+        assert!(
+            matches!(decision.next, Next::CheckResult { .. }),
+            "{decision:?}"
+        );
 
         let mut rhai = conversation(LoopConfig::default());
         rhai.on_reply(&reply("```rhai\nlet s = 2^50;\nobservation(s)\n```"));
@@ -2322,7 +2370,11 @@ Fn(\"f\")
             &LogBuffer::new(10),
         );
         assert_eq!(decision.next, Next::CallModel);
-        assert!(last_feedback(&rhai).starts_with("Observation:"), "{}", last_feedback(&rhai));
+        assert!(
+            last_feedback(&rhai).starts_with("Observation:"),
+            "{}",
+            last_feedback(&rhai)
+        );
     }
 
     #[test]
@@ -2339,6 +2391,26 @@ Fn(\"f\")
         let text = last_feedback(&c);
         assert!(text.contains("maps.\n\nLook at what"), "{text}");
         assert!(text.contains("</untrusted-"), "{text}");
-        assert!(text.ends_with("\n\nFix the script and reply with a corrected one."), "{text}");
+        assert!(
+            text.ends_with("\n\nFix the script and reply with a corrected one."),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_index_past_the_end_is_answered_with_the_indexes_that_exist() {
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nlet fib = [1, 1];\nfor i in 2..14 { fib.push(fib[i - 1] + fib[i - 2]); }\nfinal_result(fib[14])\n```"));
+        c.on_completion(
+            &thrown(
+                "Array index 14 out of bounds: only 14 elements in array (line 3, position 18)",
+            ),
+            &LogBuffer::new(10),
+        );
+        let text = last_feedback(&c);
+        assert!(
+            text.contains("\n\nThe array has 14 elements, at indexes 0 to 13: index 14 is past its end. If you need index 14, the code that fills the array must add more elements.\n\nFix the script"),
+            "{text}"
+        );
     }
 }

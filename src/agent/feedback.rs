@@ -121,6 +121,9 @@ pub struct ErrorHints<'a> {
     pub line: Option<(usize, &'a str)>,
     /// The error names something the session does not define.
     pub undefined_name: bool,
+    /// The error is an index one past an array's end or further: the index and
+    /// the array's length, as the engine gave them (digits only).
+    pub out_of_bounds: Option<(u64, u64)>,
     /// The error is about an import: the host's tools, to use instead.
     pub import: Option<&'a [String]>,
 }
@@ -142,6 +145,8 @@ pub fn error_at(
             line => hints.line.map(|(_, text)| fenced(text, limit)),
             logs => fenced_logs(logs, limit),
             undefined_name => hints.undefined_name,
+            index => hints.out_of_bounds.map(|(index, _)| index),
+            length => hints.out_of_bounds.map(|(_, length)| length),
             imports => hints.import.is_some(),
             tools => hints.import.unwrap_or_default(),
         },
@@ -312,7 +317,12 @@ pub fn tool_results(
         .iter()
         .take(TOOL_RESULTS_SHOWN)
         .map(|call| {
-            let quoted = format!("{}({}) returned:\n{}", call.tool, call.args, shown(&call.value));
+            let quoted = format!(
+                "{}({}) returned:\n{}",
+                call.tool,
+                call.args,
+                shown(&call.value)
+            );
             context! {
                 tool => &call.tool,
                 kind => kind_of(&call.value),

@@ -133,7 +133,10 @@ fn sections() -> Vec<(&'static str, String)> {
                     value: json!(3),
                 },
             ]);
-            c.on_completion(&Err(thrown("Function not found: filter (string, Fn)")), &none);
+            c.on_completion(
+                &Err(thrown("Function not found: filter (string, Fn)")),
+                &none,
+            );
             fed_back(&c)
         }),
         (

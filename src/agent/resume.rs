@@ -601,7 +601,12 @@ impl HostTools {
     /// What the running script's tool calls returned (the calls that failed
     /// left out: their errors reach the script), taken.
     pub(crate) fn take_script_results(&self) -> Vec<ToolResultSeen> {
-        std::mem::take(&mut *self.script_results.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(
+            &mut *self
+                .script_results
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
     }
 
     /// The run's tool calls, once a call was refused for the run's budget.
@@ -636,7 +641,10 @@ impl HostTools {
     fn count(&self, name: &str, args: &Value, result: &Result<Value, ToolError>) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if let Ok(value) = result {
-            let mut results = self.script_results.lock().unwrap_or_else(|p| p.into_inner());
+            let mut results = self
+                .script_results
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             if results.len() < SCRIPT_RESULTS_KEPT {
                 results.push(ToolResultSeen {
                     tool: name.to_string(),

@@ -259,6 +259,20 @@ pub fn printed_expression(script: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// The index and the length in Rhai's error for an index past an array's end
+/// (`Array index 14 out of bounds: only 14 elements in array`), when the index
+/// is at or past the length: the feedback then says which indexes exist, since
+/// a small model otherwise lowers the index and the loop together, step after
+/// step.
+pub fn index_out_of_bounds(message: &str) -> Option<(u64, u64)> {
+    let rest = message.split("Array index ").nth(1)?;
+    let (index, rest) = rest.split_once(" out of bounds: only ")?;
+    let (length, _) = rest.split_once(" element")?;
+    let index: u64 = index.parse().ok()?;
+    let length: u64 = length.parse().ok()?;
+    (index >= length).then_some((index, length))
+}
+
 /// A Rhai mistake a small model makes even though the prompt card warns of it,
 /// found in a script's text: a final result resting on one is held back once
 /// with this account (the evaluation's transcripts: `for i in 1..20` meant to
@@ -296,11 +310,15 @@ pub fn rhai_pitfalls(script: &str) -> Vec<RhaiPitfall> {
                 && !bytes[operator_at..].starts_with(b"...");
             let xor = bytes.get(operator_at) == Some(&b'^');
             let right_at = skip_spaces(bytes, operator_at + if range { 2 } else { 1 });
-            let right = (range || xor)
-                .then(|| digits_at(bytes, right_at))
-                .filter(|(digits, end)| {
-                    !digits.is_empty() && bytes.get(*end).is_none_or(|b| !is_word_byte(*b) && *b != b'.')
-                });
+            let right =
+                (range || xor)
+                    .then(|| digits_at(bytes, right_at))
+                    .filter(|(digits, end)| {
+                        !digits.is_empty()
+                            && bytes
+                                .get(*end)
+                                .is_none_or(|b| !is_word_byte(*b) && *b != b'.')
+                    });
             let Some((right, end)) = right else {
                 at = after_left.max(at + 1);
                 continue;
@@ -348,7 +366,10 @@ fn digits_at(bytes: &[u8], at: usize) -> (String, usize) {
     let end = (at..bytes.len())
         .find(|&i| !bytes[i].is_ascii_digit())
         .unwrap_or(bytes.len());
-    (String::from_utf8_lossy(&bytes[at.min(end)..end]).into_owned(), end)
+    (
+        String::from_utf8_lossy(&bytes[at.min(end)..end]).into_owned(),
+        end,
+    )
 }
 
 fn skip_spaces(bytes: &[u8], at: usize) -> usize {
@@ -474,7 +495,8 @@ mod tests {
 
     #[test]
     fn a_rhai_range_from_one_to_a_literal_and_a_caret_between_literals_are_pitfalls() {
-        let found = rhai_pitfalls("let s = 0;\nfor i in 1..20 { s += i }\nlet p = 2^50;\nfinal_result(s)");
+        let found =
+            rhai_pitfalls("let s = 0;\nfor i in 1..20 { s += i }\nlet p = 2^50;\nfinal_result(s)");
         assert_eq!(found.len(), 2, "{found:?}");
         assert_eq!(found[0].line, 2);
         assert_eq!(found[0].written, "1..20");
@@ -484,7 +506,11 @@ mod tests {
         );
         assert_eq!(found[1].line, 3);
         assert_eq!(found[1].written, "2^50");
-        assert!(found[1].account.contains("(it gives 48)"), "{}", found[1].account);
+        assert!(
+            found[1].account.contains("(it gives 48)"),
+            "{}",
+            found[1].account
+        );
         assert!(found[1].account.contains("`2**50`"), "{}", found[1].account);
     }
 
@@ -512,9 +538,31 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
         for pitfall in found {
             assert!(
-                pitfall.written.chars().all(|c| c.is_ascii_digit() || " .^".contains(c)),
+                pitfall
+                    .written
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || " .^".contains(c)),
                 "{pitfall:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_index_past_an_arrays_end_is_read_from_rhais_error() {
+        assert_eq!(
+            index_out_of_bounds(
+                "Array index 14 out of bounds: only 14 elements in array (line 5, position 18)"
+            ),
+            Some((14, 14))
+        );
+        assert_eq!(
+            index_out_of_bounds("Array index -20 out of bounds: only 3 elements in array"),
+            None
+        );
+        assert_eq!(
+            index_out_of_bounds("Array index 1 out of bounds: only 3 elements"),
+            None
+        );
+        assert_eq!(index_out_of_bounds("Variable not found: x"), None);
     }
 }

@@ -43,7 +43,6 @@ pub use runtime::{
 };
 pub use snapshot::{Snapshot, SnapshotError};
 pub use tools::{
-    SignatureField,
-    HELPER_NAMES, NoTools, ToolDispatch, ToolError, ToolSpec, compact_type, is_identifier,
-    is_member_name, is_namespace_name, namespaces, rhai_member,
+    HELPER_NAMES, NoTools, SignatureField, ToolDispatch, ToolError, ToolSpec, compact_type,
+    is_identifier, is_member_name, is_namespace_name, namespaces, rhai_member,
 };

@@ -193,7 +193,14 @@ impl ToolSpec {
         let fields: Vec<String> = self
             .signature_fields()
             .into_iter()
-            .map(|f| format!("{}={}{}", f.name, f.ty, if f.required { "" } else { "|None" }))
+            .map(|f| {
+                format!(
+                    "{}={}{}",
+                    f.name,
+                    f.ty,
+                    if f.required { "" } else { "|None" }
+                )
+            })
             .collect();
         format!(
             "{}({}){}",
@@ -535,8 +542,14 @@ mod tests {
             "properties": {"customer": {"type": "string"}, "limit": {"type": "integer"}},
             "required": ["limit"]
         }));
-        assert_eq!(spec.js_signature(), "tools.list_orders({limit: integer, customer?: string})");
-        assert_eq!(spec.python_signature(), "list_orders(limit=integer, customer=string|None)");
+        assert_eq!(
+            spec.js_signature(),
+            "tools.list_orders({limit: integer, customer?: string})"
+        );
+        assert_eq!(
+            spec.python_signature(),
+            "list_orders(limit=integer, customer=string|None)"
+        );
         let fields = spec.signature_fields();
         assert_eq!(
             fields.iter().map(|f| f.required).collect::<Vec<_>>(),

@@ -179,7 +179,10 @@ mod tests {
             "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
             "required": ["a"]
         }));
-        assert_eq!(runtime.tool_signature(&optional), "add(#{a: int, b?: float})");
+        assert_eq!(
+            runtime.tool_signature(&optional),
+            "add(#{a: int, b?: float})"
+        );
         assert_eq!(
             runtime.tool_signature(&ToolSpec::new("now", "")),
             "now(#{})"
