@@ -71,6 +71,12 @@ pub struct LoopConfig {
     /// the deadline is abandoned (a script's own time limit still ends it) and
     /// the run ends with [`Outcome::DeadlineExceeded`]. Default: none.
     pub max_run_time: Option<std::time::Duration>,
+    /// Whether a Rhai script's final result resting on a common mistake
+    /// (`1..N` between literals meant to include N, `A^B` meant as a power) is
+    /// held back once as an error naming it; sent again, it is accepted. It
+    /// costs a step where the script meant it (`1..100` for "below 100").
+    /// Default: true.
+    pub hold_rhai_pitfalls: bool,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
     /// returned (up to four distinct calls, each cut in the middle to this
@@ -119,6 +125,7 @@ impl Default for LoopConfig {
             max_run_time: None,
             max_history_bytes: Some(256 * 1024),
             tool_results_on_error: 1_500,
+            hold_rhai_pitfalls: true,
         }
     }
 }
@@ -1059,7 +1066,8 @@ impl Conversation {
         script: &str,
         value: &Value,
     ) -> Option<script_notes::RhaiPitfall> {
-        if self.fence_tags.first().map(String::as_str) != Some("rhai")
+        if !self.config.hold_rhai_pitfalls
+            || self.fence_tags.first().map(String::as_str) != Some("rhai")
             || !matches!(
                 ScriptOutput::read(value.clone()),
                 Ok(ScriptOutput::FinalResult { .. })

@@ -421,7 +421,7 @@ async fn a_large_catalog_is_found_by_search_from_a_script() {
         .expect("agent builds");
     let prompt = agent.system_prompt();
     assert!(
-        prompt.contains("search_tools(#{query: string, limit: int})"),
+        prompt.contains("search_tools(#{query: string, limit?: int})"),
         "{prompt}"
     );
     assert!(
