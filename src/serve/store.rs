@@ -398,6 +398,22 @@ impl Store {
         })
     }
 
+    /// How many runs are queued, and how many running, all tenants together
+    /// (the `codeact.queue.depth` metric).
+    pub(crate) async fn counts_by_status(&self) -> Result<(u64, u64), StoreError> {
+        const COUNTS: &str = "SELECT status, COUNT(*) FROM runs WHERE status IN ('queued', 'running') GROUP BY status";
+        let rows: Vec<(String, i64)> = match self {
+            Store::Sqlite(pool) => sqlx::query_as(COUNTS).fetch_all(pool).await?,
+            Store::Postgres(pool) => sqlx::query_as(COUNTS).fetch_all(pool).await?,
+        };
+        let count = |status: Status| {
+            rows.iter()
+                .find(|(s, _)| s == status.as_str())
+                .map_or(0, |(_, n)| u64::try_from(*n).unwrap_or(0))
+        };
+        Ok((count(Status::Queued), count(Status::Running)))
+    }
+
     /// The run `id`, if stored.
     pub(crate) async fn get(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
         Ok(match self {

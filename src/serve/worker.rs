@@ -42,6 +42,9 @@ pub(crate) async fn worker(options: WorkerOptions) -> Result<(), String> {
     }
     let name = worker_name();
     let runs = Runs::new(store, Arc::new(config), Some(name.clone()));
+    if super::telemetry::exporting() {
+        tokio::spawn(super::telemetry::sample_queue(runs.clone()));
+    }
     {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
