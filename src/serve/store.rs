@@ -330,7 +330,7 @@ impl Store {
                        WHERE (SELECT COUNT(*) FROM runs WHERE status IN ('queued', 'running')) < $8 \
                          AND (SELECT COUNT(*) FROM runs WHERE status IN ('queued', 'running') AND tenant = $2) < $9 \
                        RETURNING id) \
-                     SELECT pg_notify('codeact_queue', '') FROM inserted",
+                     SELECT pg_notify('codeact_queue', id) FROM inserted",
                 )
                 .bind(id)
                 .bind(tenant)
