@@ -7,8 +7,11 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
 
 use axum::body::Bytes;
 use axum::routing::post;
@@ -73,6 +76,23 @@ impl Receiver {
             .flat_map(|request| request.resource_spans)
             .flat_map(|resource| resource.scope_spans)
             .flat_map(|scope| scope.spans)
+            .collect()
+    }
+
+    /// The `codeact.process` resource attribute of every batch of spans.
+    fn processes(&self) -> Vec<String> {
+        let bodies = self.traces.lock().expect("not poisoned").clone();
+        bodies
+            .iter()
+            .map(|body| ExportTraceServiceRequest::decode(body.as_ref()).expect("OTLP traces"))
+            .flat_map(|request| request.resource_spans)
+            .filter_map(|spans| spans.resource)
+            .flat_map(|resource| resource.attributes)
+            .filter(|kv| kv.key == "codeact.process")
+            .filter_map(|kv| match kv.value.and_then(|v| v.value) {
+                Some(Any::StringValue(s)) => Some(s),
+                _ => None,
+            })
             .collect()
     }
 
@@ -143,11 +163,24 @@ impl Drop for Server {
 
 impl Server {
     fn start(dir: &Path, env: &[(&str, &str)]) -> Self {
-        let stderr = std::fs::File::create(dir.join("stderr.log")).expect("a log file");
+        let store = format!("sqlite:{}", dir.join("runs.sqlite").display());
+        Self::spawn(
+            dir,
+            &["serve", "--listen", "127.0.0.1:0"],
+            &store,
+            env,
+            "stderr.log",
+        )
+    }
+
+    /// `codeact ARGS --store STORE --config …`, once it printed its first line.
+    fn spawn(dir: &Path, args: &[&str], store: &str, env: &[(&str, &str)], log: &str) -> Self {
+        let stderr = std::fs::File::create(dir.join(log)).expect("a log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_codeact"));
         command
-            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
-            .arg(format!("sqlite:{}", dir.join("runs.sqlite").display()))
+            .args(args)
+            .arg("--store")
+            .arg(store)
             .arg("--config")
             .arg(dir.join("serve.toml"))
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -168,8 +201,12 @@ impl Server {
         let base = line
             .split_whitespace()
             .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .unwrap_or_default()
             .to_string();
+        assert!(
+            !base.is_empty() || line.contains("working"),
+            "the process did not start: {line:?}"
+        );
         Self { child, base }
     }
 
@@ -387,4 +424,83 @@ async fn without_an_endpoint_nothing_is_exported_and_nothing_complains() {
     server.stop();
     let stderr = std::fs::read_to_string(dir.path().join("stderr.log")).expect("the log");
     assert!(stderr.trim().is_empty(), "{stderr}");
+}
+
+/// A database on a PostgreSQL cluster the test starts once; `None` (after
+/// saying SKIPPED) without the binaries.
+async fn postgres(name: &str) -> Option<String> {
+    static CLUSTER: OnceLock<Option<pg_cluster::Cluster>> = OnceLock::new();
+    let cluster = CLUSTER
+        .get_or_init(|| {
+            if pg_cluster::pg_bin().is_none() {
+                eprintln!("SKIPPED: no initdb/pg_ctl found (install Debian's `postgresql`)");
+                return None;
+            }
+            Some(pg_cluster::start_cluster().expect("PostgreSQL starts"))
+        })
+        .as_ref()?;
+    let admin = format!("postgres://codeact@127.0.0.1:{}/postgres", cluster.port);
+    let pool = sqlx::PgPool::connect(&admin)
+        .await
+        .expect("the cluster answers");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&pool)
+        .await
+        .expect("a database");
+    pool.close().await;
+    Some(format!(
+        "postgres://codeact@127.0.0.1:{}/{name}",
+        cluster.port
+    ))
+}
+
+/// If this fails, a run worked on by `codeact worker` (another process than
+/// the front end that queued it) is not exported by the worker as a trace of
+/// its own, rooted in its `run` span with the loop's spans beneath, or the
+/// worker does not send what it batched when stopped with SIGTERM.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_exports_the_run_it_worked_on_as_its_own_trace() {
+    let Some(url) = postgres("otel_worker").await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    write_config(
+        dir.path(),
+        &format!("[telemetry]\nendpoint = \"{}\"", receiver.base),
+    );
+    let front = Server::spawn(
+        dir.path(),
+        &["serve", "--listen", "127.0.0.1:0"],
+        &url,
+        &[],
+        "front.log",
+    );
+    let mut worker = Server::spawn(dir.path(), &["worker"], &url, &[], "worker.log");
+    let id = front.run_seven().await;
+    worker.stop();
+    let spans = receiver.spans();
+    let runs = named(&spans, "run");
+    assert_eq!(runs.len(), 1, "{spans:#?}");
+    let run = runs[0];
+    assert_eq!(text(run, "codeact.run.id"), id);
+    assert!(run.parent_span_id.is_empty(), "the run span is the root");
+    assert_eq!(
+        receiver.processes(),
+        ["worker"],
+        "only the worker exported so far"
+    );
+    let children = ["model", "script"]
+        .iter()
+        .flat_map(|name| named(&spans, name))
+        .filter(|s| s.parent_span_id == run.span_id && s.trace_id == run.trace_id)
+        .count();
+    assert_eq!(children, 4, "two model calls and two scripts under the run");
+    let tool = named(&spans, "tool");
+    assert_eq!(tool.len(), 1);
+    assert!(
+        named(&spans, "script")
+            .iter()
+            .any(|s| s.span_id == tool[0].parent_span_id)
+    );
 }
