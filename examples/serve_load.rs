@@ -19,6 +19,9 @@
 //! cargo build --release --bin codeact
 //! cargo run --release --example serve_load -- --runs 500 --failover-runs 200
 //! ```
+//!
+//! `--trickle-ms N` creates the runs one at a time, N ms apart, instead of all at
+//! once: workers are idle between runs, which is where waking them costs most.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -37,6 +40,9 @@ struct Args {
     runs: usize,
     failover_runs: usize,
     workers: Vec<usize>,
+    /// One run at a time, this far apart (`--trickle-ms`): workers idle between
+    /// runs, as with a trickle of traffic, where every queued run wakes them all.
+    trickle: Option<Duration>,
 }
 
 fn args() -> Args {
@@ -44,6 +50,7 @@ fn args() -> Args {
         runs: 500,
         failover_runs: 200,
         workers: vec![1, 2, 4],
+        trickle: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,7 +64,14 @@ fn args() -> Args {
                     .map(|n| n.parse().expect("--workers 1,2,4"))
                     .collect()
             }
-            other => panic!("unknown flag {other}; use --runs, --failover-runs, --workers"),
+            "--trickle-ms" => {
+                args.trickle = Some(Duration::from_millis(
+                    value.parse().expect("--trickle-ms N"),
+                ))
+            }
+            other => {
+                panic!("unknown flag {other}; use --runs, --failover-runs, --workers, --trickle-ms")
+            }
         }
     }
     args
@@ -182,11 +196,11 @@ async fn transactions(db: &sqlx::PgPool, name: &str) -> i64 {
 }
 
 /// Creates `runs` runs through `base`, 16 requests at a time.
-async fn create_runs(base: &str, runs: usize) {
+async fn create_runs(base: &str, runs: usize, trickle: Option<Duration>) {
     let client = reqwest::Client::new();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
-    for _ in 0..16 {
+    for _ in 0..if trickle.is_some() { 1 } else { 16 } {
         let (client, base, next) = (client.clone(), base.to_string(), next.clone());
         tasks.push(tokio::spawn(async move {
             while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < runs {
@@ -198,6 +212,9 @@ async fn create_runs(base: &str, runs: usize) {
                     .await
                     .expect("the front end answers");
                 assert_eq!(response.status(), reqwest::StatusCode::CREATED);
+                if let Some(gap) = trickle {
+                    tokio::time::sleep(gap).await;
+                }
             }
         }));
     }
@@ -310,7 +327,7 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let before = transactions(&db, &name).await;
-        create_runs(&base, args.runs).await;
+        create_runs(&base, args.runs, args.trickle).await;
         let polls = drain(&db, Duration::from_secs(600)).await;
         tokio::time::sleep(Duration::from_millis(1500)).await; // stats are flushed within 1 s
         let after = transactions(&db, &name).await;
@@ -344,7 +361,7 @@ async fn main() {
     let creating = tokio::spawn({
         let base = base.clone();
         let runs = args.failover_runs;
-        async move { create_runs(&base, runs).await }
+        async move { create_runs(&base, runs, None).await }
     });
     let started = Instant::now();
     let mut kills = 0;

@@ -62,7 +62,8 @@ async fn database(name: &str) -> Option<String> {
 /// Writes the config and its agents into `dir`, with `server` and `worker`
 /// lines added: `calc` (two steps, 42), `slow` (a script that loops), `refund`
 /// (a call that needs approval), `tally` (a tool that appends a line to
-/// `tally.log`, then one that naps 3 s, then 42).
+/// `tally.log`, then one that naps 3 s, then 42), `linger` (a tool whose shell
+/// starts `linger.py`, which appends to `linger.log` and sleeps 30 s).
 fn write_config(dir: &Path, server: &str, worker: &str) {
     let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).expect("fixture");
     let replay =
@@ -106,6 +107,10 @@ team = "refund.toml"
 [[agent]]
 name = "tally"
 team = "tally.toml"
+
+[[agent]]
+name = "linger"
+team = "linger.toml"
 "#
         ),
     );
@@ -169,6 +174,35 @@ team = "tally.toml"
             "command": ["python3", "-c", format!("import time; open({:?},'a').write('n\\n'); time.sleep(3); print(2)", naps.display().to_string())],
         }])
         .to_string(),
+    );
+    single(
+        "linger.toml",
+        "linger",
+        "linger.json",
+        "tools = \"linger-tools.json\"\n",
+    );
+    let linger = dir.join("linger.py");
+    write(
+        "linger.py",
+        &format!(
+            "import time\nopen({:?}, 'a').write('l\\n')\ntime.sleep(30)\n",
+            dir.join("linger.log").display().to_string()
+        ),
+    );
+    // A shell that waits for its own child: the child is the tool's grandchild.
+    write(
+        "linger-tools.json",
+        &json!([{
+            "name": "linger",
+            "description": "Lingers.",
+            "parameters": {"type": "object", "properties": {}},
+            "command": ["sh", "-c", format!("python3 {}; true", linger.display())],
+        }])
+        .to_string(),
+    );
+    replay(
+        "linger.json",
+        &["```rhai\nfinal_result(call_tool(\"linger\", #{}))\n```"],
     );
     replay(
         "tally.json",
@@ -491,6 +525,57 @@ async fn a_run_whose_worker_is_killed_is_finished_by_another_without_repeating_a
         "the finished call was served from the journal"
     );
     assert_eq!(setup.lines("naps.log"), 2, "the call cut short ran again");
+}
+
+/// The processes whose command line contains `marker` (a zombie's is empty).
+fn processes_with(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(marker))
+        })
+        .collect()
+}
+
+/// If this fails, a command tool's processes outlive a worker killed with
+/// SIGKILL: they go on acting for a run another worker may have taken over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_tools_processes_die_with_a_worker_killed_by_sigkill() {
+    let Some(setup) = Setup::new("linger", "", "").await else {
+        return;
+    };
+    let front = setup.front();
+    let mut worker = setup.worker();
+    front.create(ALICE, "linger").await;
+    let started = Instant::now();
+    while setup.lines("linger.log") == 0 {
+        assert!(started.elapsed() < LONG, "the tool never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let marker = setup.dir.path().join("linger.py").display().to_string();
+    let running = processes_with(&marker);
+    assert!(
+        running.len() >= 2,
+        "the tool's shell and its child run: {running:?}"
+    );
+    worker.kill9();
+    let killed = Instant::now();
+    loop {
+        let left = processes_with(&marker);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(3),
+            "still running 3 s after the worker was killed: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// If this fails, a stopping worker abandons its runs until their leases run

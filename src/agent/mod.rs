@@ -12,6 +12,7 @@ pub(crate) mod outcome;
 mod prompt_snapshots;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
+pub(crate) mod spans;
 pub(crate) mod team;
 pub(crate) mod team_config;
 

@@ -349,6 +349,20 @@ pub(crate) struct HostTools {
     /// The call whose approval was deferred: the script's later calls are
     /// refused, and the run stops after it.
     awaited: Mutex<Option<PendingApproval>>,
+    /// The span of the script making the calls now, the parent of their `tool`
+    /// spans (the script may run on another thread than the one that opened
+    /// it); `Span::none()` between scripts, so that it closes when its script
+    /// ends.
+    parent: Mutex<tracing::Span>,
+}
+
+/// Clears the tools' parent span when dropped ([`HostTools::parent_span`]).
+pub(crate) struct ParentSpan<'a>(&'a HostTools);
+
+impl Drop for ParentSpan<'_> {
+    fn drop(&mut self) {
+        *self.0.parent.lock().unwrap_or_else(|p| p.into_inner()) = tracing::Span::none();
+    }
 }
 
 /// What the policy says about a call.
@@ -392,7 +406,15 @@ impl HostTools {
             grants: Mutex::new(Vec::new()),
             script_call_count: AtomicUsize::new(0),
             awaited: Mutex::new(None),
+            parent: Mutex::new(tracing::Span::none()),
         }
+    }
+
+    /// Makes `span` (a script's) the parent of the calls' spans until the guard
+    /// is dropped.
+    pub(crate) fn parent_span(&self, span: tracing::Span) -> ParentSpan<'_> {
+        *self.parent.lock().unwrap_or_else(|p| p.into_inner()) = span;
+        ParentSpan(self)
     }
 
     /// The same tools with decisions made ahead for exact calls.
@@ -760,7 +782,24 @@ impl ToolDispatch for HostTools {
         self.inner.specs()
     }
 
+    /// Every call in a `tool` span (see [`crate::agent::spans`]), the child of
+    /// the running script's.
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        let parent = self
+            .parent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let step = self.step.load(Ordering::Relaxed);
+        let span = crate::agent::spans::tool(&parent, step, name, &args);
+        let result = span.in_scope(|| self.call_in_span(name, args));
+        crate::agent::spans::tool_ended(&span, &result);
+        result
+    }
+}
+
+impl HostTools {
+    fn call_in_span(&self, name: &str, args: Value) -> Result<Value, ToolError> {
         self.script_call_count.fetch_add(1, Ordering::Relaxed);
         if let Some(pending) = self.awaited() {
             // Nothing runs after the call the run waits on; nor is it recorded,
@@ -774,6 +813,7 @@ impl ToolDispatch for HostTools {
             return Err(refusal);
         }
         if let Some(result) = self.recorded_answer(name, &args) {
+            tracing::Span::current().record("codeact.tool.replayed", true);
             self.count(name, &args, &result);
             return result;
         }

@@ -239,7 +239,10 @@ pub fn main() -> ExitCode {
             return usage_error(first.trim_start_matches("error: "));
         }
     };
-    init_tracing();
+    // `serve` and `worker` may export spans too, which their config says.
+    if !matches!(cli.command, Command::Serve(_) | Command::Worker(_)) {
+        init_tracing(None);
+    }
     match cli.command {
         Command::Exec(args) => exec::exec(&args),
         Command::Run(args) => run::run(&args),
@@ -254,17 +257,29 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// A layer beside the log, with its own filter: `codeact serve`'s and
+/// `codeact worker`'s OpenTelemetry export.
+pub(crate) type ExtraLayer =
+    Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+
 /// Logs to stderr, filtered by `RUST_LOG` (default: warnings and errors, and on a
 /// terminal the progress of slow one-time work such as a guest's first compile,
-/// which would otherwise look hung).
-fn init_tracing() {
+/// which would otherwise look hung). `extra` sees spans whatever `RUST_LOG`
+/// says: the log's filter is the log's only.
+pub(crate) fn init_tracing(extra: Option<ExtraLayer>) {
     use std::io::IsTerminal;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(default_log_filter(std::io::stderr().is_terminal()))
     });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(extra)
+        .with(log)
         .try_init();
 }
 

@@ -2,12 +2,13 @@
 //! the runs front ends queue in PostgreSQL (see `crate::serve`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 
-use super::{EXIT_HOST_FAILURE, EXIT_OK, host_runtime};
+use super::{EXIT_HOST_FAILURE, EXIT_OK, EXIT_USAGE, ExtraLayer, host_runtime, init_tracing};
+use crate::serve::telemetry::{self, Telemetry};
 use crate::serve::{ServeOptions, WorkerOptions, default_store_path, serve, worker};
 
 #[derive(Debug, Args)]
@@ -34,7 +35,34 @@ pub(crate) struct ServeArgs {
     config: PathBuf,
 }
 
+/// Sets up logging, and the OpenTelemetry export when the config at `config`
+/// (or the environment) names an endpoint; `Err`: the exit status of a broken
+/// `[telemetry]` table, reported.
+fn start_telemetry(config: &Path, process: &str) -> Result<Option<Telemetry>, ExitCode> {
+    let telemetry =
+        telemetry::read_entry(config).and_then(|entry| Telemetry::start(&entry, process));
+    match telemetry {
+        Ok(telemetry) => {
+            init_tracing(
+                telemetry
+                    .as_ref()
+                    .map(|t| Box::new(t.layer()) as ExtraLayer),
+            );
+            Ok(telemetry)
+        }
+        Err(e) => {
+            init_tracing(None);
+            eprintln!("codeact {process}: {e}");
+            Err(ExitCode::from(EXIT_USAGE))
+        }
+    }
+}
+
 pub(crate) fn serve_command(args: &ServeArgs) -> ExitCode {
+    let telemetry = match start_telemetry(&args.config, "serve") {
+        Ok(telemetry) => telemetry,
+        Err(code) => return code,
+    };
     let host = match host_runtime() {
         Ok(host) => host,
         Err(code) => return code,
@@ -48,7 +76,13 @@ pub(crate) fn serve_command(args: &ServeArgs) -> ExitCode {
         config: args.config.clone(),
         work: args.work,
     };
-    match host.block_on(serve(options)) {
+    let served = host.block_on(serve(options));
+    // What is still batched goes out before the process exits.
+    drop(host);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    match served {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(e) => {
             eprintln!("codeact serve: {e}");
@@ -70,6 +104,10 @@ pub(crate) struct WorkerArgs {
 }
 
 pub(crate) fn worker_command(args: &WorkerArgs) -> ExitCode {
+    let telemetry = match start_telemetry(&args.config, "worker") {
+        Ok(telemetry) => telemetry,
+        Err(code) => return code,
+    };
     let host = match host_runtime() {
         Ok(host) => host,
         Err(code) => return code,
@@ -78,7 +116,12 @@ pub(crate) fn worker_command(args: &WorkerArgs) -> ExitCode {
         store: args.store.clone(),
         config: args.config.clone(),
     };
-    match host.block_on(worker(options)) {
+    let worked = host.block_on(worker(options));
+    drop(host);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    match worked {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(e) => {
             eprintln!("codeact worker: {e}");

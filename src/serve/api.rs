@@ -58,7 +58,32 @@ pub(crate) fn router(runs: Arc<Runs>) -> Router {
                 "this route takes another method",
             )
         })
+        .route_layer(axum::middleware::from_fn_with_state(runs.clone(), measured))
         .with_state(runs)
+}
+
+/// Records every routed request in `http.server.request.duration`, by its
+/// route pattern (`/runs/{id}`, not the id), method and status; the time is to
+/// the response's head (an event stream's first byte).
+async fn measured(
+    State(runs): State<Arc<Runs>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().as_str().to_string();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    runs.metrics.request(
+        &route,
+        &method,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
 }
 
 /// An error answered as `{"error": message}` with its status.

@@ -16,6 +16,10 @@
 //! poll_ms = 1000             # how often an idle worker looks without a notice; default 1,000
 //! shutdown_grace_ms = 10000  # at SIGTERM, how long runs may finish before being handed back; default 10,000
 //!
+//! [telemetry]                # OTLP/HTTP export of traces and metrics; see `telemetry`
+//! endpoint = "http://127.0.0.1:4318" # default: none (then OTEL_EXPORTER_OTLP_ENDPOINT, else no export)
+//! service_name = "codeact"   # default: codeact (then OTEL_SERVICE_NAME)
+//!
 //! [limits]                   # every script of every run; default: `Limits::default()`
 //! timeout_ms = 5000
 //! max_operations = 10000000
@@ -67,6 +71,11 @@ struct ConfigFile {
     limits: LimitsEntry,
     #[serde(default)]
     worker: WorkerEntry,
+    /// Read on its own before the rest ([`super::telemetry::read_entry`]);
+    /// here so the file is checked whole.
+    #[serde(default)]
+    #[allow(dead_code)]
+    telemetry: super::telemetry::TelemetryEntry,
     #[serde(rename = "token", default)]
     tokens: Vec<TokenEntry>,
     #[serde(rename = "agent", default)]

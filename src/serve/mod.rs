@@ -9,7 +9,8 @@
 //! The parts: the config file and its tokens ([`config`]), who calls
 //! ([`auth`]), the routes ([`api`]), the event stream ([`sse`]), the web page
 //! ([`page`]), the work on runs ([`runs`]), the store ([`store`]), the queue
-//! on PostgreSQL ([`queue`]) and the workers taking from it ([`worker`]).
+//! on PostgreSQL ([`queue`]), the workers taking from it ([`worker`]), and
+//! the export of traces and metrics over OTLP ([`telemetry`]).
 
 mod api;
 mod auth;
@@ -19,6 +20,7 @@ mod queue;
 mod runs;
 mod sse;
 mod store;
+pub(crate) mod telemetry;
 mod worker;
 
 use std::net::SocketAddr;
@@ -75,6 +77,9 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
     }
     let owner = options.work.then(worker::worker_name);
     let runs = runs::Runs::new(store, Arc::new(config), owner);
+    if telemetry::exporting() {
+        tokio::spawn(telemetry::sample_queue(runs.clone()));
+    }
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;

@@ -4,9 +4,11 @@
 //! waits for the other) and holds it with a lease it renews by heartbeat. A run
 //! whose lease ran out (its worker died, or lost the database) is claimed again
 //! by the next worker, which resumes it from its journal. Notices (`NOTIFY`)
-//! wake idle workers (`codeact_queue`), tell a worker a run of its was cancelled
-//! (`codeact_cancel`), and tell front ends a journal grew (`codeact_run`); each
-//! is only a hint, so a missed one costs a poll interval, never a run.
+//! wake idle workers (`codeact_queue`: the id of a run queued, or `claimed:ID`
+//! when a worker took one, so the others woken for it need not look), tell a
+//! worker a run of its was cancelled (`codeact_cancel`), and tell front ends a
+//! journal grew (`codeact_run`); each is only a hint, so a missed one costs a
+//! poll interval, never a run.
 
 use std::time::Duration;
 
@@ -60,7 +62,7 @@ impl Store {
                UPDATE runs SET status = 'queued', job = $1, attempts = 0, \
                  cancel_requested = FALSE, updated_at = $2 \
                WHERE id = $3 AND status = ANY($4) RETURNING id) \
-             SELECT pg_notify('codeact_queue', ''), pg_notify('codeact_run', id) FROM queued",
+             SELECT pg_notify('codeact_queue', id), pg_notify('codeact_run', id) FROM queued",
         )
         .bind(job)
         .bind(now())
@@ -94,21 +96,26 @@ impl Store {
         owner: &str,
         lease: Duration,
     ) -> Result<Option<Claimed>, StoreError> {
+        // The claim is announced on the queue channel (`claimed:ID`), so that
+        // idle workers woken for this run do not look for it too.
         let row = sqlx::query(concat!(
             "WITH next AS ( \
                SELECT id AS next_id FROM runs \
                WHERE status IN ('queued', 'running') \
                  AND (status = 'queued' OR lease_until IS NULL OR lease_until < now()) \
-               ORDER BY n LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             UPDATE runs SET \
-               takeovers = takeovers + CASE WHEN attempts > 0 THEN 1 ELSE 0 END, \
-               status = 'running', lease_owner = $1, \
-               lease_until = now() + ($2::BIGINT * INTERVAL '1 millisecond'), \
-               attempts = attempts + 1, updated_at = $3 \
-             FROM next WHERE id = next.next_id \
-             RETURNING ",
+               ORDER BY n LIMIT 1 FOR UPDATE SKIP LOCKED), \
+             claimed AS ( \
+               UPDATE runs SET \
+                 takeovers = takeovers + CASE WHEN attempts > 0 THEN 1 ELSE 0 END, \
+                 status = 'running', lease_owner = $1, \
+                 lease_until = now() + ($2::BIGINT * INTERVAL '1 millisecond'), \
+                 attempts = attempts + 1, updated_at = $3 \
+               FROM next WHERE id = next.next_id \
+               RETURNING ",
             run_columns!(),
-            ", takeovers, job, attempts"
+            ", takeovers, job, attempts) \
+             SELECT claimed.* FROM claimed \
+             LEFT JOIN LATERAL (SELECT pg_notify('codeact_queue', 'claimed:' || claimed.id)) AS told ON TRUE"
         ))
         .bind(owner)
         .bind(millis(lease))
@@ -159,7 +166,7 @@ impl Store {
                UPDATE runs SET status = 'queued', lease_owner = NULL, lease_until = NULL, \
                  updated_at = $3 \
                WHERE lease_owner = $1 AND id = ANY($2) AND status = 'running' RETURNING id) \
-             SELECT pg_notify('codeact_queue', '') FROM back",
+             SELECT pg_notify('codeact_queue', id) FROM back",
         )
         .bind(owner)
         .bind(ids)

@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use super::config::{OfferedAgent, ServeConfig};
 use super::store::{Ended, RunRecord, Status, Store};
@@ -52,6 +54,15 @@ pub(crate) enum Job {
 }
 
 impl Job {
+    /// Its kind, as the `run` span and the metrics name it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Job::Start => "start",
+            Job::Decide { .. } => "decide",
+            Job::Message { .. } => "message",
+        }
+    }
+
     pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "{\"kind\":\"start\"}".into())
     }
@@ -70,6 +81,8 @@ pub(crate) struct Runs {
     /// The id of a run whose journal or status just changed (SSE viewers wait on
     /// it; a viewer that lags reads the store again, which is the truth anyway).
     changed: broadcast::Sender<String>,
+    /// Requests, runs and the queue, for OpenTelemetry (no-ops without export).
+    pub metrics: super::telemetry::Metrics,
 }
 
 impl std::fmt::Debug for Runs {
@@ -87,6 +100,7 @@ impl Runs {
             owner,
             live: Mutex::new(HashMap::new()),
             changed,
+            metrics: super::telemetry::Metrics::new(),
         })
     }
 
@@ -175,6 +189,8 @@ impl Runs {
 
     /// Does `job`, journalling as it goes, then stores how it ended: after the
     /// last event is written, so a viewer that sees the end has seen every event.
+    /// The work is one `run` span (the root of its trace) and counts in the
+    /// run metrics (see [`telemetry`](super::telemetry)).
     async fn work(
         self: &Arc<Self>,
         run: RunRecord,
@@ -182,15 +198,64 @@ impl Runs {
         retake: bool,
         cancel: CancellationToken,
     ) {
+        // The root of this piece of work's trace (see `telemetry`): the
+        // loop's spans open beneath it, on the run's own thread.
+        let span = tracing::info_span!(
+            "run",
+            codeact.run.id = %run.id,
+            codeact.agent = %run.agent,
+            codeact.tenant = %run.tenant,
+            codeact.run.job = job.kind(),
+            codeact.run.resumed = Empty,
+            codeact.runtime = Empty,
+            codeact.status = Empty,
+            codeact.outcome = Empty,
+            codeact.steps = Empty,
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            otel.status_code = Empty,
+            error.message = Empty,
+        );
+        let started = std::time::Instant::now();
+        self.metrics.run_started(&run.agent, job.kind());
+        let id = run.id.clone();
+        let agent = run.agent.clone();
+        let ended = self
+            .journal_and_drive(run, job, retake, cancel, span.clone())
+            .await;
+        record_end(&span, &ended);
+        let outcome = outcome_kind(&ended);
+        self.metrics
+            .run_finished(&agent, ended.status.as_str(), outcome, started.elapsed());
+        self.store_end(&id, ended).await;
+    }
+
+    /// [`Runs::work`] within the run's `span`: how the work ended, once the
+    /// last event is journalled.
+    async fn journal_and_drive(
+        self: &Arc<Self>,
+        run: RunRecord,
+        job: Job,
+        retake: bool,
+        cancel: CancellationToken,
+        span: tracing::Span,
+    ) -> Ended {
         // What resumes a run is its journal, read here, on the server's runtime,
         // where the store lives (a new run's is empty).
         let (journal, last) = match self.store.journal(&run.id).await {
             Ok(read) => read,
             Err(e) => {
                 tracing::error!("run {}: {e}", run.id);
-                return self.store_end(&run.id, failed(e.to_string())).await;
+                return failed(e.to_string());
             }
         };
+        span.record("codeact.run.resumed", !journal.is_empty());
+        if let Some(runtime) = journal.iter().find_map(|e| match e {
+            Event::RunStarted { runtime, .. } => Some(runtime.clone()),
+            _ => None,
+        }) {
+            span.record("codeact.runtime", runtime.as_str());
+        }
         let (sender, receiver) = mpsc::unbounded_channel::<(String, Event)>();
         let writer = tokio::spawn(write_journal(
             self.clone(),
@@ -205,7 +270,15 @@ impl Runs {
         // to it after the run's end.
         let sender = Arc::new(Mutex::new(Some(sender)));
         let slot = sender.clone();
+        // The runtime, for the run's span: the listener keeps no handle on the
+        // span, which would hold it open as long as a script a cancel cut short
+        // keeps the listener.
+        let runtime = Arc::new(std::sync::OnceLock::new());
+        let started = runtime.clone();
         let listener: Listener = Arc::new(move |agent: &str, event: &Event| {
+            if let Event::RunStarted { runtime, .. } = event {
+                let _ = started.set(runtime.clone());
+            }
             if let Some(sender) = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
                 let _ = sender.send((agent.to_string(), event.clone()));
             }
@@ -222,6 +295,7 @@ impl Runs {
                     journal,
                     cancel,
                     listener,
+                    span: span.clone(),
                 };
                 work.on_its_own_thread().await
             }
@@ -232,7 +306,10 @@ impl Runs {
         };
         sender.lock().unwrap_or_else(|p| p.into_inner()).take();
         let _ = writer.await;
-        self.store_end(&run.id, ended).await;
+        if let Some(runtime) = runtime.get() {
+            span.record("codeact.runtime", runtime.as_str());
+        }
+        ended
     }
 
     async fn store_end(&self, id: &str, ended: Ended) {
@@ -261,6 +338,8 @@ struct Work {
     journal: Vec<Event>,
     cancel: CancellationToken,
     listener: Listener,
+    /// The run's span, entered whenever the work is polled.
+    span: tracing::Span,
 }
 
 impl Work {
@@ -279,7 +358,8 @@ impl Work {
                         return;
                     }
                 };
-                let ended = runtime.block_on(self.drive());
+                let span = self.span.clone();
+                let ended = runtime.block_on(self.drive().instrument(span));
                 let _ = done.send(ended);
                 // A script a cancel interrupted may still be stopping on the
                 // blocking pool: the runtime is not waited for.
@@ -304,6 +384,7 @@ impl Work {
             journal,
             cancel,
             listener,
+            span: _,
         } = self;
         let spec = match request_spec(run.output.as_ref()) {
             Ok(spec) => spec,
@@ -518,6 +599,43 @@ async fn drive_team(
             }
         }
         Err(e) => failed(e.to_string()),
+    }
+}
+
+/// The kind of outcome a piece of work ended with (`final_result`,
+/// `awaiting_approval`, `step_limit`…), `none` without one (a failure).
+fn outcome_kind(ended: &Ended) -> &str {
+    ended
+        .outcome
+        .as_ref()
+        .and_then(|o| o.get("outcome"))
+        .and_then(Value::as_str)
+        .unwrap_or("none")
+}
+
+/// Records how a piece of work ended in its `run` span.
+fn record_end(span: &tracing::Span, ended: &Ended) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("codeact.status", ended.status.as_str());
+    span.record("codeact.outcome", outcome_kind(ended));
+    span.record("codeact.steps", crate::agent::spans::int(ended.steps));
+    let tokens = |field: &str| {
+        ended
+            .usage
+            .as_ref()
+            .and_then(|usage| usage.get(field))
+            .and_then(Value::as_u64)
+    };
+    if let Some(n) = tokens("input_tokens") {
+        span.record("gen_ai.usage.input_tokens", crate::agent::spans::int(n));
+    }
+    if let Some(n) = tokens("output_tokens") {
+        span.record("gen_ai.usage.output_tokens", crate::agent::spans::int(n));
+    }
+    if let Some(error) = &ended.error {
+        crate::agent::spans::record_error(span, error);
     }
 }
 

@@ -330,7 +330,7 @@ impl Store {
                        WHERE (SELECT COUNT(*) FROM runs WHERE status IN ('queued', 'running')) < $8 \
                          AND (SELECT COUNT(*) FROM runs WHERE status IN ('queued', 'running') AND tenant = $2) < $9 \
                        RETURNING id) \
-                     SELECT pg_notify('codeact_queue', '') FROM inserted",
+                     SELECT pg_notify('codeact_queue', id) FROM inserted",
                 )
                 .bind(id)
                 .bind(tenant)
@@ -396,6 +396,22 @@ impl Store {
                 .await?
             }
         })
+    }
+
+    /// How many runs are queued, and how many running, all tenants together
+    /// (the `codeact.queue.depth` metric).
+    pub(crate) async fn counts_by_status(&self) -> Result<(u64, u64), StoreError> {
+        const COUNTS: &str = "SELECT status, COUNT(*) FROM runs WHERE status IN ('queued', 'running') GROUP BY status";
+        let rows: Vec<(String, i64)> = match self {
+            Store::Sqlite(pool) => sqlx::query_as(COUNTS).fetch_all(pool).await?,
+            Store::Postgres(pool) => sqlx::query_as(COUNTS).fetch_all(pool).await?,
+        };
+        let count = |status: Status| {
+            rows.iter()
+                .find(|(s, _)| s == status.as_str())
+                .map_or(0, |(_, n)| u64::try_from(*n).unwrap_or(0))
+        };
+        Ok((count(Status::Queued), count(Status::Running)))
     }
 
     /// The run `id`, if stored.

@@ -71,18 +71,21 @@ async fn run_command(command: &CommandSpec, args: &Value) -> Result<Value, ToolE
     // Its own PID namespace where the system allows one (see `pid_namespace`), so
     // nothing it starts outlives it; a program that cannot be found is started
     // directly, so the error is the system's own.
-    let launcher = match pid_namespace::on_path(program) {
-        Some(_) => pid_namespace::launcher().await.unwrap_or_default(),
-        None => &[],
+    // It dies with this process too, even killed with SIGKILL (a lost worker):
+    // `setpriv` sets the parent-death signal, then runs the rest.
+    let (tether, launcher) = match pid_namespace::on_path(program) {
+        Some(_) => (
+            pid_namespace::parent_death().await.unwrap_or_default(),
+            pid_namespace::launcher().await.unwrap_or_default(),
+        ),
+        None => (&[][..], &[][..]),
     };
-    let (first, rest) = match launcher.split_first() {
-        Some((unshare, flags)) => (unshare, [flags, &command.argv[..]].concat()),
-        None => (program, command.argv[1..].to_vec()),
-    };
+    let argv = [tether, launcher, &command.argv[..]].concat();
+    let (first, rest) = argv.split_first().unwrap_or((program, &[]));
     // Its own process group too, so that everything it starts (a shell's commands,
     // a backgrounded child) can be killed with it at a timeout.
     let mut child = Command::new(first)
-        .args(&rest)
+        .args(rest)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

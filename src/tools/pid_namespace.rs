@@ -1,5 +1,6 @@
 //! Runs a command tool in a PID namespace of its own, so that every process it
-//! starts dies when it ends.
+//! starts dies when it ends, and tied to the host's life ([`parent_death`]), so
+//! that it dies with the host too.
 //!
 //! A process group (what `command.rs` kills) holds only the processes that stay in
 //! it: `setsid`, `setpgid` or a daemon's double fork leave it. In a new PID
@@ -31,6 +32,52 @@ pub const SWITCH: &str = "CODEACT_TOOL_PID_NAMESPACE";
 pub(crate) async fn launcher() -> Option<&'static [String]> {
     static LAUNCHER: OnceCell<Option<Vec<String>>> = OnceCell::const_new();
     LAUNCHER.get_or_init(probe).await.as_deref()
+}
+
+/// The arguments before a command's own (and before [`launcher`]'s) that make
+/// it die when the process that started it dies, SIGKILL included: util-linux's
+/// `setpriv --pdeathsig KILL`, which sets `PR_SET_PDEATHSIG` and then execs
+/// the rest (the setting survives the exec; this crate forbids `unsafe`, which
+/// a `pre_exec` hook would need). `None` where `setpriv` is missing or refuses
+/// (not Linux, an old util-linux). Probed on first use.
+///
+/// With the PID namespace, that first process is `unshare`, whose death takes
+/// the namespace's first process with it (`--kill-child`), and so every process
+/// in the namespace: nothing a command started outlives a killed `codeact`.
+/// Without the namespace, only the command itself dies; processes it started
+/// are left (the death signal is not inherited across `fork`).
+///
+/// The kernel sends the signal when the *thread* that started the command ends,
+/// not only the process. A command tool is started by the thread that makes the
+/// script's tool call and waits in it until the command is done (or by a
+/// runtime's worker thread, which lives as long as the runtime), so that thread
+/// outlives the command unless the whole process dies.
+pub(crate) async fn parent_death() -> Option<&'static [String]> {
+    static TETHER: OnceCell<Option<Vec<String>>> = OnceCell::const_new();
+    TETHER.get_or_init(probe_parent_death).await.as_deref()
+}
+
+async fn probe_parent_death() -> Option<Vec<String>> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let setpriv = on_path("setpriv")?.to_string_lossy().into_owned();
+    let tether: Vec<String> = [setpriv.as_str(), "--pdeathsig", "KILL", "--"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let works = Command::new(&tether[0])
+        .args(&tether[1..])
+        .arg(&setpriv)
+        .arg("--help")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .is_ok_and(|status| status.success());
+    works.then_some(tether)
 }
 
 /// Finds `unshare` and checks that it can create the namespaces here by running

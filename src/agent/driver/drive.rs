@@ -18,6 +18,7 @@ use crate::agent::decide::{Conversation, Decision, Next};
 use crate::agent::events::Event;
 use crate::agent::outcome::Outcome;
 use crate::agent::resume::{CallBudgets, HostTools, ResumePoint};
+use crate::agent::spans;
 use crate::chat::{ModelRequest, StreamEvent};
 use crate::exec::session::ScriptSession;
 use crate::output::final_output::{Artifact, FinalOutput, Validation, artifact_path};
@@ -203,11 +204,16 @@ impl Agent {
             decision = match decision.next {
                 Next::Finish(outcome) => return Ok((outcome, final_output)),
                 Next::CallModel => {
+                    let span = spans::model(&self.name, step, &self.model.label());
                     let call = self
-                        .call_model(conversation, system_prompt, step)
-                        .instrument(tracing::info_span!("model", step));
+                        .call_model(conversation, system_prompt, step, &span)
+                        .instrument(span.clone());
                     match until(deadline, cancel, call).await {
-                        Ok(decision) => decision?,
+                        Ok(Ok(decision)) => decision,
+                        Ok(Err(error)) => {
+                            spans::record_error(&span, &error.to_string());
+                            return Err(error);
+                        }
                         Err(stopped) => conversation.stop(stopped),
                     }
                 }
@@ -226,21 +232,36 @@ impl Agent {
                     });
                     tools.set_step(step);
                     tools.set_script(&code);
+                    let span = spans::script(&self.name, step, self.runtime.info().name, &code);
+                    // The script's tool calls are children of its span, on
+                    // whichever thread it runs; cleared when the script ends.
+                    let _parent = tools.parent_span(span.clone());
                     // A cancel or the run's deadline stops the script itself, as
                     // its time limit would; `until` stops waiting for it.
                     let interrupt = codeact_runtime::Interrupt::new();
                     let _stopper = Stopper::spawn(interrupt.clone(), deadline, cancel);
                     let run = session
                         .run_interruptible(code, interrupt)
-                        .instrument(tracing::info_span!("script", step));
+                        .instrument(span.clone());
                     let run = match until(deadline, cancel, run).await {
                         Ok(run) => run,
                         Err(stopped) => {
+                            spans::record_error(
+                                &span,
+                                "stopped: the run was cancelled or ran out of time",
+                            );
                             decision = conversation.stop(stopped);
                             continue;
                         }
                     };
-                    let run = run?;
+                    let run = match run {
+                        Ok(run) => run,
+                        Err(error) => {
+                            spans::record_error(&span, &error.to_string());
+                            return Err(error.into());
+                        }
+                    };
+                    spans::script_ended(&span, &run.output, run.logs.kept());
                     // Interrupted by the cancel or the deadline, the script ended
                     // with a time-limit error of the host's making: not fed back.
                     if let Some(stopped) = cancelled(cancel).or_else(|| past(deadline)) {
@@ -291,6 +312,7 @@ impl Agent {
         conversation: &mut Conversation,
         system_prompt: &str,
         step: usize,
+        span: &tracing::Span,
     ) -> Result<Decision, AgentError> {
         let mut request = ModelRequest::new(system_prompt, conversation.messages().to_vec());
         request.max_tokens = self.max_tokens;
@@ -310,6 +332,7 @@ impl Agent {
         } else {
             self.model.complete(&request).await?
         };
+        spans::model_replied(span, &response);
         Ok(conversation.on_reply(&response))
     }
 

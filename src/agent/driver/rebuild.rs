@@ -23,10 +23,9 @@ impl Agent {
         for script in &point.finished_scripts {
             tools.set_step(script.step);
             tools.serve_recorded(script.calls.clone(), true);
-            let run = session
-                .run(script.code.as_str())
-                .instrument(tracing::info_span!("replay", step = script.step))
-                .await?;
+            let span = crate::agent::spans::replay(&self.name, script.step);
+            let _parent = tools.parent_span(span.clone());
+            let run = session.run(script.code.as_str()).instrument(span).await?;
             tracing::debug!(step = script.step, output = %run.output, "replayed a script");
         }
         if point.pending_approval.is_some() {
