@@ -243,6 +243,32 @@ mod tests {
         }
     }
 
+    /// Fails if a snapshot written by a later codeact, in a format this one does
+    /// not know, is read as if it were this format.
+    #[test]
+    fn a_snapshot_of_a_future_format_is_refused_naming_its_format() {
+        let snapshot = Snapshot::seal("rhai", "v1", b"state");
+        let mut bytes = snapshot.as_bytes().to_vec();
+        bytes.truncate(bytes.len() - DIGEST_BYTES);
+        let at = MAGIC.len();
+        bytes[at..at + 4].copy_from_slice(&(FORMAT + 1).to_le_bytes());
+        let digest = checksum(&bytes);
+        bytes.extend_from_slice(&digest);
+        let refused = Snapshot::from_bytes(bytes)
+            .open("rhai", "v1")
+            .expect_err("a future format");
+        assert!(
+            matches!(refused, SnapshotError::Foreign { .. }),
+            "{refused}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .contains(&format!("snapshot format {}", FORMAT + 1)),
+            "{refused}"
+        );
+    }
+
     #[test]
     fn every_cut_and_every_flipped_byte_is_refused() {
         let snapshot = Snapshot::seal("rhai", "v1", b"some state to keep");
