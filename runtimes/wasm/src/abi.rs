@@ -777,7 +777,7 @@ impl<'a> SparseMemory<'a> {
     /// The sparse form of a memory of `len` bytes from `bytes` (its map, then its
     /// pages); why not, when they do not fit together.
     fn read(len: usize, bytes: &'a [u8]) -> Result<SparseMemory<'a>, String> {
-        if len % WASM_PAGE != 0 {
+        if !len.is_multiple_of(WASM_PAGE) {
             return Err(format!("its memory of {len} bytes is not whole wasm pages"));
         }
         let count = len / PAGE;
@@ -786,7 +786,7 @@ impl<'a> SparseMemory<'a> {
             return Err("its guest state ends inside its page map".into());
         }
         let (map, stored) = bytes.split_at(map_len);
-        if count % 8 != 0 && map.last().is_some_and(|last| last >> (count % 8) != 0) {
+        if !count.is_multiple_of(8) && map.last().is_some_and(|last| last >> (count % 8) != 0) {
             return Err("its page map marks pages past the end of its memory".into());
         }
         let kept: usize = map.iter().map(|byte| byte.count_ones() as usize).sum();
