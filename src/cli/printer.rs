@@ -123,9 +123,9 @@ impl Printer {
                             )
                         })
                         .unwrap_or_default();
-                    write!(
+                    writeln!(
                         err,
-                        "{why}── resumed after step {steps}: {replayed_scripts} script(s) re-run with {replayed_tool_calls} recorded tool result(s)\n"
+                        "{why}── resumed after step {steps}: {replayed_scripts} script(s) re-run with {replayed_tool_calls} recorded tool result(s)"
                     )
                 }
             },
