@@ -65,7 +65,8 @@
 //! - **The loop:** [`Agent`], [`AgentBuilder`], [`LoopConfig`], [`BareValues`],
 //!   [`Chat`] (many turns),
 //!   [`RunRequest`], [`RunItem`] and [`CancellationToken`], [`RunResult`], [`TypedRun`],
-//!   [`Outcome`], [`Event`], [`ToolCallOutcome`], [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`];
+//!   [`Outcome`], [`Event`], [`ToolCallOutcome`], [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`],
+//!   [`ResumedSession`], [`SnapshotDir`];
 //!   teams: [`Team`], [`TeamBuilder`], [`TeamRequest`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
 //!   [`load_team`], [`LoadedTeam`], [`TeamConfigError`].
 //! - **Scripts without the loop:** [`ScriptSession`], [`ScriptRun`],
@@ -130,8 +131,8 @@ mod untrusted;
 pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team};
 pub use agent::{
     Agent, AgentBuilder, AgentError, BareValues, Chat, Event, Handover, LoopConfig, Outcome,
-    ResumeError, ResumePoint, RunItem, RunRequest, RunResult, Team, TeamBuilder, TeamOutcome,
-    TeamRequest, TeamRun, ToolCallOutcome, Transcript, TypedRun,
+    ResumeError, ResumePoint, ResumedSession, RunItem, RunRequest, RunResult, SnapshotDir, Team,
+    TeamBuilder, TeamOutcome, TeamRequest, TeamRun, ToolCallOutcome, Transcript, TypedRun,
 };
 pub use agent::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
 pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};

@@ -292,6 +292,8 @@ impl Progress {
             | Event::ScriptStarted { .. }
             | Event::ToolCall { .. }
             | Event::Resumed { .. }
+            | Event::SnapshotKept { .. }
+            | Event::SnapshotFailed { .. }
             | Event::PolicyVerdict { .. }
             | Event::ApprovalDecided { .. }
             | Event::ApprovalAwaited { .. }

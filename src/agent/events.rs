@@ -167,6 +167,30 @@ pub enum Event {
         replayed_scripts: usize,
         /// Tool results served from the transcript instead of calling the tools.
         replayed_tool_calls: usize,
+        /// How the session was rebuilt: by re-running the finished scripts, or
+        /// from a snapshot. Transcripts written before snapshots read as
+        /// replayed.
+        #[serde(default)]
+        session: ResumedSession,
+    },
+    /// The session's snapshot after `step` was kept in the snapshot directory
+    /// (`codeact run --snapshot-dir`), replacing the run's earlier one: a resume
+    /// after this step can restore it instead of re-running the scripts.
+    SnapshotKept {
+        /// The step whose script the snapshot follows.
+        step: usize,
+        /// Its file's name in the snapshot directory (`RUN.step-N.snapshot`).
+        file: String,
+    },
+    /// The session's snapshot after `step` could not be kept: the runtime cannot
+    /// snapshot its sessions (then no later step tries), a variable holds a value
+    /// a snapshot cannot keep, or the file could not be written. The run goes on;
+    /// a resume replays the scripts.
+    SnapshotFailed {
+        /// The step.
+        step: usize,
+        /// Why, in the runtime's or the file system's words.
+        reason: String,
     },
     /// A script returned an observation.
     Observation {
@@ -230,6 +254,35 @@ pub enum Event {
         /// Why.
         error: String,
     },
+}
+
+/// How a resumed run rebuilt its session ([`Event::Resumed`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ResumedSession {
+    /// The finished scripts ran again with their recorded tool results.
+    Replay {
+        /// Why a snapshot was not restored instead, when a snapshot directory
+        /// was given and there were scripts to rebuild from (none, or not of the
+        /// last finished step, or refused by the runtime); `None` otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback: Option<String>,
+    },
+    /// The session was restored from the snapshot kept after `step`, the
+    /// transcript's last finished step: no script ran again.
+    Snapshot {
+        /// The step the snapshot follows.
+        step: usize,
+        /// Its file's name in the snapshot directory.
+        file: String,
+    },
+}
+
+impl Default for ResumedSession {
+    fn default() -> Self {
+        Self::Replay { fallback: None }
+    }
 }
 
 /// What a tool call gave the script: `{"ok": value}` or `{"error": message}` on

@@ -12,6 +12,7 @@ pub(crate) mod outcome;
 mod prompt_snapshots;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
+pub(crate) mod snapshots;
 pub(crate) mod spans;
 pub(crate) mod team;
 pub(crate) mod team_config;
@@ -20,9 +21,12 @@ pub use approval::PendingApproval;
 pub use approval::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
 pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
 pub use driver::{Agent, AgentBuilder, AgentError, Chat, RunItem, RunRequest, RunResult, TypedRun};
-pub use events::{Event, Listener, ToolCallOutcome, Transcript, parse_transcript, read_transcript};
+pub use events::{
+    Event, Listener, ResumedSession, ToolCallOutcome, Transcript, parse_transcript, read_transcript,
+};
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;
 pub use outcome::Outcome;
 pub use resume::{ResumeError, ResumePoint};
+pub use snapshots::SnapshotDir;
 pub use team::{Handover, Team, TeamBuilder, TeamOutcome, TeamRequest, TeamRun};

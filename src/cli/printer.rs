@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::Mutex;
 
-use crate::agent::events::{Event, ToolCallOutcome};
+use crate::agent::events::{Event, ResumedSession, ToolCallOutcome};
 use crate::agent::outcome::Outcome;
 use crate::chat::Role;
 use crate::output::final_output::Validation;
@@ -106,10 +106,37 @@ impl Printer {
                 steps,
                 replayed_scripts,
                 replayed_tool_calls,
-            } => writeln!(
-                err,
-                "── resumed after step {steps}: {replayed_scripts} script(s) re-run with {replayed_tool_calls} recorded tool result(s)"
-            ),
+                session,
+            } => match session {
+                ResumedSession::Snapshot { step, file } => writeln!(
+                    err,
+                    "── resumed after step {steps}: the session restored from the snapshot of step {step} ({file}), no script re-run"
+                ),
+                ResumedSession::Replay { fallback } => {
+                    // One line saying why the snapshot was not used, first.
+                    let why = fallback
+                        .as_deref()
+                        .map(|why| {
+                            format!(
+                                "── no snapshot restored, so the scripts run again: {}\n",
+                                shorten(why)
+                            )
+                        })
+                        .unwrap_or_default();
+                    writeln!(
+                        err,
+                        "{why}── resumed after step {steps}: {replayed_scripts} script(s) re-run with {replayed_tool_calls} recorded tool result(s)"
+                    )
+                }
+            },
+            Event::SnapshotKept { .. } => Ok(()),
+            Event::SnapshotFailed { step, reason } => {
+                writeln!(
+                    err,
+                    "  no snapshot kept after step {step}: {}",
+                    shorten(reason)
+                )
+            }
             Event::Observation { value, logs, .. } => print_logs(&mut err, logs)
                 .and_then(|()| writeln!(err, "observation: {}", shorten(&value.to_string()))),
             Event::Error { message, logs, .. } => print_logs(&mut err, logs)

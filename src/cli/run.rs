@@ -25,6 +25,7 @@ use crate::agent::events::{Event, Transcript};
 use crate::agent::outcome::Outcome;
 use crate::agent::read_transcript;
 use crate::agent::resume::ResumePoint;
+use crate::agent::snapshots::SnapshotDir;
 use crate::agent::team::TeamOutcome;
 use crate::agent::team_config::{TeamConfigError, load_team};
 use crate::exec::registry::runtime_by_name;
@@ -107,6 +108,18 @@ pub(crate) struct RunArgs {
     /// transcript's; tools and limits must be given again. Not for --agents.
     #[arg(long, value_name = "TRANSCRIPT", conflicts_with_all = ["agents", "task"])]
     resume: Option<PathBuf>,
+    /// Keep the session's snapshot in DIR after each step whose script
+    /// finished (made if missing), as RUN.step-N.snapshot, only the latest per
+    /// run: written beside its name and renamed into place, recorded in the
+    /// transcript. With --resume, the session is restored from the snapshot of
+    /// the transcript's last finished step instead of re-running the scripts;
+    /// when there is none, or the runtime refuses it (another runtime, guest or
+    /// codeact version, a damaged file), the scripts run again and one line says
+    /// why. For runtimes that can snapshot (rhai, wasm:rhai, wasm:boa); a step
+    /// costs a copy of the session's state and a file. Not for --agents or
+    /// --chat. [default: no snapshots]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["agents", "chat"])]
+    snapshot_dir: Option<PathBuf>,
     /// An agent the script may hand over to; the run ends on the transfer. Repeatable.
     #[arg(long = "transfer-target", value_name = "NAME")]
     transfer_targets: Vec<String>,
@@ -444,10 +457,21 @@ fn run_agent(
         Ok(grant) => grant,
         Err(e) => return usage_error(&e),
     };
-    let started = match &resume {
+    let mut started = match &resume {
         Some(point) => agent.resume_request(point),
         None => agent.request(args.task.as_deref().unwrap_or_default()),
     };
+    if let Some(dir) = &args.snapshot_dir {
+        match SnapshotDir::new(dir) {
+            Ok(dir) => started = started.snapshot_dir(dir),
+            Err(e) => {
+                return usage_error(&format!(
+                    "cannot use the snapshot directory '{}': {e}",
+                    dir.display()
+                ));
+            }
+        }
+    }
     let run_request = match grant {
         Some((pending, decision)) => started.grant(pending.tool, pending.args, decision),
         None => started,

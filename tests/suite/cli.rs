@@ -897,6 +897,30 @@ fn a_missing_guest_is_a_usage_error_naming_the_fetch_script() {
     );
 }
 
+/// Fails if `codeact guests list` leaves out `wasm:python-sci`, or counts the
+/// optional guest's absence as a failure.
+#[test]
+fn guests_list_names_python_sci_with_how_to_fetch_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args(["guests", "list"])
+        .env("CODEACT_GUEST_DIR", "/nonexistent/codeact-guests")
+        .stdin(Stdio::null())
+        .output()
+        .expect("codeact runs");
+    let listed = stdout(&out);
+    let line = listed
+        .lines()
+        .find(|line| line.starts_with("wasm:python-sci "))
+        .unwrap_or_else(|| panic!("not listed:\n{listed}"));
+    assert!(line.contains("not fetched"), "{line}");
+    assert!(
+        line.contains("scripts/fetch-guests.sh --python-sci"),
+        "{line}"
+    );
+    // The default guests are missing too, which is what fails the listing.
+    assert_eq!(out.status.code(), Some(1), "{listed}");
+}
+
 /// The control characters of `text` other than newline and tab.
 fn raw_controls(text: &str) -> Vec<char> {
     text.chars()

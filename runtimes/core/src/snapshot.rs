@@ -13,12 +13,17 @@
 //! trusted as the session itself, so keep snapshots where only the host writes.
 //!
 //! The layout (integers little-endian): `CODEACT-SNAPSHOT\n`, a `u32` format
-//! version, then the runtime's name, the identity and the crate version each as a
+//! version (`FORMAT`), then the runtime's name, the identity and the crate version each as a
 //! `u32` length and UTF-8, the payload as a `u64` length and bytes, and the CRC-32
 //! of everything before it.
 
 const MAGIC: &[u8] = b"CODEACT-SNAPSHOT\n";
-const FORMAT: u32 = 1;
+/// The format this build writes and reads; a snapshot of any other is refused
+/// (as [`SnapshotError::Foreign`], naming both), never read as this one. Bumped
+/// whenever a backend's payload changes its layout, since the crate version
+/// alone does not change between builds. 1: the first; 2: an ABI guest's linear
+/// memory kept sparse (a page map and the pages that are not all zeros).
+const FORMAT: u32 = 2;
 const DIGEST_BYTES: usize = 4;
 
 fn checksum(bytes: &[u8]) -> [u8; DIGEST_BYTES] {
@@ -241,6 +246,32 @@ mod tests {
             assert!(matches!(refused, SnapshotError::Foreign { .. }), "{text}");
             assert!(text.contains("wasm:rhai (abc123"), "{text}");
         }
+    }
+
+    /// Fails if a snapshot written by a later codeact, in a format this one does
+    /// not know, is read as if it were this format.
+    #[test]
+    fn a_snapshot_of_a_future_format_is_refused_naming_its_format() {
+        let snapshot = Snapshot::seal("rhai", "v1", b"state");
+        let mut bytes = snapshot.as_bytes().to_vec();
+        bytes.truncate(bytes.len() - DIGEST_BYTES);
+        let at = MAGIC.len();
+        bytes[at..at + 4].copy_from_slice(&(FORMAT + 1).to_le_bytes());
+        let digest = checksum(&bytes);
+        bytes.extend_from_slice(&digest);
+        let refused = Snapshot::from_bytes(bytes)
+            .open("rhai", "v1")
+            .expect_err("a future format");
+        assert!(
+            matches!(refused, SnapshotError::Foreign { .. }),
+            "{refused}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .contains(&format!("snapshot format {}", FORMAT + 1)),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -445,10 +445,12 @@ impl AbiSession {
         json!({"limits": &*self.blueprint.limits, "tools": self.tools.specs()}).to_string()
     }
 
-    /// The session's linear memory, whole, with the configuration it was started
-    /// with and the memory it held when it started (its cap's baseline). Between
-    /// runs the guest holds nothing on the stack wasmtime keeps, and its only
-    /// mutable global, the stack pointer, is back where the instance started it.
+    /// The session's linear memory, with the configuration it was started with
+    /// and the memory it held when it started (its cap's baseline). Between runs
+    /// the guest holds nothing on the stack wasmtime keeps, and its only mutable
+    /// global, the stack pointer, is back where the instance started it. The
+    /// memory is kept sparse ([`SparseMemory`]): pages that hold only zeros cost a
+    /// bit, not 4 KiB, to copy, checksum, store and restore.
     pub(crate) fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
         if self.live.is_none() {
             let fresh = self
@@ -459,23 +461,29 @@ impl AbiSession {
         let Some(live) = &self.live else {
             return Err(SnapshotError::Session("the session has no instance".into()));
         };
+        let memory = live.memory.data(&live.store);
         let header = json!({
             "config": self.config(),
             "baseline": live.store.data().memory.baseline,
+            "memory_bytes": memory.len(),
         })
         .to_string();
-        let memory = live.memory.data(&live.store);
+        let sparse = SparseMemory::of(memory);
         let header_len = (header.len() as u64).to_le_bytes();
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(sparse.pages.len() + 3);
+        parts.extend([&header_len[..], header.as_bytes(), &sparse.map]);
+        parts.extend(sparse.pages);
         Ok(Snapshot::seal_parts(
             self.blueprint.runtime_name,
             &self.blueprint.guest_sha256,
-            &[&header_len, header.as_bytes(), memory],
+            &parts,
         ))
     }
 
-    /// A session started as usual, then given the snapshot's memory: refused
-    /// unless the snapshot is of this guest, with the same tools and limits (the
-    /// guest keeps them in its memory), and its memory fits this runtime's cap.
+    /// A fresh instance of the guest, not started, given the snapshot's memory:
+    /// refused unless the snapshot is of this guest, with the same tools and
+    /// limits (the guest keeps them in its memory), and its memory fits this
+    /// runtime's cap. The guest's start is skipped: the memory holds its result.
     pub(crate) fn restore(
         blueprint: Arc<AbiBlueprint>,
         tools: Arc<dyn ToolDispatch>,
@@ -494,40 +502,77 @@ impl AbiSession {
         let (header, memory) = rest.split_at(len);
         let header: serde_json::Value = serde_json::from_slice(header)
             .map_err(|e| SnapshotError::Corrupt(format!("its guest state's header: {e}")))?;
-        let mut session = AbiSession::start(blueprint, tools)
-            .map_err(|e| SnapshotError::Session(e.to_string()))?;
+        let mut session = AbiSession {
+            blueprint,
+            tools,
+            live: None,
+        };
         if header["config"].as_str() != Some(session.config().as_str()) {
             return Err(SnapshotError::Session(
                 "the snapshot was made with other tools or limits than this session has; the guest keeps them in its memory, so restore it with the same ones".into(),
             ));
         }
-        let baseline = header["baseline"]
-            .as_u64()
-            .and_then(|b| usize::try_from(b).ok());
-        let Some(live) = session.live.as_mut() else {
-            return Err(SnapshotError::Session("the session has no instance".into()));
+        let number = |key: &str| {
+            header[key]
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| {
+                    SnapshotError::Corrupt(format!("its guest state's header has no {key}"))
+                })
         };
-        live.store.data_mut().memory.baseline = baseline;
-        let current = live.memory.data_size(&live.store);
-        if memory.len() > current {
-            let page = 65_536;
-            let pages = (memory.len() - current).div_ceil(page) as u64;
+        let baseline = number("baseline")?;
+        let memory_bytes = number("memory_bytes")?;
+        let sparse = SparseMemory::read(memory_bytes, memory).map_err(SnapshotError::Corrupt)?;
+        let (mut live, alarm) = session
+            .instance()
+            .map_err(|e| SnapshotError::Session(e.to_string()))?;
+        live.store.data_mut().memory.baseline = Some(baseline);
+        let image = live.memory.data_size(&live.store);
+        if memory_bytes < image {
+            return Err(corrupt(
+                "its memory is smaller than the guest's memory when it is instantiated",
+            ));
+        }
+        let pages = ((memory_bytes - image) / WASM_PAGE) as u64;
+        if pages > 0 {
             live.memory.grow(&mut live.store, pages).map_err(|e| {
                 SnapshotError::Session(format!(
-                    "the snapshot's memory ({} bytes) does not fit this runtime's memory limit: {e}",
-                    memory.len()
+                    "the snapshot's memory ({memory_bytes} bytes) does not fit this runtime's memory limit: {e}"
                 ))
             })?;
         }
-        let data = live.memory.data_mut(&mut live.store);
-        copy_changed_pages(&mut data[..memory.len()], memory);
-        zero_pages(&mut data[memory.len()..]);
-        live.input_buffer = None;
+        sparse.write_over(live.memory.data_mut(&mut live.store), image);
+        session
+            .arm(&mut live, alarm)
+            .map_err(|e| SnapshotError::Session(e.to_string()))?;
+        session.live = Some(live);
         Ok(session)
     }
 
     /// A fresh instance, started with the session's limits and tools.
     fn instantiate(&self) -> Result<Live, HostError> {
+        let (mut live, alarm) = self.instance()?;
+        let config = self.config();
+        let answer = match call(&mut live, EntryPoint::Start, config.as_bytes()) {
+            Ok(answer) => answer,
+            Err(Stopped::Lost(e)) => {
+                return Err(
+                    self.start_error(with_stderr(format!("{e:#}"), &live.store.data().stderr))
+                );
+            }
+            Err(Stopped::Garbled(why)) => return Err(self.start_error(why)),
+        };
+        if let Some(error) = answer.get("error") {
+            return Err(self.start_error(error.as_str().unwrap_or("refused").to_string()));
+        }
+        self.arm(&mut live, alarm)?;
+        Ok(live)
+    }
+
+    /// A fresh instance of the guest's module, not started (its memory the
+    /// module's copy-on-write image), with its optional alarm export; on the
+    /// startup deadline until [`arm`](Self::arm)ed.
+    fn instance(&self) -> Result<(Live, Option<TypedFunc<(), i32>>), HostError> {
         let engine = crate::engine::engine().map_err(|e| self.start_error(e))?;
         let limits = &*self.blueprint.limits;
         let mut state = AbiState::new(self.tools.clone(), limits);
@@ -585,7 +630,7 @@ impl AbiSession {
             Ok(exports) => exports,
             Err(e) => return Err(failed(&store, e)),
         };
-        let mut live = Live {
+        let live = Live {
             store,
             memory,
             input,
@@ -593,15 +638,17 @@ impl AbiSession {
             run,
             input_buffer: None,
         };
-        let config = self.config();
-        let answer = match call(&mut live, EntryPoint::Start, config.as_bytes()) {
-            Ok(answer) => answer,
-            Err(Stopped::Lost(e)) => return Err(failed(&live.store, e)),
-            Err(Stopped::Garbled(why)) => return Err(self.start_error(why)),
+        Ok((live, alarm))
+    }
+
+    /// Readies a started (or restored) instance for runs: the alarm flag's
+    /// address, the backstop grace, the memory cap's baseline (what it holds now,
+    /// unless a restore set the snapshot's), and no startup deadline.
+    fn arm(&self, live: &mut Live, alarm: Option<TypedFunc<(), i32>>) -> Result<(), HostError> {
+        let limits = &*self.blueprint.limits;
+        let failed = |store: &Store<AbiState>, e: wasmtime::Error| {
+            self.start_error(with_stderr(format!("{e:#}"), &store.data().stderr))
         };
-        if let Some(error) = answer.get("error") {
-            return Err(self.start_error(error.as_str().unwrap_or("refused").to_string()));
-        }
         if let Some(alarm) = alarm {
             let address = match block_on(alarm.call_async(&mut live.store, ())) {
                 Ok(address) => address as u32 as usize,
@@ -613,9 +660,9 @@ impl AbiSession {
         }
         let held = live.memory.data_size(&live.store);
         let state = live.store.data_mut();
-        state.memory.baseline = Some(held);
+        state.memory.baseline.get_or_insert(held);
         state.hard_deadline = None;
-        Ok(live)
+        Ok(())
     }
 
     pub(crate) fn run_script(
@@ -697,28 +744,99 @@ impl AbiSession {
     }
 }
 
-/// The bytes of a page, as the kernel maps them.
+/// The bytes of a page, as the kernel maps them: the unit a snapshot keeps or
+/// leaves out, and a restore writes or leaves alone.
 const PAGE: usize = 4096;
 
-/// Writes `from` over `to` a page at a time, skipping the pages that already
-/// hold the same bytes: a fresh instance's memory is a copy-on-write image, and
-/// a page written is a page the kernel must copy, so restoring a snapshot that
-/// differs little from the image costs little.
-fn copy_changed_pages(to: &mut [u8], from: &[u8]) {
-    for (to, from) in to.chunks_mut(PAGE).zip(from.chunks(PAGE)) {
-        if to != from {
-            to.copy_from_slice(from);
+/// The bytes of a wasm page, the unit linear memory grows by.
+const WASM_PAGE: usize = 65_536;
+
+/// A guest's linear memory as its snapshot keeps it: a map of the pages that
+/// hold anything but zeros (a bit each, the first page in the first byte's
+/// lowest bit), then those pages, in order. Memory a guest grew and never wrote,
+/// or whose allocator left zeros, costs a bit a page; the rest is copied once.
+struct SparseMemory<'a> {
+    map: Vec<u8>,
+    pages: Vec<&'a [u8]>,
+}
+
+impl<'a> SparseMemory<'a> {
+    /// `memory` (a whole number of pages, as linear memory always is) made sparse.
+    fn of(memory: &'a [u8]) -> SparseMemory<'a> {
+        let mut map = vec![0u8; memory.len().div_ceil(PAGE).div_ceil(8)];
+        let mut pages = Vec::new();
+        for (at, page) in memory.chunks(PAGE).enumerate() {
+            if !is_zero(page) {
+                map[at / 8] |= 1 << (at % 8);
+                pages.push(page);
+            }
+        }
+        SparseMemory { map, pages }
+    }
+
+    /// The sparse form of a memory of `len` bytes from `bytes` (its map, then its
+    /// pages); why not, when they do not fit together.
+    fn read(len: usize, bytes: &'a [u8]) -> Result<SparseMemory<'a>, String> {
+        if !len.is_multiple_of(WASM_PAGE) {
+            return Err(format!("its memory of {len} bytes is not whole wasm pages"));
+        }
+        let count = len / PAGE;
+        let map_len = count.div_ceil(8);
+        if bytes.len() < map_len {
+            return Err("its guest state ends inside its page map".into());
+        }
+        let (map, stored) = bytes.split_at(map_len);
+        if !count.is_multiple_of(8) && map.last().is_some_and(|last| last >> (count % 8) != 0) {
+            return Err("its page map marks pages past the end of its memory".into());
+        }
+        let kept: usize = map.iter().map(|byte| byte.count_ones() as usize).sum();
+        if stored.len() != kept * PAGE {
+            return Err(format!(
+                "its page map marks {kept} pages, and it holds {} bytes of pages",
+                stored.len()
+            ));
+        }
+        Ok(SparseMemory {
+            map: map.to_vec(),
+            pages: stored.chunks(PAGE).collect(),
+        })
+    }
+
+    /// Writes this memory over `memory`, a fresh instance's, as long as it (see
+    /// [`read`](Self::read)), whose first `image` bytes are the module's
+    /// copy-on-write image and the rest grown, so zero. An image page is written
+    /// only where it differs (a page written is a page the kernel must copy); a
+    /// grown page only where this memory kept one, without reading it first (a
+    /// read of an untouched page is a page fault too).
+    fn write_over(&self, memory: &mut [u8], image: usize) {
+        let mut kept = self.pages.iter();
+        for (at, page) in memory.chunks_mut(PAGE).enumerate() {
+            let stored = if self
+                .map
+                .get(at / 8)
+                .is_some_and(|byte| byte & (1 << (at % 8)) != 0)
+            {
+                kept.next().copied()
+            } else {
+                None
+            };
+            match stored {
+                Some(stored) if at * PAGE >= image || page != stored => {
+                    page.copy_from_slice(stored)
+                }
+                Some(_) => {}
+                None if at * PAGE < image && !is_zero(page) => page.fill(0),
+                None => {}
+            }
         }
     }
 }
 
-/// Zeroes `memory` a page at a time, leaving pages that are zero already.
-fn zero_pages(memory: &mut [u8]) {
-    for page in memory.chunks_mut(PAGE) {
-        if page.iter().any(|&byte| byte != 0) {
-            page.fill(0);
-        }
-    }
+/// Whether `page` holds only zeros: read 64 bytes at a time, which the compiler
+/// turns into a few vector instructions, stopping at the first that is not.
+fn is_zero(page: &[u8]) -> bool {
+    page.chunks(64)
+        .all(|chunk| chunk.iter().fold(0, |all, &byte| all | byte) == 0)
 }
 
 /// Hands `input` to the guest's `entry` point and reads its JSON answer. A step
@@ -844,5 +962,81 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
             return output;
         }
         std::thread::yield_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A memory of `pages` wasm pages, with `fill(page)` as each 4 KiB page's byte.
+    fn memory(pages: usize, fill: impl Fn(usize) -> u8) -> Vec<u8> {
+        (0..pages * WASM_PAGE).map(|at| fill(at / PAGE)).collect()
+    }
+
+    fn packed(memory: &[u8]) -> Vec<u8> {
+        let sparse = SparseMemory::of(memory);
+        let mut bytes = sparse.map.clone();
+        for page in sparse.pages {
+            bytes.extend_from_slice(page);
+        }
+        bytes
+    }
+
+    /// Fails if a restore leaves a byte of the fresh instance where the snapshot
+    /// had another (a zero page over the image included), or keeps a zero page.
+    #[test]
+    fn sparse_memory_written_over_a_fresh_instance_gives_back_the_same_bytes() {
+        // Every third page zero, the rest numbered.
+        let original = memory(3, |page| if page % 3 == 0 { 0 } else { page as u8 });
+        let bytes = packed(&original);
+        let zero_pages = original.len() / PAGE / 3;
+        assert_eq!(
+            bytes.len(),
+            (original.len() / PAGE).div_ceil(8) + original.len() - zero_pages * PAGE,
+            "zero pages are not kept"
+        );
+        let sparse = SparseMemory::read(original.len(), &bytes).expect("reads back");
+        // A fresh instance: a one-wasm-page image of 0xAA (pages the snapshot
+        // holds as zero included), then grown zeros.
+        let mut fresh = memory(3, |page| if page < 16 { 0xAA } else { 0 });
+        sparse.write_over(&mut fresh, WASM_PAGE);
+        assert!(fresh == original, "the restored memory differs");
+    }
+
+    /// Fails if a page map that does not match its pages is read (and a restore
+    /// writes the wrong pages, or panics) instead of being refused.
+    #[test]
+    fn a_page_map_that_does_not_fit_its_pages_is_refused_not_trusted() {
+        let original = memory(1, |page| (page % 2) as u8);
+        let bytes = packed(&original);
+        assert!(SparseMemory::read(original.len(), &bytes).is_ok());
+        // A length that is not whole wasm pages, or another number of pages.
+        assert!(SparseMemory::read(original.len() - PAGE, &bytes).is_err());
+        assert!(SparseMemory::read(2 * WASM_PAGE, &bytes).is_err());
+        // A page cut off, a page too many, the map alone, nothing.
+        assert!(SparseMemory::read(original.len(), &bytes[..bytes.len() - 1]).is_err());
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(&[1; PAGE]);
+        assert!(SparseMemory::read(original.len(), &longer).is_err());
+        assert!(SparseMemory::read(original.len(), &bytes[..2]).is_err());
+        assert!(SparseMemory::read(original.len(), &[]).is_err());
+        // A bit flipped in the map: the count of pages no longer fits.
+        let mut flipped = bytes.clone();
+        flipped[0] ^= 1;
+        assert!(SparseMemory::read(original.len(), &flipped).is_err());
+        // A huge length claimed: refused before anything is allocated for it.
+        assert!(SparseMemory::read(usize::MAX - usize::MAX % WASM_PAGE, &bytes).is_err());
+    }
+
+    #[test]
+    fn a_page_is_zero_only_when_every_byte_is() {
+        let mut page = vec![0u8; PAGE];
+        assert!(is_zero(&page));
+        page[PAGE - 1] = 1;
+        assert!(!is_zero(&page));
+        page[PAGE - 1] = 0;
+        page[0] = 0x80;
+        assert!(!is_zero(&page));
     }
 }

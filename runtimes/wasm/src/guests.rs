@@ -216,6 +216,44 @@ pub fn guest_sources() -> impl Iterator<Item = GuestSource> {
         })
 }
 
+/// A guest fetched only when asked for, being large (`wasm:python-sci`): the
+/// files it needs in the guest directory, for `codeact guests list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnRequestGuest {
+    /// The runtime name, e.g. `"wasm:python-sci"`.
+    pub name: &'static str,
+    /// The PyPI package and version, `name==version`.
+    pub package: &'static str,
+    /// Its pinned files, as paths in the guest directory, each with the sha256
+    /// it must have (hex): the module first.
+    pub files: Vec<(&'static str, &'static str)>,
+    /// The directories it sees (unpacked data), as paths in the guest directory.
+    pub dirs: Vec<&'static str>,
+    /// How to fetch it, in words for a person.
+    pub fetch_with: &'static str,
+}
+
+/// The guests fetched only on request, which [`guest_sources`] leaves out:
+/// `wasm:python-sci` (its module, the pinned stdlib zip and matplotlib's data).
+pub fn on_request_guests() -> impl Iterator<Item = OnRequestGuest> {
+    PINS.iter().filter(|pin| pin.on_request).map(|pin| {
+        let sci = pin.launch == Launch::CPython(CPythonBuild::Reactor);
+        let mut files = vec![(pin.file, pin.sha256)];
+        let mut dirs = Vec::new();
+        if sci {
+            files.push(PYTHON_SCI_ZIP);
+            dirs.extend(PYTHON_SCI_MOUNTS.iter().map(|(host, _)| *host));
+        }
+        OnRequestGuest {
+            name: pin.name,
+            package: pin.package,
+            files,
+            dirs,
+            fetch_with: "scripts/fetch-guests.sh --python-sci (about 100 MB, not fetched by default)",
+        }
+    })
+}
+
 /// Names of the guests codeact knows, as runtime names: the pinned ones and the
 /// guests built from this repository.
 pub const GUEST_NAMES: [&str; 6] = [

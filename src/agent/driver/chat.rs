@@ -70,6 +70,15 @@ impl Agent {
             tools.clone(),
             self.files.as_ref().map(|area| area.view()).as_ref(),
         )?;
+        self.chat_in(session, tools)
+    }
+
+    /// A chat in `session`, whose scripts call `tools`.
+    fn chat_in(
+        &self,
+        session: ScriptSession,
+        tools: Arc<HostTools>,
+    ) -> Result<Chat<'_>, AgentError> {
         let working_dir = match &self.working_dir {
             Some(dir) => dir.clone(),
             None => std::env::current_dir().map_err(|e| {
@@ -118,8 +127,9 @@ impl Agent {
         &'a self,
         point: &ResumePoint,
     ) -> Result<(Chat<'a>, Option<RunResult>), AgentError> {
-        let mut chat = self.chat()?;
-        self.rebuild(point, &mut chat.session, &chat.tools).await?;
+        let tools = self.host_tools(None, Vec::new());
+        let session = self.rebuild(point, &tools, None).await?;
+        let mut chat = self.chat_in(session, tools)?;
         chat.conversation = self.chat_conversation(point.progress());
         chat.turns = point.turns;
         let cut_short = if point.turn_open || point.pending_reply.is_some() {
@@ -164,6 +174,7 @@ impl Chat<'_> {
             contract: &agent.contract,
             working_dir: &self.working_dir,
             cancel: self.cancel.as_ref(),
+            snapshots: None,
         };
         let result = agent
             .drive_turn(&mut self.conversation, decision, turn)

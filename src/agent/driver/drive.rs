@@ -18,6 +18,7 @@ use crate::agent::decide::{Conversation, Decision, Next};
 use crate::agent::events::Event;
 use crate::agent::outcome::Outcome;
 use crate::agent::resume::{CallBudgets, HostTools, ResumePoint};
+use crate::agent::snapshots::{Keeper, new_run_id};
 use crate::agent::spans;
 use crate::chat::{ModelRequest, StreamEvent};
 use crate::exec::session::ScriptSession;
@@ -33,12 +34,18 @@ pub(super) struct Turn<'a> {
     pub contract: &'a OutputContract,
     pub working_dir: &'a Path,
     pub cancel: Option<&'a CancellationToken>,
+    /// Keeps the session's snapshot after each finished script; `None`: no
+    /// snapshots.
+    pub snapshots: Option<&'a mut Keeper>,
 }
 
 impl Agent {
-    /// Runs the loop on `conversation` in a fresh session (rebuilt first from
-    /// `resume`'s scripts, for a resumed run) until the conversation decides to
-    /// finish; returns how, with the record of an accepted result.
+    /// Runs the loop on `conversation` in a fresh session (for a resumed run,
+    /// restored from its snapshot or rebuilt from its scripts) until the
+    /// conversation decides to finish; returns how, with the record of an
+    /// accepted result. With a snapshot directory, the session's snapshot is kept
+    /// there after each finished script, under the resumed run's id or a new
+    /// one.
     pub(super) async fn drive(
         &self,
         conversation: &mut Conversation,
@@ -50,18 +57,27 @@ impl Agent {
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
         let cancel = request.cancel.as_ref();
         let tools = self.host_tools(cancel, request.grants.clone());
-        let mut session = ScriptSession::start_with_files(
-            &*self.runtime,
-            tools.clone(),
-            self.files.as_ref().map(|area| area.view()).as_ref(),
-        )?;
-        let decision = match resume {
-            None => conversation.start(),
-            Some(point) => {
-                self.rebuild(point, &mut session, &tools).await?;
-                conversation.resume(point.pending_reply.as_ref())
-            }
+        let snapshots = request.snapshots.as_ref();
+        let (mut session, decision) = match resume {
+            None => (
+                ScriptSession::start_with_files(
+                    &*self.runtime,
+                    tools.clone(),
+                    self.files.as_ref().map(|area| area.view()).as_ref(),
+                )?,
+                conversation.start(),
+            ),
+            Some(point) => (
+                self.rebuild(point, &tools, snapshots).await?,
+                conversation.resume(point.pending_reply.as_ref()),
+            ),
         };
+        let mut keeper = snapshots.map(|dir| {
+            let run_id = resume
+                .and_then(|point| point.snapshot_run_id.clone())
+                .unwrap_or_else(new_run_id);
+            Keeper::new(dir.clone(), run_id)
+        });
         let turn = Turn {
             session: &mut session,
             tools: &tools,
@@ -69,6 +85,7 @@ impl Agent {
             contract,
             working_dir,
             cancel,
+            snapshots: keeper.as_mut(),
         };
         self.drive_turn(conversation, decision, turn).await
     }
@@ -172,6 +189,7 @@ impl Agent {
             contract,
             working_dir,
             cancel,
+            mut snapshots,
         } = turn;
         let deadline = self
             .config
@@ -180,6 +198,14 @@ impl Agent {
         let mut final_output = None;
         loop {
             self.report(&decision.events);
+            // The step's events are in: a finished script's session is kept
+            // before the model is asked for the next one.
+            if matches!(decision.next, Next::CallModel)
+                && let Some(keeper) = snapshots.as_deref_mut()
+                && let Some(kept) = keeper.keep_due(session)
+            {
+                self.emit(|| kept);
+            }
             let step = decision.step;
             // A cancelled run stops before anything else happens: a result the
             // script made meanwhile may rest on calls the cancel cut short.
@@ -283,6 +309,9 @@ impl Agent {
                         if !shown.is_empty() {
                             conversation.show_images(self.image_blocks(shown));
                         }
+                    }
+                    if let Some(keeper) = snapshots.as_deref_mut() {
+                        keeper.script_finished(step);
                     }
                     conversation.note_tool_results(tools.take_script_results());
                     conversation.on_completion(&run.completion, &run.logs).0

@@ -117,6 +117,24 @@ impl<'a> RunRequest<'a> {
         self
     }
 
+    /// Keeps the session's snapshot in `dir` after each step whose script
+    /// finished (for a runtime that can snapshot its sessions: see its
+    /// capability table), as `RUN.step-N.snapshot`, the run's earlier one
+    /// removed; each is recorded as an [`Event::SnapshotKept`], or an
+    /// [`Event::SnapshotFailed`] saying why not. A resumed run
+    /// ([`Agent::resume_request`]) restores its session from the snapshot of the
+    /// transcript's last finished step instead of re-running the scripts, and
+    /// falls back to re-running them when there is none, or the runtime refuses
+    /// it (another runtime, guest or codeact version, a damaged file): its
+    /// [`Event::Resumed`] says which way, and why. A snapshot costs a copy of
+    /// the session's state and a file written per step (a wasm guest's whole
+    /// linear memory, tens of MB for a session holding much data). Default:
+    /// none.
+    pub fn snapshot_dir(mut self, dir: crate::agent::snapshots::SnapshotDir) -> Self {
+        self.options.snapshots = Some(dir);
+        self
+    }
+
     /// Runs to an outcome, yielding each event as it happens (text deltas,
     /// scripts, observations, tool calls: what a listener hears, in the same
     /// order) and last the run's result; for an app that forwards a run to a UI

@@ -130,6 +130,9 @@ pub(crate) struct RequestOutput {
     pub listeners: Vec<Listener>,
     /// Decisions made ahead for exact calls (a resumed run awaiting approval).
     pub grants: Vec<crate::agent::approval::Grant>,
+    /// Where the session's snapshots are kept after each step, and looked for
+    /// on resume; `None`: none.
+    pub snapshots: Option<crate::agent::snapshots::SnapshotDir>,
 }
 
 impl RequestOutput {
