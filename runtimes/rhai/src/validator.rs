@@ -405,12 +405,26 @@ mod tests {
     }
 
     #[test]
-    fn agent_script_helpers_do_not_gain_parse_json() {
+    fn agent_scripts_parse_any_json_value_but_not_past_the_nesting_limit() {
         let runtime = crate::RhaiRuntime::new(Limits::default());
         let mut session = runtime.session(Arc::new(NoTools));
-        let outcome =
-            codeact_runtime::Session::run(&mut session, r#"parse_json("1")"#).expect("host ok");
-        assert!(outcome.completion.is_err());
+        let mut run = |code: &str| {
+            codeact_runtime::Session::run(&mut session, code)
+                .expect("host ok")
+                .completion
+        };
+        assert_eq!(
+            run(r#"parse_json("[{\"stock\": 0}, 2]")"#).expect("a list parses"),
+            serde_json::json!([{"stock": 0}, 2])
+        );
+        assert_eq!(
+            run(r#"parse_json("1")"#).expect("a number parses"),
+            serde_json::json!(1)
+        );
+        let deep = format!("parse_json(\"{}{}\")", "[".repeat(500), "]".repeat(500));
+        let error = run(&deep).expect_err("past the nesting limit");
+        assert!(format!("{error:?}").contains("parse_json"), "{error:?}");
+        assert!(run(r#"parse_json("{nope")"#).is_err());
     }
 
     #[test]

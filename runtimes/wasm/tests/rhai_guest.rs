@@ -41,7 +41,8 @@ impl HostTools {
     fn new() -> Self {
         let add = ToolSpec::new("add", "Adds.").with_parameters(json!({
             "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"]
         }));
         Self(vec![
             add,
