@@ -66,18 +66,7 @@ async fn probe_parent_death() -> Option<Vec<String>> {
         .into_iter()
         .map(String::from)
         .collect();
-    let works = Command::new(&tether[0])
-        .args(&tether[1..])
-        .arg(&setpriv)
-        .arg("--help")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .status()
-        .await
-        .is_ok_and(|status| status.success());
-    works.then_some(tether)
+    kept_if_it_runs(tether, [setpriv.as_str(), "--help"]).await
 }
 
 /// Finds `unshare` and checks that it can create the namespaces here by running
@@ -99,9 +88,15 @@ async fn probe() -> Option<Vec<String>> {
     .into_iter()
     .map(String::from)
     .collect();
-    let works = Command::new(&launcher[0])
-        .args(&launcher[1..])
-        .args([unshare.as_str(), "--version"])
+    kept_if_it_runs(launcher, [unshare.as_str(), "--version"]).await
+}
+
+/// `prefix` when it runs `command` after it successfully here, else `None`: a
+/// prefix the system refuses (no user namespaces, an old util-linux) is left out.
+async fn kept_if_it_runs(prefix: Vec<String>, command: [&str; 2]) -> Option<Vec<String>> {
+    let works = Command::new(&prefix[0])
+        .args(&prefix[1..])
+        .args(command)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -109,7 +104,7 @@ async fn probe() -> Option<Vec<String>> {
         .status()
         .await
         .is_ok_and(|status| status.success());
-    works.then_some(launcher)
+    works.then_some(prefix)
 }
 
 /// Where `program` would be found: itself when it names a path, else the first
