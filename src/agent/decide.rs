@@ -361,6 +361,9 @@ pub struct Conversation {
     /// What the tool calls of the step in progress returned, for its error's
     /// feedback ([`note_tool_results`](Self::note_tool_results)).
     step_tool_results: Vec<feedback::ToolResultSeen>,
+    /// The failed tool calls of the step in progress that left out required
+    /// arguments ([`note_missing_arguments`](Self::note_missing_arguments)).
+    step_missing_arguments: Vec<feedback::MissingArguments>,
     /// Rhai pitfalls a final result was already held back for: each holds one
     /// result back once, so a script that meant what it wrote goes through
     /// when sent again.
@@ -426,6 +429,7 @@ impl Conversation {
             last_error_feedback: None,
             repeated: false,
             step_tool_results: Vec::new(),
+            step_missing_arguments: Vec::new(),
             flagged_pitfalls: Vec::new(),
             prompts: Prompts::default(),
         }
@@ -682,6 +686,13 @@ impl Conversation {
         self.step_tool_results = results;
     }
 
+    /// The failed tool calls of the script that just ran that left out
+    /// arguments their tool requires: should the script fail, its feedback
+    /// names them and the call to write.
+    pub fn note_missing_arguments(&mut self, calls: Vec<feedback::MissingArguments>) {
+        self.step_missing_arguments = calls;
+    }
+
     /// The script finished with this completion (its value, or its error), having
     /// printed `logs`. Returns the decision and the output as the loop read it:
     /// a bare value is an [`ScriptOutput::Observation`] under
@@ -772,6 +783,9 @@ impl Conversation {
                     out_of_bounds: script_notes::index_out_of_bounds(message),
                     import: script_notes::imports_something(message)
                         .then(|| &self.provided_names[script_notes::HELPERS.len()..]),
+                    import_line: line
+                        .as_ref()
+                        .is_some_and(|(_, text)| script_notes::is_import_line(text)),
                 };
                 let text = feedback::error_at(&self.prompts, message, hints, logs, limit);
                 let next = self.script_error(text, message.clone(), logs);
@@ -996,6 +1010,7 @@ impl Conversation {
 
     fn observed(&mut self, text: String, value: &Value, logs: &LogBuffer) {
         self.step_tool_results.clear();
+        self.step_missing_arguments.clear();
         self.repeated = false;
         self.failed_script = None;
         self.last_error_feedback = None;
@@ -1040,6 +1055,7 @@ impl Conversation {
     fn feed_back_error(&mut self, mut text: String, message: &str) {
         let script = self.current_script.take();
         self.show_tool_results(&mut text);
+        self.name_missing_arguments(&mut text, message, script.as_deref());
         self.repeated = false;
         if let (Some(script), Some(failed)) = (&script, &self.failed_script)
             && script_notes::same_script(script, failed)
@@ -1087,22 +1103,30 @@ impl Conversation {
     /// Puts what the failing script's tool calls returned into its feedback,
     /// before the closing request to fix the script (at the end when the
     /// feedback has none).
-    fn show_tool_results(&mut self, text: &mut String) {
-        let results = std::mem::take(&mut self.step_tool_results);
-        let limit = self.config.tool_results_on_error;
-        if results.is_empty() || limit == 0 {
+    /// Puts the account of failed calls that left out required arguments
+    /// before "Fix the script" (after the error and its line).
+    fn name_missing_arguments(&mut self, text: &mut String, message: &str, script: Option<&str>) {
+        let calls = std::mem::take(&mut self.step_missing_arguments);
+        if calls.is_empty() {
             return;
         }
-        let parse_call = match self.fence_tags.first().map(String::as_str) {
-            Some("python" | "py") => "json.loads(text)",
-            Some("rhai") => "parse_json(text)",
-            _ => "JSON.parse(text)",
-        };
-        let section = feedback::tool_results(&self.prompts, &results, parse_call, limit);
+        let line = script.and_then(|script| script_notes::failing_line(message, script));
+        let language = self.fence_tags.first().map_or("js", String::as_str);
+        let section = feedback::missing_arguments(
+            &self.prompts,
+            &calls,
+            line.as_ref().map(|(n, l)| (*n, l.as_str())),
+            language,
+        );
+        self.insert_before_fix_it(text, &section);
+    }
+
+    /// Inserts `section` before the "Fix the script" line of `text`, with a
+    /// blank line on both sides, or at its end when it has none.
+    fn insert_before_fix_it(&self, text: &mut String, section: &str) {
         let fix_it = self.prompts.render("feedback/fix_it", context! {});
         match text.rfind(&fix_it) {
             Some(at) if !fix_it.is_empty() => {
-                // A blank line on both sides, whatever the template put before.
                 let before = &text[..at];
                 let gap = if before.is_empty() || before.ends_with("\n\n") {
                     ""
@@ -1115,9 +1139,24 @@ impl Conversation {
             }
             _ => {
                 text.push_str("\n\n");
-                text.push_str(&section);
+                text.push_str(section);
             }
         }
+    }
+
+    fn show_tool_results(&mut self, text: &mut String) {
+        let results = std::mem::take(&mut self.step_tool_results);
+        let limit = self.config.tool_results_on_error;
+        if results.is_empty() || limit == 0 {
+            return;
+        }
+        let parse_call = match self.fence_tags.first().map(String::as_str) {
+            Some("python" | "py") => "json.loads(text)",
+            Some("rhai") => "parse_json(text)",
+            _ => "JSON.parse(text)",
+        };
+        let section = feedback::tool_results(&self.prompts, &results, parse_call, limit);
+        self.insert_before_fix_it(text, &section);
     }
 
     /// Reports the step's error (with what the script printed) and ends the run

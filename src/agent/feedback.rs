@@ -126,6 +126,10 @@ pub struct ErrorHints<'a> {
     pub out_of_bounds: Option<(u64, u64)>,
     /// The error is about an import: the host's tools, to use instead.
     pub import: Option<&'a [String]>,
+    /// The line the error points at only loads a module, so deleting it is the
+    /// fix to name (a small model told only that nothing can be installed sends
+    /// the same import again).
+    pub import_line: bool,
 }
 
 /// The feedback for a script's error with the line it points at quoted under it
@@ -148,6 +152,7 @@ pub fn error_at(
             index => hints.out_of_bounds.map(|(index, _)| index),
             length => hints.out_of_bounds.map(|(_, length)| length),
             imports => hints.import.is_some(),
+            import_line => hints.import.is_some() && hints.import_line && hints.line.is_some(),
             tools => hints.import.unwrap_or_default(),
         },
     )
@@ -285,6 +290,63 @@ pub struct ToolResultSeen {
     pub args: Value,
     /// What the tool returned.
     pub value: Value,
+}
+
+/// A failed tool call that left out arguments its tool requires, named with
+/// the script's error ([`missing_arguments`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MissingArguments {
+    /// The tool's name.
+    pub tool: String,
+    /// Each argument left out, as the tool's signature shows it (name, type).
+    pub missing: Vec<(String, String)>,
+}
+
+/// The host's account of failed calls that left out required arguments
+/// (template `feedback/missing_arguments`): a small model told only the tool's
+/// own error (`no file ''`) sends the same call again; named, with the call to
+/// write (`read_file(name=...)` in `language`'s form), it passes the argument.
+/// `line` is the line the error points at, said when it makes the call.
+pub fn missing_arguments(
+    prompts: &Prompts,
+    calls: &[MissingArguments],
+    line: Option<(usize, &str)>,
+    language: &str,
+) -> String {
+    let shown: Vec<_> = calls
+        .iter()
+        .take(TOOL_RESULTS_SHOWN)
+        .map(|call| {
+            let names: Vec<&str> = call.missing.iter().map(|(name, _)| name.as_str()).collect();
+            let example = match language {
+                "python" | "py" => format!(
+                    "{}({})",
+                    call.tool,
+                    names.iter().map(|n| format!("{n}=...")).collect::<Vec<_>>().join(", ")
+                ),
+                "rhai" => format!(
+                    "{}(#{{{}}})",
+                    call.tool,
+                    names.iter().map(|n| format!("{n}: ...")).collect::<Vec<_>>().join(", ")
+                ),
+                _ => format!(
+                    "tools.{}({{{}}})",
+                    call.tool,
+                    names.iter().map(|n| format!("{n}: ...")).collect::<Vec<_>>().join(", ")
+                ),
+            };
+            let line_number = line
+                .filter(|(_, text)| text.contains(call.tool.as_str()))
+                .map(|(number, _)| number);
+            context! {
+                tool => call.tool,
+                missing => call.missing.iter().map(|(name, ty)| format!("`{name}` ({ty})")).collect::<Vec<_>>(),
+                example => example,
+                line_number => line_number,
+            }
+        })
+        .collect();
+    prompts.render("feedback/missing_arguments", context! { calls => shown })
 }
 
 /// Distinct tool calls shown with one error, at most.

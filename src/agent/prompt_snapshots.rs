@@ -161,11 +161,33 @@ fn sections() -> Vec<(&'static str, String)> {
             "feedback/error_at (an import, with tools)",
             after_script(
                 conversation(),
-                "import requests",
-                Err(thrown("ModuleNotFoundError: No module named 'requests'")),
+                "import requests\nfinal_result(get_weather(city=\"Oslo\"))",
+                Err(thrown(
+                    "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    import requests\nModuleNotFoundError: No module named 'requests'",
+                )),
                 &none,
             ),
         ),
+        ("feedback/missing_arguments", {
+            let mut c =
+                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+                    "read_file".to_string(),
+                    "read_file(name=string)".to_string(),
+                )]);
+            c.on_reply(&reply(
+                "```python\nrows = read_file()\nfinal_result(len(rows))\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_missing_arguments(vec![feedback::MissingArguments {
+                tool: "read_file".into(),
+                missing: vec![("name".into(), "string".into())],
+            }]);
+            c.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    rows = read_file()\nToolError: tool 'read_file' failed: no file ''")),
+                &none,
+            );
+            fed_back(&c)
+        }),
         (
             "feedback/reported_error",
             feedback::reported_error(&prompts, "no data", &logs, LIMIT),

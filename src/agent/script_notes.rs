@@ -159,6 +159,17 @@ pub fn imports_something(message: &str) -> bool {
     .any(|sign| message.contains(sign))
 }
 
+/// Whether a script's line does nothing but load a module: `import requests`,
+/// `from os import path` (Python), `import x from "y"` and `const fs =
+/// require("fs")` (JavaScript), `import "m" as m;` (Rhai). Deleting such a line
+/// is the fix when the module does not exist here.
+pub fn is_import_line(line: &str) -> bool {
+    let line = line.trim();
+    line.starts_with("import ")
+        || (line.starts_with("from ") && line.contains(" import "))
+        || line.contains("require(")
+}
+
 /// `reply` without its `<think>…</think>` blocks (an unclosed one runs to the
 /// end), where reasoning models write drafts that must not run.
 pub fn without_thinking(reply: &str) -> String {
@@ -381,6 +392,27 @@ fn skip_spaces(bytes: &[u8], at: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_that_only_loads_a_module_is_told_from_one_that_uses_one() {
+        for line in [
+            "import requests",
+            "  from os import path",
+            "import fs from \"fs\";",
+            "const fs = require(\"fs\");",
+            "import \"helpers\" as h;",
+        ] {
+            assert!(is_import_line(line), "{line}");
+        }
+        for line in [
+            "important = 3",
+            "from_here = imports + 1",
+            "x = requests.get(url)",
+            "",
+        ] {
+            assert!(!is_import_line(line), "{line}");
+        }
+    }
 
     #[test]
     fn the_failing_line_is_found_in_each_engines_form() {

@@ -102,6 +102,7 @@ static BUILTINS: &[Builtin] = &[
             index => 14,
             length => 14,
             imports => true,
+            import_line => true,
             tools => vec!["add"],
         },
         context! {
@@ -113,6 +114,7 @@ static BUILTINS: &[Builtin] = &[
             index => None::<u64>,
             length => None::<u64>,
             imports => true,
+            import_line => false,
             tools => Vec::<&str>::new(),
         },
     ]),
@@ -149,6 +151,12 @@ static BUILTINS: &[Builtin] = &[
         },
         context! { calls => Vec::<Value>::new(), more => 0, parse_call => "json.loads(text)" },
     ]),
+    builtin!("feedback/missing_arguments", || vec![context! {
+        calls => vec![
+            context! { tool => "read_file", missing => vec!["`name` (string)"], example => "read_file(name=...)", line_number => 4 },
+            context! { tool => "convert", missing => vec!["`amount` (number)", "`to` (string)"], example => "tools.convert({amount: ..., to: ...})", line_number => None::<usize> },
+        ],
+    },]),
     builtin!("feedback/bare_value", || vec![
         context! { value => FENCED, literal => "7.8", logs => FENCED },
         context! { value => FENCED, literal => None::<&str>, logs => "" },

@@ -168,6 +168,7 @@ impl Agent {
                     per_run: self.config.max_tool_calls,
                     per_script: self.config.max_tool_calls_per_script,
                 })
+                .with_results_kept(self.config.tool_results_on_error > 0)
                 .with_policy(self.policy.clone())
                 .with_approvals(self.approvals.clone(), cancel.cloned())
                 .with_grants(grants),
@@ -314,6 +315,7 @@ impl Agent {
                         keeper.script_finished(step);
                     }
                     conversation.note_tool_results(tools.take_script_results());
+                    conversation.note_missing_arguments(tools.take_missing_arguments());
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {
