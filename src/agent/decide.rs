@@ -775,10 +775,17 @@ impl Conversation {
                     }
                 },
             },
-            Err(ScriptError::Syntax { message } | ScriptError::Thrown { message }) => {
+            Err(
+                error @ (ScriptError::Syntax { message } | ScriptError::Thrown { message, .. }),
+            ) => {
                 let line = script_notes::failing_line(message, &script);
+                let values = match error {
+                    ScriptError::Thrown { values, .. } if line.is_some() => values.as_slice(),
+                    _ => &[],
+                };
                 let hints = feedback::ErrorHints {
                     line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
+                    values,
                     undefined_name: script_notes::undefined_name(message).is_some(),
                     out_of_bounds: script_notes::index_out_of_bounds(message),
                     import: script_notes::imports_something(message)
@@ -1931,9 +1938,7 @@ Fn(\"f\")
         c.on_reply(&reply(
             "```rhai\nlet a = [1];\nlet b = a[14];\nfinal_result(b)\n```",
         ));
-        let error = ScriptError::Thrown {
-            message: "Array index 14 out of bounds (line 2, position 9)".into(),
-        };
+        let error = ScriptError::thrown("Array index 14 out of bounds (line 2, position 9)");
         c.on_completion(&Err(error), &logs());
         let text = feedback::without_nonces(&last_feedback(&c));
         assert!(
@@ -1947,9 +1952,7 @@ Fn(\"f\")
     #[test]
     fn the_same_failing_script_twice_gets_a_different_sharper_feedback() {
         let mut c = conversation(LoopConfig::default());
-        let error = || ScriptError::Thrown {
-            message: "x is not defined".into(),
-        };
+        let error = || ScriptError::thrown("x is not defined");
         c.on_reply(&reply("```rhai\nfinal_result(x)\n```"));
         c.on_completion(&Err(error()), &logs());
         let first = last_feedback(&c);
@@ -1998,12 +2001,7 @@ Fn(\"f\")
         c.on_reply(&reply(
             "```rhai\ndef read_file(name):\n    return open(name).read()\nread_file('a')\n```",
         ));
-        c.on_completion(
-            &Err(ScriptError::Thrown {
-                message: "FileNotFoundError".into(),
-            }),
-            &logs(),
-        );
+        c.on_completion(&Err(ScriptError::thrown("FileNotFoundError")), &logs());
         let text = last_feedback(&c);
         assert!(
             text.starts_with("Note: your script defines `read_file`, which the host already provides: do not define it, call it as `read_file(name=string)`."),
@@ -2043,9 +2041,7 @@ Fn(\"f\")
             "get_weather(city=string)".to_string(),
         )]);
         c.on_reply(&reply("```rhai\nimport requests\n```"));
-        let error = ScriptError::Thrown {
-            message: "ModuleNotFoundError: No module named 'requests'".into(),
-        };
+        let error = ScriptError::thrown("ModuleNotFoundError: No module named 'requests'");
         c.on_completion(&Err(error), &logs());
         let outside = outside_fences(&last_feedback(&c));
         assert!(
@@ -2256,9 +2252,7 @@ Fn(\"f\")
     }
 
     fn thrown(message: &str) -> Result<Value, ScriptError> {
-        Err(ScriptError::Thrown {
-            message: message.into(),
-        })
+        Err(ScriptError::thrown(message))
     }
 
     #[test]

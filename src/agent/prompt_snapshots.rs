@@ -83,9 +83,7 @@ fn sections() -> Vec<(&'static str, String)> {
     let prompts = Prompts::default();
     let none = LogBuffer::new(10);
     let logs = printed("step 1");
-    let thrown = |message: &str| ScriptError::Thrown {
-        message: message.into(),
-    };
+    let thrown = |message: &str| ScriptError::thrown(message);
     let refuse = LoopConfig {
         bare_values: BareValues::Refuse,
         ..LoopConfig::default()
@@ -168,6 +166,25 @@ fn sections() -> Vec<(&'static str, String)> {
                 &none,
             ),
         ),
+        ("feedback/error_at (what the line's names held)", {
+            let mut c = Conversation::new("task", &["python"], LoopConfig::default());
+            c.on_reply(&reply(
+                "```python\ntext = str(2.0 ** 50)\ntotal = sum(int(d) for d in text)\nfinal_result(total)\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Err(ScriptError::Thrown {
+                    message: "Traceback (most recent call last):\n  File \"<script>\", line 2, in <genexpr>\n    total = sum(int(d) for d in text)\nValueError: invalid literal for int() with base 10: '.'".into(),
+                    values: vec![
+                        ("d".into(), "'.'".into()),
+                        ("text".into(), "'1125899906842624.0'".into()),
+                        ("not a name".into(), "dropped".into()),
+                    ],
+                }),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/missing_arguments", {
             let mut c =
                 Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(

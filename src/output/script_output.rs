@@ -420,9 +420,7 @@ mod tests {
 
     #[test]
     fn a_script_error_becomes_an_error_output_with_its_message() {
-        let output = ScriptOutput::from_completion(Err(ScriptError::Thrown {
-            message: "boom (line 1)".into(),
-        }));
+        let output = ScriptOutput::from_completion(Err(ScriptError::thrown("boom (line 1)")));
         assert_eq!(
             output,
             ScriptOutput::Error {

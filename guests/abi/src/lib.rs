@@ -134,7 +134,7 @@ pub fn answer_run(outcome: Result<RunOutcome, String>) -> i64 {
 fn script_error(error: &ScriptError) -> Value {
     match error {
         ScriptError::Syntax { message } => json!({"kind": "syntax", "message": message}),
-        ScriptError::Thrown { message } => json!({"kind": "thrown", "message": message}),
+        ScriptError::Thrown { message, .. } => json!({"kind": "thrown", "message": message}),
         ScriptError::LimitExceeded {
             limit,
             described,

@@ -146,11 +146,16 @@ pub enum ScriptError {
         /// The engine's message, with the position.
         message: String,
     },
-    /// The script threw, or an operation failed, and nothing caught it.
+    /// The script threw, or an operation failed, and nothing caught it. Make
+    /// one with [`thrown`](ScriptError::thrown).
     #[error("{message}")]
     Thrown {
         /// The engine's message, with the position.
         message: String,
+        /// What the names on the failing line held when it failed, as (name,
+        /// short text) pairs, where the engine can tell (the CPython guests);
+        /// empty otherwise. Text the script shaped: a loop shows it fenced.
+        values: Vec<(String, String)>,
     },
     /// The script hit one of its [`Limits`] and was stopped.
     #[error("the script was stopped: it exceeded the {described}{}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default(), if *restarted { format!("; {SESSION_RESTARTED}") } else { String::new() })]
@@ -193,6 +198,17 @@ pub enum ScriptError {
         /// What could not be converted, and where.
         message: String,
     },
+}
+
+impl ScriptError {
+    /// A [`Thrown`](ScriptError::Thrown) error with the engine's `message` and
+    /// no values.
+    pub fn thrown(message: impl Into<String>) -> Self {
+        Self::Thrown {
+            message: message.into(),
+            values: Vec::new(),
+        }
+    }
 }
 
 /// What a backend's restart costs a session, as the host says it.

@@ -111,7 +111,7 @@ impl Failure {
             FailureKind::CallDepthLimit => {
                 ScriptError::limit(LimitKind::CallDepth, limits, Some(message))
             }
-            FailureKind::Thrown => ScriptError::Thrown { message },
+            FailureKind::Thrown => ScriptError::thrown(message),
             FailureKind::NoValue => ScriptError::NoValue { message },
         }
     }

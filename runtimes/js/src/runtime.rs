@@ -226,7 +226,7 @@ mod tests {
             ),
         ] {
             let outcome = in_process(5_000).run(script).expect("host ok");
-            let Err(ScriptError::Thrown { message }) = outcome.completion else {
+            let Err(ScriptError::Thrown { message, .. }) = outcome.completion else {
                 panic!("{:?}", outcome.completion);
             };
             assert!(!message.contains("prelude"), "{message}");

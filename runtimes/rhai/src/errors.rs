@@ -127,12 +127,10 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
         EvalAltResult::ErrorParsing(parse, position) => {
             from_parse(&ParseError(Box::new(parse.clone()), *position), limits)
         }
-        other => ScriptError::Thrown {
-            message: match hint(other) {
-                Some(hint) => format!("{err}\nHint: {hint}"),
-                None => err.to_string(),
-            },
-        },
+        other => ScriptError::thrown(match hint(other) {
+            Some(hint) => format!("{err}\nHint: {hint}"),
+            None => err.to_string(),
+        }),
     }
 }
 

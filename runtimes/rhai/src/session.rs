@@ -75,11 +75,9 @@ impl RhaiSession {
         if count > 0 {
             // A bare engine: the wrappers must not count toward the script limits
             // (`max_functions` is checked while parsing) and call nothing at parse time.
-            let wrappers = Engine::new_raw()
-                .compile(&source)
-                .map_err(|e| ScriptError::Thrown {
-                    message: format!("the host could not define the tool functions: {e}"),
-                })?;
+            let wrappers = Engine::new_raw().compile(&source).map_err(|e| {
+                ScriptError::thrown(format!("the host could not define the tool functions: {e}"))
+            })?;
             self.functions = wrappers.merge(&self.functions);
             self.wrappers = wrappers;
             self.namespaces = tool_functions::namespace_objects(self.tools.specs());

@@ -570,6 +570,127 @@ def __codeact_main(
                 trusted[0] = False
             return frames
 
+        KEYWORDS = frozenset(
+            "and as assert async await break class continue def del elif else except"
+            " finally for from global if import in is lambda nonlocal not or pass raise"
+            " return try while with yield None True False".split()
+        )
+
+        def script_scopes(e):
+            # The innermost script frame's line and scopes (its locals, those of
+            # the script frame around it when that is a comprehension or a
+            # generator expression on the same line, then its globals). Only the
+            # dicts are taken while the guard lets the prelude see frames;
+            # nothing is looked up in them until it shuts again.
+            tb = traceback_of(e)
+            found = []
+            trusted[0] = True
+            try:
+                while tb is not None and type(tb).__name__ == "traceback":
+                    frame = tb.tb_frame
+                    code = frame.f_code
+                    if code.co_filename == "<script>":
+                        found.append((tb.tb_lineno, code.co_name, frame.f_locals, frame.f_globals))
+                    tb = tb.tb_next
+            finally:
+                trusted[0] = False
+            if not found:
+                return 0, []
+            lineno, name, local, glob = found[-1]
+            scopes = [local]
+            if len(found) > 1 and found[-2][0] == lineno and name[:1] == "<" and name != "<module>":
+                scopes.append(found[-2][2])
+            scopes.append(glob)
+            # From CPython 3.13 a function frame's locals are a proxy: copied.
+            return lineno, [scope if type(scope) is dict else dict(scope) for scope in scopes]
+
+        def names_in(line):
+            # The names a line reads, in order, once each: not attributes (after
+            # a dot), keywords, or words inside string literals.
+            names = []
+            i = 0
+            n = len(line)
+            while i < n:
+                c = line[i]
+                if c == "#":
+                    break
+                if c == '"' or c == "'":
+                    j = i + 1
+                    while j < n and line[j] != c:
+                        j += 2 if line[j] == "\\" else 1
+                    i = j + 1
+                elif c.isalpha() or c == "_":
+                    j = i
+                    while j < n and (line[j].isalnum() or line[j] == "_"):
+                        j += 1
+                    word = line[i:j]
+                    before = line[:i].rstrip()
+                    quoted = j < n and line[j] in "\"'"
+                    if not before.endswith(".") and not quoted and word not in KEYWORDS and word not in names:
+                        names.append(word)
+                    i = j
+                else:
+                    i += 1
+            return names
+
+        def short(value, depth):
+            # A value as a model reads it, from the built-in types alone (exact
+            # types: no script-defined method runs), bounded in size.
+            kind = type(value)
+            if value is None or kind is bool or kind is float:
+                return repr(value)
+            if kind is int:
+                if value.bit_length() > 200:
+                    return "<an int of %d bits>" % value.bit_length()
+                return repr(value)
+            if kind is str:
+                return repr(value[:120]) + ("..." if len(value) > 120 else "")
+            if kind is list or kind is tuple or kind is dict:
+                if depth >= 2:
+                    return "[...]" if kind is list else "(...)" if kind is tuple else "{...}"
+                if kind is dict:
+                    items = []
+                    # Pairs as stored: a lookup by key would hash it.
+                    for key, item in dict.items(value):
+                        if len(items) == 6:
+                            break
+                        items.append(short(key, depth + 1) + ": " + short(item, depth + 1))
+                    more = len(value) > 6
+                    return "{" + ", ".join(items) + (", ..." if more else "") + "}"
+                items = [short(item, depth + 1) for item in kind.__getitem__(value, slice(0, 6))]
+                more = ", ..." if len(value) > 6 else ""
+                if kind is list:
+                    return "[" + ", ".join(items) + more + "]"
+                return "(" + ", ".join(items) + ("," if len(items) == 1 and not more else "") + more + ")"
+            return None if depth == 0 else "<object>"
+
+        def values_on_line(e, code):
+            # What the names on the failing line held: [[name, text], ...], at
+            # most six, for values of the built-in data types (functions,
+            # modules, the helpers and tools, and objects are left out).
+            try:
+                lineno, scopes = script_scopes(e)
+                lines = code.split("\n")
+                if not 0 < lineno <= len(lines):
+                    return []
+                out = []
+                for name in names_in(lines[lineno - 1]):
+                    for scope in scopes:
+                        if type(scope) is dict and dict.__contains__(scope, name):
+                            text = short(dict.__getitem__(scope, name), 0)
+                            if text is not None:
+                                out.append([name, text[:200]])
+                            break
+                    if len(out) == 6:
+                        break
+                return out
+            except Exception:
+                return []
+    else:
+
+        def values_on_line(e, code):
+            return []
+
     def exception_line(e):
         kind = type(e)
         name = kind.__qualname__
@@ -650,7 +771,9 @@ def __codeact_main(
         except BaseException as e:
             if isinstance(e, RuntimeError) and "recursion" in str(e):
                 return dumps({"fail": "call_depth", "message": describe(e, False, code)})
-            return dumps({"fail": "thrown", "message": describe(e, False, code)})
+            return dumps(
+                {"fail": "thrown", "message": describe(e, False, code), "values": values_on_line(e, code)}
+            )
 
     def serve_one():
         # Reads one script, runs it and answers; False at the end of input.

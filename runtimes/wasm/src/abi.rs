@@ -917,11 +917,9 @@ fn script_error(error: &Value, limits: &Limits) -> ScriptError {
             Ok(limit) => {
                 ScriptError::limit(limit, limits, error["detail"].as_str().map(str::to_string))
             }
-            Err(_) => ScriptError::Thrown {
-                message: error["described"].as_str().unwrap_or_default().to_string(),
-            },
+            Err(_) => ScriptError::thrown(error["described"].as_str().unwrap_or_default()),
         },
-        _ => ScriptError::Thrown { message },
+        _ => ScriptError::thrown(message),
     }
 }
 

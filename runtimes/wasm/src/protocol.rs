@@ -16,7 +16,8 @@
 //! - `{"fail":"<kind>","message":"<text>"}`: the script failed; the run is over.
 //!   Kinds: `syntax`, `thrown`, `unrepresentable` (a value JSON cannot hold),
 //!   `memory` and `call_depth` (the interpreter's own out-of-memory and recursion
-//!   errors, reported as those limits).
+//!   errors, reported as those limits). A `thrown` failure may carry
+//!   `"values":[["<name>","<text>"],…]`: what the names on the failing line held.
 //!
 //! Everything else on stdout or stderr is the run's printed output, including a
 //! message whose nonce is not this run's: ordinary printing, or text a script
@@ -128,6 +129,8 @@ enum Wire {
     Fail {
         fail: FailKind,
         message: String,
+        #[serde(default)]
+        values: Vec<(String, String)>,
     },
 }
 
@@ -149,6 +152,9 @@ pub enum Message {
         kind: FailKind,
         /// The interpreter's message.
         message: String,
+        /// What the names on the failing line held (name, short text), when
+        /// the guest says (`values`, optional: the CPython prelude's).
+        values: Vec<(String, String)>,
     },
     /// A message longer than the parser's cap ([`max_message_bytes`]); the cap.
     Oversized(usize),
@@ -166,9 +172,14 @@ impl Message {
         match serde_json::from_slice::<Wire>(body) {
             Ok(Wire::Tool { tool, args }) => Message::ToolCall { name: tool, args },
             Ok(Wire::Done { done }) => Message::Done(done),
-            Ok(Wire::Fail { fail, message }) => Message::Failed {
+            Ok(Wire::Fail {
+                fail,
+                message,
+                values,
+            }) => Message::Failed {
                 kind: fail,
                 message,
+                values,
             },
             Err(e) => {
                 let shown: String = String::from_utf8_lossy(body).chars().take(200).collect();
@@ -452,7 +463,8 @@ mod tests {
             messages[0],
             Message::Failed {
                 kind: FailKind::Syntax,
-                message: "bad".into()
+                message: "bad".into(),
+                values: Vec::new(),
             }
         );
         let (_, messages) =

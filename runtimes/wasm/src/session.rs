@@ -394,9 +394,13 @@ impl StdioSession {
                     locked(&instance.exchange).answer_tool(line);
                 }
                 Event::Message(Message::Done(value)) => break (Ok(value), true),
-                Event::Message(Message::Failed { kind, message }) => {
+                Event::Message(Message::Failed {
+                    kind,
+                    message,
+                    values,
+                }) => {
                     let refused = locked(&instance.exchange).memory_refused;
-                    match script_failure(kind, message, refused, &limits) {
+                    match script_failure(kind, message, values, refused, &limits) {
                         // The script's values still fill the memory, and an
                         // interpreter that ran out may not run reliably again: the
                         // next run gets a fresh instance.
@@ -420,13 +424,13 @@ impl StdioSession {
                 }
                 Event::Message(Message::Malformed(what)) => {
                     let message = format!("the guest sent a malformed protocol message: {what}");
-                    break (Err(ScriptError::Thrown { message }), true);
+                    break (Err(ScriptError::thrown(message)), true);
                 }
                 // Unreachable while a run is on (reads end-of-file then), but a guest
                 // found waiting for a script has no value to give.
                 Event::Ready => {
                     let message = "the guest ended the script without a value".to_string();
-                    break (Err(ScriptError::Thrown { message }), true);
+                    break (Err(ScriptError::thrown(message)), true);
                 }
                 Event::Ended(result) => {
                     let refused = locked(&instance.exchange).memory_refused;
@@ -610,14 +614,20 @@ fn poll_guest(instance: &mut LiveGuest, deadline: Instant) -> Event {
 }
 
 /// The error for a failure the guest reported.
-fn script_failure(kind: FailKind, message: String, refused: bool, limits: &Limits) -> ScriptError {
+fn script_failure(
+    kind: FailKind,
+    message: String,
+    values: Vec<(String, String)>,
+    refused: bool,
+    limits: &Limits,
+) -> ScriptError {
     match kind {
         FailKind::Syntax => ScriptError::Syntax { message },
         FailKind::Unrepresentable => ScriptError::Unrepresentable { message },
         FailKind::Memory => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
         FailKind::CallDepth => ScriptError::limit(LimitKind::CallDepth, limits, Some(message)),
         FailKind::Thrown if refused => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
-        FailKind::Thrown => ScriptError::Thrown { message },
+        FailKind::Thrown => ScriptError::Thrown { message, values },
         FailKind::NoValue => ScriptError::NoValue { message },
     }
 }

@@ -149,7 +149,7 @@ fn a_malformed_message_is_an_error_naming_it() {
     let mut session = session(&probe(Limits::default()));
     let outcome = session.run("m").expect("runs");
     match &outcome.completion {
-        Err(ScriptError::Thrown { message }) => {
+        Err(ScriptError::Thrown { message, .. }) => {
             assert!(message.contains("malformed protocol message"), "{message}");
             assert!(message.contains("this is not json"), "{message}");
         }

@@ -246,8 +246,7 @@ impl Agent {
                 }
                 Next::RunScript { code } => {
                     if let Some(refusal) = self.code_refusal(step, &code) {
-                        let refused =
-                            Err(codeact_runtime::ScriptError::Thrown { message: refusal });
+                        let refused = Err(codeact_runtime::ScriptError::thrown(refusal));
                         decision = conversation
                             .on_completion(&refused, &codeact_runtime::LogBuffer::new(0))
                             .0;

@@ -1,0 +1,124 @@
+//! What a failing CPython script's names held, reported with its error: read from
+//! the script's frames without running any of the script's code, and only for
+//! values of the built-in data types (the real guest, fetched by
+//! scripts/fetch-guests.sh).
+
+use std::sync::Arc;
+
+use codeact_runtime::{Limits, NoTools, Runtime, ScriptError, Session};
+use codeact_wasm::WasmRuntime;
+
+fn session() -> Box<dyn Session> {
+    let runtime = WasmRuntime::by_name("wasm:python", Limits::default()).expect("the guest loads");
+    runtime
+        .new_session(Arc::new(NoTools))
+        .expect("the session starts")
+}
+
+fn values_of(session: &mut dyn Session, script: &str) -> Vec<(String, String)> {
+    match session.run(script).expect("the run finishes").completion {
+        Err(ScriptError::Thrown { values, .. }) => values,
+        other => panic!("expected a thrown error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_failing_line_reports_its_names_values_a_generator_expressions_included() {
+    let mut session = session();
+    let values = values_of(
+        session.as_mut(),
+        "import math\npower_str = str(math.pow(2, 50))\ntotal = sum(int(digit) for digit in power_str)\nfinal_result(total)",
+    );
+    assert_eq!(
+        values,
+        vec![
+            ("digit".to_string(), "'.'".to_string()),
+            ("power_str".to_string(), "'1125899906842624.0'".to_string()),
+        ],
+        "`int`, `sum` and `total` hold no value of the script's on that line"
+    );
+}
+
+#[test]
+fn values_in_a_function_come_from_its_frame_and_big_ones_are_cut() {
+    let mut session = session();
+    let script = r#"
+rows = "product,quantity\nlamp,3\n" * 100
+def total(text):
+    count = 0
+    for row in text:
+        count += float(row[1])
+    return count
+final_result(total(rows))
+"#;
+    let values = values_of(session.as_mut(), script);
+    assert_eq!(values[0], ("count".into(), "0".into()));
+    assert_eq!(values[1], ("row".into(), "'p'".into()));
+    let nested = values_of(
+        session.as_mut(),
+        "data = {'a': [1, [2, [3, [4]]]], 'b': 'x' * 500, 'c': 10 ** 300}\nfinal_result(data['d'])",
+    );
+    let (name, text) = &nested[0];
+    assert_eq!(name, "data");
+    assert!(text.len() <= 200, "{text}");
+    assert!(text.starts_with("{'a': [1, [...]], 'b': 'xxx"), "{text}");
+}
+
+/// A script's own objects are not shown, and none of their methods runs while
+/// the host reads the values: a `__repr__` or `__eq__` that would run with the
+/// prelude's frame access never gets the chance.
+#[test]
+fn the_scripts_own_objects_run_no_code_while_values_are_read() {
+    let mut session = session();
+    let script = r#"
+ran = []
+class Loud:
+    def __repr__(self):
+        ran.append("repr")
+        return "LOUD"
+    def __eq__(self, other):
+        ran.append("eq")
+        return False
+    def __hash__(self):
+        ran.append("hash")
+        return 1
+class Sneaky(str):
+    def __repr__(self):
+        ran.append("str repr")
+        return "SNEAKY"
+loud = Loud()
+sneaky = Sneaky("s")
+box = [loud, {loud: sneaky}]
+ran.clear()
+final_result(loud + sneaky + box)
+"#;
+    let values = values_of(session.as_mut(), script);
+    assert_eq!(
+        values,
+        vec![(
+            "box".to_string(),
+            "[<object>, {<object>: <object>}]".to_string()
+        )],
+        "only the list is shown, its objects by a stand-in"
+    );
+    let ran = session.run("final_result(ran)").expect("runs").completion;
+    assert_eq!(
+        ran.expect("a value"),
+        serde_json::json!({"type": "final_result", "value": []})
+    );
+}
+
+#[test]
+fn a_syntax_error_and_a_failure_outside_the_script_carry_no_values() {
+    let mut session = session();
+    match session
+        .run("x = (1,\nfinal_result(x)")
+        .expect("runs")
+        .completion
+    {
+        Err(ScriptError::Syntax { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    let values = values_of(session.as_mut(), "x = 1\nraise ValueError('no')");
+    assert!(values.is_empty(), "a line that names nothing: {values:?}");
+}
