@@ -361,9 +361,9 @@ pub struct Conversation {
     /// What the tool calls of the step in progress returned, for its error's
     /// feedback ([`note_tool_results`](Self::note_tool_results)).
     step_tool_results: Vec<feedback::ToolResultSeen>,
-    /// The failed tool calls of the step in progress that left out required
-    /// arguments ([`note_missing_arguments`](Self::note_missing_arguments)).
-    step_missing_arguments: Vec<feedback::MissingArguments>,
+    /// The calls the tools of the step in progress failed
+    /// ([`note_failed_calls`](Self::note_failed_calls)).
+    step_failed_calls: Vec<feedback::FailedCall>,
     /// Rhai pitfalls a final result was already held back for: each holds one
     /// result back once, so a script that meant what it wrote goes through
     /// when sent again.
@@ -429,7 +429,7 @@ impl Conversation {
             last_error_feedback: None,
             repeated: false,
             step_tool_results: Vec::new(),
-            step_missing_arguments: Vec::new(),
+            step_failed_calls: Vec::new(),
             flagged_pitfalls: Vec::new(),
             prompts: Prompts::default(),
         }
@@ -686,11 +686,11 @@ impl Conversation {
         self.step_tool_results = results;
     }
 
-    /// The failed tool calls of the script that just ran that left out
-    /// arguments their tool requires: should the script fail, its feedback
-    /// names them and the call to write.
-    pub fn note_missing_arguments(&mut self, calls: Vec<feedback::MissingArguments>) {
-        self.step_missing_arguments = calls;
+    /// The calls the tools of the script that just ran failed (the first of
+    /// each tool): should the script fail, its feedback names the required
+    /// arguments they left out, or says that their arguments were made up.
+    pub fn note_failed_calls(&mut self, calls: Vec<feedback::FailedCall>) {
+        self.step_failed_calls = calls;
     }
 
     /// The script finished with this completion (its value, or its error), having
@@ -1017,7 +1017,7 @@ impl Conversation {
 
     fn observed(&mut self, text: String, value: &Value, logs: &LogBuffer) {
         self.step_tool_results.clear();
-        self.step_missing_arguments.clear();
+        self.step_failed_calls.clear();
         self.repeated = false;
         self.failed_script = None;
         self.last_error_feedback = None;
@@ -1061,8 +1061,10 @@ impl Conversation {
     /// script, or the same feedback, failed last time.
     fn feed_back_error(&mut self, mut text: String, message: &str) {
         let script = self.current_script.take();
-        self.show_tool_results(&mut text);
-        self.name_missing_arguments(&mut text, message, script.as_deref());
+        let results = std::mem::take(&mut self.step_tool_results);
+        let failed = std::mem::take(&mut self.step_failed_calls);
+        self.show_tool_results(&mut text, &results);
+        self.account_for_failed_calls(&mut text, message, script.as_deref(), &failed, &results);
         self.repeated = false;
         if let (Some(script), Some(failed)) = (&script, &self.failed_script)
             && script_notes::same_script(script, failed)
@@ -1110,22 +1112,58 @@ impl Conversation {
     /// Puts what the failing script's tool calls returned into its feedback,
     /// before the closing request to fix the script (at the end when the
     /// feedback has none).
-    /// Puts the account of failed calls that left out required arguments
-    /// before "Fix the script" (after the error and its line).
-    fn name_missing_arguments(&mut self, text: &mut String, message: &str, script: Option<&str>) {
-        let calls = std::mem::take(&mut self.step_missing_arguments);
-        if calls.is_empty() {
+    /// Puts before "Fix the script" (after the error, its line and the tool
+    /// results) what was wrong with the arguments of the calls the tools failed:
+    /// required ones left out, or else values made up (found nowhere in the
+    /// conversation's own messages or the script's tool results).
+    fn account_for_failed_calls(
+        &self,
+        text: &mut String,
+        message: &str,
+        script: Option<&str>,
+        failed: &[feedback::FailedCall],
+        results: &[feedback::ToolResultSeen],
+    ) {
+        if failed.is_empty() {
             return;
         }
-        let line = script.and_then(|script| script_notes::failing_line(message, script));
-        let language = self.fence_tags.first().map_or("js", String::as_str);
-        let section = feedback::missing_arguments(
-            &self.prompts,
-            &calls,
-            line.as_ref().map(|(n, l)| (*n, l.as_str())),
-            language,
-        );
-        self.insert_before_fix_it(text, &section);
+        let missing: Vec<&feedback::FailedCall> = failed
+            .iter()
+            .filter(|call| !call.missing.is_empty())
+            .collect();
+        if !missing.is_empty() {
+            let line = script.and_then(|script| script_notes::failing_line(message, script));
+            let language = self.fence_tags.first().map_or("js", String::as_str);
+            let section = feedback::missing_arguments(
+                &self.prompts,
+                &missing,
+                line.as_ref().map(|(n, l)| (*n, l.as_str())),
+                language,
+            );
+            self.insert_before_fix_it(text, &section);
+            return;
+        }
+        let seen: Vec<String> = self
+            .progress
+            .messages
+            .iter()
+            .filter(|message| message.role != Role::Assistant)
+            .map(|message| message.joined_text())
+            .chain(results.iter().map(|result| match &result.value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            }))
+            .collect();
+        let made_up: Vec<&str> = failed
+            .iter()
+            .filter(|call| script_notes::has_unseen_value(&call.args, &seen))
+            .map(|call| call.tool.as_str())
+            .collect();
+        if !made_up.is_empty() {
+            let section =
+                feedback::made_up_arguments(&self.prompts, &made_up, &self.tool_signatures);
+            self.insert_before_fix_it(text, &section);
+        }
     }
 
     /// Inserts `section` before the "Fix the script" line of `text`, with a
@@ -1151,8 +1189,7 @@ impl Conversation {
         }
     }
 
-    fn show_tool_results(&mut self, text: &mut String) {
-        let results = std::mem::take(&mut self.step_tool_results);
+    fn show_tool_results(&self, text: &mut String, results: &[feedback::ToolResultSeen]) {
         let limit = self.config.tool_results_on_error;
         if results.is_empty() || limit == 0 {
             return;
@@ -1162,7 +1199,7 @@ impl Conversation {
             Some("rhai") => "parse_json(text)",
             _ => "JSON.parse(text)",
         };
-        let section = feedback::tool_results(&self.prompts, &results, parse_call, limit);
+        let section = feedback::tool_results(&self.prompts, results, parse_call, limit);
         self.insert_before_fix_it(text, &section);
     }
 
@@ -2307,6 +2344,56 @@ Fn(\"f\")
             .expect("the section");
         let fix_at = text.find("Fix the script").expect("the request to fix");
         assert!(data_at < fix_at, "{text}");
+    }
+
+    #[test]
+    fn a_failed_call_is_called_made_up_only_when_its_values_come_from_nowhere() {
+        let failed = |args: Value| feedback::FailedCall {
+            tool: "add".into(),
+            args,
+            missing: Vec::new(),
+        };
+        let made_up = "failed for the arguments your script gave it";
+        // 41 is in no message and no result: made up.
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nadd(#{a: 41, b: 2})\n```"));
+        c.note_failed_calls(vec![failed(json!({"a": 41, "b": 2}))]);
+        c.on_completion(&thrown("add failed"), &LogBuffer::new(10));
+        let text = last_feedback(&c);
+        assert!(
+            text.contains(made_up) && text.contains("Get them from a tool first."),
+            "{text}"
+        );
+        // The task's own value (`conversation`'s task is "add 2 and 2"), and a value
+        // another tool of the same script returned, are not made up.
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply(
+            "```rhai\nlet n = add(#{a: 1, b: 2}); add(#{a: n, b: \"add 2\"})\n```",
+        ));
+        c.note_tool_results(vec![seen("add", json!({"a": 1, "b": 2}), json!(3))]);
+        c.note_failed_calls(vec![failed(json!({"a": 3, "b": "add 2"}))]);
+        c.on_completion(&thrown("add failed"), &LogBuffer::new(10));
+        assert!(
+            !last_feedback(&c).contains(made_up),
+            "{}",
+            last_feedback(&c)
+        );
+        // A call that left out a required argument is told that instead.
+        let mut c = conversation(LoopConfig::default());
+        c.on_reply(&reply("```rhai\nadd(#{a: 41})\n```"));
+        c.note_failed_calls(vec![feedback::FailedCall {
+            missing: vec![("b".into(), "integer".into())],
+            ..failed(json!({"a": 41}))
+        }]);
+        c.on_completion(&thrown("add failed"), &LogBuffer::new(10));
+        let text = last_feedback(&c);
+        assert!(
+            text.contains(
+                "without its required argument `b` (integer). Pass it: `add(#{b: ...})`."
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(made_up), "{text}");
     }
 
     #[test]

@@ -344,14 +344,38 @@ pub struct ToolResultSeen {
     pub value: Value,
 }
 
-/// A failed tool call that left out arguments its tool requires, named with
-/// the script's error ([`missing_arguments`]).
+/// A tool call the tool failed, for the script's error to say what was wrong
+/// with its arguments ([`missing_arguments`], [`made_up_arguments`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct MissingArguments {
+pub struct FailedCall {
     /// The tool's name.
     pub tool: String,
-    /// Each argument left out, as the tool's signature shows it (name, type).
+    /// The arguments the script passed.
+    pub args: Value,
+    /// Each argument the tool requires that the call left out, as the tool's
+    /// signature shows it (name, type).
     pub missing: Vec<(String, String)>,
+}
+
+/// Tools listed in a made-up arguments account, at most.
+const TOOLS_LISTED: usize = 8;
+
+/// The host's account of failed calls whose arguments the script made up
+/// (template `feedback/made_up_arguments`): a value in them appears nowhere in
+/// the conversation or the script's tool results (an invented user id). Told
+/// only the tool's error, a small model sends the same call again; told where
+/// the value must come from, it calls the tool that finds it. `signatures` are
+/// the tools as the card shows them.
+pub fn made_up_arguments(prompts: &Prompts, tools: &[&str], signatures: &[String]) -> String {
+    let listed: Vec<&str> = signatures
+        .iter()
+        .take(TOOLS_LISTED)
+        .map(String::as_str)
+        .collect();
+    prompts.render(
+        "feedback/made_up_arguments",
+        context! { tools => tools, signatures => listed },
+    )
 }
 
 /// The host's account of failed calls that left out required arguments
@@ -361,7 +385,7 @@ pub struct MissingArguments {
 /// `line` is the line the error points at, said when it makes the call.
 pub fn missing_arguments(
     prompts: &Prompts,
-    calls: &[MissingArguments],
+    calls: &[&FailedCall],
     line: Option<(usize, &str)>,
     language: &str,
 ) -> String {

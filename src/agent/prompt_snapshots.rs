@@ -195,12 +195,44 @@ fn sections() -> Vec<(&'static str, String)> {
                 "```python\nrows = read_file()\nfinal_result(len(rows))\n```",
                 StopReason::EndTurn,
             ));
-            c.note_missing_arguments(vec![feedback::MissingArguments {
+            c.note_failed_calls(vec![feedback::FailedCall {
                 tool: "read_file".into(),
+                args: json!({}),
                 missing: vec![("name".into(), "string".into())],
             }]);
             c.on_completion(
                 &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    rows = read_file()\nToolError: tool 'read_file' failed: no file ''")),
+                &none,
+            );
+            fed_back(&c)
+        }),
+        ("feedback/made_up_arguments", {
+            let mut c = Conversation::new(
+                "What is Lena Ortiz's email?",
+                &["js"],
+                LoopConfig::default(),
+            )
+            .with_tools([
+                (
+                    "get_user".to_string(),
+                    "tools.get_user({user_id: integer})".to_string(),
+                ),
+                (
+                    "find_user".to_string(),
+                    "tools.find_user({name: string})".to_string(),
+                ),
+            ]);
+            c.on_reply(&reply(
+                "```js\nconst user = tools.get_user({user_id: 12345});\nfinal_result(user.email);\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_failed_calls(vec![feedback::FailedCall {
+                tool: "get_user".into(),
+                args: json!({"user_id": 12345}),
+                missing: Vec::new(),
+            }]);
+            c.on_completion(
+                &Err(thrown("Error: tool 'get_user' failed: no user with id 12345\n    at <main> (script:1:30)")),
                 &none,
             );
             fed_back(&c)

@@ -159,6 +159,28 @@ pub fn imports_something(message: &str) -> bool {
     .any(|sign| message.contains(sign))
 }
 
+/// Whether a tool call's `args` hold a value (a string, or a number's text;
+/// looked for inside arrays and objects, keys aside) that appears in none of
+/// `seen`: the task, the host's messages, the tool results the script got. Such
+/// a value was made up by the model (an id, a name). Booleans, null and empty
+/// strings say nothing either way.
+pub fn has_unseen_value(args: &serde_json::Value, seen: &[String]) -> bool {
+    use serde_json::Value;
+    match args {
+        Value::String(text) => {
+            let text = text.trim();
+            !text.is_empty() && !seen.iter().any(|s| s.contains(text))
+        }
+        Value::Number(number) => {
+            let text = number.to_string();
+            !seen.iter().any(|s| s.contains(&text))
+        }
+        Value::Array(items) => items.iter().any(|item| has_unseen_value(item, seen)),
+        Value::Object(map) => map.values().any(|item| has_unseen_value(item, seen)),
+        Value::Bool(_) | Value::Null => false,
+    }
+}
+
 /// Whether a script's line does nothing but load a module: `import requests`,
 /// `from os import path` (Python), `import x from "y"` and `const fs =
 /// require("fs")` (JavaScript), `import "m" as m;` (Rhai). Deleting such a line
@@ -392,6 +414,27 @@ fn skip_spaces(bytes: &[u8], at: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_is_made_up_only_when_nothing_the_model_read_holds_it() {
+        use serde_json::json;
+        let seen = vec![
+            "What is the email of Lena Ortiz?".to_string(),
+            "[{\"id\": 7, \"name\": \"Lena Ortiz\"}]".to_string(),
+        ];
+        assert!(has_unseen_value(&json!({"user_id": 12345}), &seen));
+        assert!(has_unseen_value(
+            &json!({"who": ["Lena Ortiz", "Max"]}),
+            &seen
+        ));
+        assert!(!has_unseen_value(&json!({"user_id": 7}), &seen));
+        assert!(!has_unseen_value(&json!({"name": " Lena Ortiz "}), &seen));
+        assert!(!has_unseen_value(
+            &json!({"all": true, "since": null, "q": ""}),
+            &seen
+        ));
+        assert!(!has_unseen_value(&json!({}), &seen));
+    }
 
     #[test]
     fn a_line_that_only_loads_a_module_is_told_from_one_that_uses_one() {

@@ -159,6 +159,10 @@ static BUILTINS: &[Builtin] = &[
             context! { tool => "convert", missing => vec!["`amount` (number)", "`to` (string)"], example => "tools.convert({amount: ..., to: ...})", line_number => None::<usize> },
         ],
     },]),
+    builtin!("feedback/made_up_arguments", || vec![
+        context! { tools => vec!["get_user"], signatures => vec!["get_user(user_id=integer)", "find_user(name=string)"] },
+        context! { tools => vec!["get_user", "convert"], signatures => vec!["tools.get_user({user_id: integer})"] },
+    ]),
     builtin!("feedback/bare_value", || vec![
         context! { value => FENCED, literal => "7.8", logs => FENCED },
         context! { value => FENCED, literal => None::<&str>, logs => "" },

@@ -314,7 +314,7 @@ impl Agent {
                         keeper.script_finished(step);
                     }
                     conversation.note_tool_results(tools.take_script_results());
-                    conversation.note_missing_arguments(tools.take_missing_arguments());
+                    conversation.note_failed_calls(tools.take_failed_calls());
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {
