@@ -547,6 +547,7 @@ def __codeact_main(
 
     if CPYTHON:
         traceback_of = BaseException.__traceback__.__get__
+        str_equal = str.__eq__
 
         def frames_of(e):
             # The frames of a traceback from the script's first on (without the
@@ -560,10 +561,13 @@ def __codeact_main(
                 seen = False
                 while tb is not None and type(tb).__name__ == "traceback":
                     code = tb.tb_frame.f_code
-                    seen = seen or code.co_filename == "<script>"
+                    # str's own comparison: a code object's file name can be a
+                    # str subclass (compile() keeps one), whose __eq__ would run
+                    # with the guard open.
+                    seen = seen or str_equal(code.co_filename, "<script>")
                     # The prelude's own frames (compiled as `<string>`) are the
                     # host's code, not the script's: left out.
-                    if seen and code.co_filename != "<string>":
+                    if seen and not str_equal(code.co_filename, "<string>"):
                         frames.append((code.co_filename, tb.tb_lineno, code.co_name))
                     tb = tb.tb_next
             finally:
@@ -589,7 +593,7 @@ def __codeact_main(
                 while tb is not None and type(tb).__name__ == "traceback":
                     frame = tb.tb_frame
                     code = frame.f_code
-                    if code.co_filename == "<script>":
+                    if str_equal(code.co_filename, "<script>"):
                         found.append((tb.tb_lineno, code.co_name, frame.f_locals, frame.f_globals))
                     tb = tb.tb_next
             finally:

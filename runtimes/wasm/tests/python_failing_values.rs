@@ -122,3 +122,42 @@ fn a_syntax_error_and_a_failure_outside_the_script_carry_no_values() {
     let values = values_of(session.as_mut(), "x = 1\nraise ValueError('no')");
     assert!(values.is_empty(), "a line that names nothing: {values:?}");
 }
+
+/// A code object's file name can be a `str` subclass (`compile` keeps one). The
+/// host compares file names while the prelude may look at frames, so a subclass
+/// `__eq__` running then could walk to the prelude's frames: str's own
+/// comparison is used there; the subclass's runs only later, with the guard
+/// shut, as any script code does.
+#[test]
+fn a_file_name_that_is_a_str_subclass_runs_no_code_while_frames_are_read() {
+    let mut session = session();
+    let script = r#"
+import sys
+caught = []
+class Name(str):
+    def __eq__(self, other):
+        try:
+            caught.append(sys._getframe(1).f_code.co_name)
+        except Exception as e:
+            caught.append("refused")
+        return str.__eq__(self, other)
+    __ne__ = lambda self, other: not self.__eq__(other)
+    __hash__ = str.__hash__
+exec(compile("x = 1\n1 / 0", Name("<script>"), "exec"))
+"#;
+    let values = values_of(session.as_mut(), script);
+    assert!(
+        values.iter().all(|(name, _)| name != "caught"),
+        "{values:?}"
+    );
+    let caught = session
+        .run("final_result(caught)")
+        .expect("runs")
+        .completion;
+    let caught = caught.expect("a value")["value"].clone();
+    let caught = caught.as_array().expect("a list");
+    assert!(
+        caught.iter().all(|entry| entry == "refused"),
+        "the subclass's __eq__ saw a frame: {caught:?}"
+    );
+}
