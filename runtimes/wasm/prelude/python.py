@@ -584,20 +584,25 @@ def __codeact_main(
             # The innermost script frame's line and scopes (its locals, those of
             # the script frame around it when that is a comprehension or a
             # generator expression on the same line, then its globals). Only the
-            # dicts are taken while the guard lets the prelude see frames;
-            # nothing is looked up in them until it shuts again.
+            # frames are taken while the guard lets the prelude see them; their
+            # locals are read once it is shut again, since reading them can run
+            # script code (a class body's namespace from a metaclass's
+            # __prepare__ is written to).
             tb = traceback_of(e)
-            found = []
+            frames = []
             trusted[0] = True
             try:
                 while tb is not None and type(tb).__name__ == "traceback":
-                    frame = tb.tb_frame
-                    code = frame.f_code
-                    if str_equal(code.co_filename, "<script>"):
-                        found.append((tb.tb_lineno, code.co_name, frame.f_locals, frame.f_globals))
+                    frames.append((tb.tb_lineno, tb.tb_frame))
                     tb = tb.tb_next
             finally:
                 trusted[0] = False
+            found = []
+            for lineno, frame in frames:
+                code = frame.f_code
+                if str_equal(code.co_filename, "<script>"):
+                    found.append((lineno, code.co_name, frame.f_locals, frame.f_globals))
+            frames = frame = None
             if not found:
                 return 0, []
             lineno, name, local, glob = found[-1]

@@ -161,3 +161,51 @@ exec(compile("x = 1\n1 / 0", Name("<script>"), "exec"))
         "the subclass's __eq__ saw a frame: {caught:?}"
     );
 }
+
+/// A class body's namespace can be the script's own mapping (a metaclass's
+/// `__prepare__`), which reading the frame's locals writes to: that happens
+/// only with the guard shut, so the mapping's methods see no frame.
+#[test]
+fn a_class_body_with_the_scripts_own_namespace_sees_no_frame_while_values_are_read() {
+    let mut session = session();
+    let script = r#"
+import sys
+caught = []
+def look():
+    try:
+        caught.append(sys._getframe(2).f_code.co_name)
+    except Exception:
+        caught.append("refused")
+class Spy(dict):
+    def __setitem__(self, key, value):
+        look()
+        dict.__setitem__(self, key, value)
+    def __delitem__(self, key):
+        look()
+        dict.__delitem__(self, key)
+class Meta(type):
+    @classmethod
+    def __prepare__(cls, name, bases):
+        return Spy()
+caught.clear()
+class Body(metaclass=Meta):
+    def method(self):
+        return __class__
+    size = len(caught) + undefined_name
+"#;
+    let _ = values_of(session.as_mut(), script);
+    let caught = session
+        .run("final_result(caught)")
+        .expect("runs")
+        .completion;
+    let caught = caught.expect("a value")["value"].clone();
+    let caught = caught.as_array().expect("a list");
+    assert!(
+        !caught.is_empty(),
+        "reading the class body's locals wrote to it"
+    );
+    assert!(
+        caught.iter().all(|entry| entry == "refused"),
+        "the namespace's methods saw a frame: {caught:?}"
+    );
+}
