@@ -779,6 +779,7 @@ impl Conversation {
                 error @ (ScriptError::Syntax { message } | ScriptError::Thrown { message, .. }),
             ) => {
                 let line = script_notes::failing_line(message, &script);
+                let unit_call = script_notes::called_on_unit(message);
                 let values = match error {
                     ScriptError::Thrown { values, .. } if line.is_some() => values.as_slice(),
                     _ => &[],
@@ -786,7 +787,14 @@ impl Conversation {
                 let hints = feedback::ErrorHints {
                     line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
                     values,
-                    undefined_name: script_notes::undefined_name(message).is_some(),
+                    undefined_name: script_notes::undefined_name(message).is_some()
+                        && unit_call.is_none(),
+                    called_on_unit: unit_call.map(|name| {
+                        let method = line
+                            .as_ref()
+                            .and_then(|(_, text)| script_notes::in_place_method(text));
+                        (name, method)
+                    }),
                     out_of_bounds: script_notes::index_out_of_bounds(message),
                     import: script_notes::imports_something(message)
                         .then(|| &self.provided_names[script_notes::HELPERS.len()..]),

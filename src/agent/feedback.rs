@@ -127,6 +127,10 @@ pub struct ErrorHints<'a> {
     pub values: &'a [(String, String)],
     /// The error names something the session does not define.
     pub undefined_name: bool,
+    /// The method Rhai found no function for on a receiver of `()` (a plain
+    /// name), and the in-place method on the failing line that gave the `()`,
+    /// if it names one.
+    pub called_on_unit: Option<(String, Option<&'static str>)>,
     /// The error is an index one past an array's end or further: the index and
     /// the array's length, as the engine gave them (digits only).
     pub out_of_bounds: Option<(u64, u64)>,
@@ -156,6 +160,8 @@ pub fn error_at(
             values => shown_values(hints.values, limit),
             logs => fenced_logs(logs, limit),
             undefined_name => hints.undefined_name,
+            unit_call => hints.called_on_unit.as_ref().map(|(name, _)| name.as_str()),
+            in_place => hints.called_on_unit.as_ref().and_then(|(_, method)| *method),
             index => hints.out_of_bounds.map(|(index, _)| index),
             length => hints.out_of_bounds.map(|(_, length)| length),
             imports => hints.import.is_some(),

@@ -185,6 +185,17 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        (
+            "feedback/error_at (Rhai: a method called on nothing)",
+            after_script(
+                conversation(),
+                "let parts = \"a b\".split(\" \").reverse().join(\" \");\nfinal_result(parts)",
+                Err(thrown(
+                    "Function not found: join ((), &str | ImmutableString | String) (line 1, position 43)",
+                )),
+                &none,
+            ),
+        ),
         ("feedback/missing_arguments", {
             let mut c =
                 Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(

@@ -292,6 +292,49 @@ pub fn printed_expression(script: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// The method Rhai could not find for a receiver of `()` (`Function not
+/// found: join ((), &str | …)`): the value before the dot was nothing, most
+/// often what an in-place method returned (`parts.reverse().join(" ")`). The
+/// name as Rhai gave it, when it is a plain name of at most 64 characters.
+pub fn called_on_unit(message: &str) -> Option<String> {
+    let rest = message.split("Function not found: ").nth(1)?;
+    let (name, types) = rest.split_once(" (")?;
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    (plain && types.starts_with("()")).then(|| name.to_string())
+}
+
+/// Rhai's methods that change their array or string in place and return `()`,
+/// which models chain as in JavaScript (`.reverse().join(…)`, `.trim().split(…)`).
+const IN_PLACE_METHODS: &[&str] = &[
+    "reverse",
+    "sort",
+    "push",
+    "append",
+    "insert",
+    "clear",
+    "truncate",
+    "dedup",
+    "chop",
+    "pad",
+    "splice",
+    "trim",
+    "make_upper",
+    "make_lower",
+    "crop",
+];
+
+/// The first of Rhai's in-place methods a line calls (`.reverse(`), if any.
+pub fn in_place_method(line: &str) -> Option<&'static str> {
+    IN_PLACE_METHODS
+        .iter()
+        .copied()
+        .filter_map(|method| line.find(&format!(".{method}(")).map(|at| (at, method)))
+        .min()
+        .map(|(_, method)| method)
+}
+
 /// The index and the length in Rhai's error for an index past an array's end
 /// (`Array index 14 out of bounds: only 14 elements in array`), when the index
 /// is at or past the length: the feedback then says which indexes exist, since
@@ -434,6 +477,24 @@ mod tests {
             &seen
         ));
         assert!(!has_unseen_value(&json!({}), &seen));
+    }
+
+    #[test]
+    fn a_method_called_on_nothing_is_found_with_the_in_place_method_before_it() {
+        let message =
+            "Function not found: join ((), &str | ImmutableString | String) (line 2, position 49)";
+        assert_eq!(called_on_unit(message).as_deref(), Some("join"));
+        assert_eq!(
+            called_on_unit("Function not found: join (array, string)"),
+            None
+        );
+        assert_eq!(called_on_unit("Function not found: a b ((), int)"), None);
+        assert_eq!(
+            in_place_method("let r = words.split(\" \").reverse().join(\" \")"),
+            Some("reverse")
+        );
+        assert_eq!(in_place_method("let t = s.trim().sort()"), Some("trim"));
+        assert_eq!(in_place_method("let t = s.split(\",\")"), None);
     }
 
     #[test]
