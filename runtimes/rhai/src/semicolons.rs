@@ -27,28 +27,95 @@ pub(crate) struct StillBroken {
 /// Compiles `script`, inserting missing statement semicolons as described above.
 /// Returns the AST and the 1-based lines that got a `;`.
 ///
-/// A script that still fails is tried once more with JavaScript-style map literals
-/// (`read_file({name: "a"})`, `let m = {a: 1};`) written the Rhai way (`#{…}`);
-/// when that compiles it runs, else the first attempt's error stands.
+/// An empty `{}` where a value goes (`let counts = {};`, `f({})`) is an empty
+/// map (`#{}`) from the start: in Rhai it is an empty block whose value is `()`,
+/// which no script means there, and small models kept it however the error
+/// was explained. A script that still fails is tried once more with
+/// JavaScript-style map literals (`read_file({name: "a"})`, `let m = {a: 1};`)
+/// written the Rhai way (`#{…}`) and JavaScript loop headers (`for (let x of
+/// xs) {`) as Rhai's (`for x in xs {`); when that compiles it runs, else the
+/// first attempt's error stands.
 pub(crate) fn compile_lenient(
     engine: &Engine,
     script: &str,
 ) -> Result<(AST, Vec<usize>), StillBroken> {
+    let emptied = map_literals(script, true);
+    let script = emptied.as_deref().unwrap_or(script);
     let broken = match with_semicolons(engine, script) {
         Ok(done) => return Ok(done),
         Err(broken) => broken,
     };
-    match rhai_map_literals(script) {
+    let mapped = map_literals(script, false);
+    let looped = js_for_headers(mapped.as_deref().unwrap_or(script));
+    match looped.or(mapped) {
         Some(rewritten) => with_semicolons(engine, &rewritten).map_err(|_| broken),
         None => Err(broken),
     }
 }
 
+/// `script` with each JavaScript loop header over a collection (`for (let x of
+/// xs) {`, also `const`, `var` and `in`, alone on its line but for the `{`)
+/// written as Rhai's `for x in xs {`, which walks the values. `None` when there
+/// is none.
+fn js_for_headers(script: &str) -> Option<String> {
+    let mut changed = false;
+    let lines: Vec<String> = script
+        .lines()
+        .map(|line| match js_for_header(line) {
+            Some(rewritten) => {
+                changed = true;
+                rewritten
+            }
+            None => line.to_string(),
+        })
+        .collect();
+    changed.then(|| lines.join("\n"))
+}
+
+fn js_for_header(line: &str) -> Option<String> {
+    let code = line.trim_start();
+    let indent = &line[..line.len() - code.len()];
+    let inside = code.strip_prefix("for")?.trim_start().strip_prefix('(')?;
+    // The `)` that closes the header: parentheses counted, strings skipped.
+    let mut depth = 0usize;
+    let mut quote = None;
+    let mut close = None;
+    for (at, c) in inside.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'' | '`') => quote = Some(c),
+            (None, '(') => depth += 1,
+            (None, ')') if depth == 0 => {
+                close = Some(at);
+                break;
+            }
+            (None, ')') => depth -= 1,
+            _ => {}
+        }
+    }
+    let close = close?;
+    let (header, after) = (&inside[..close], &inside[close + 1..]);
+    let rest = ["let ", "const ", "var "]
+        .iter()
+        .find_map(|keyword| header.trim_start().strip_prefix(keyword))?
+        .trim_start();
+    let name_end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    let (name, rest) = rest.split_at(name_end);
+    let rest = rest.trim_start();
+    let iterable = rest
+        .strip_prefix("of ")
+        .or_else(|| rest.strip_prefix("in "))?
+        .trim();
+    let plain = !name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit());
+    (plain && !iterable.is_empty()).then(|| format!("{indent}for {name} in {iterable}{after}"))
+}
+
 /// `script` with each `{` that opens a JavaScript-style map literal made `#{`: a
 /// `{` in expression position (after `(`, `[`, `,`, `=`, `:` or `return`) whose
-/// contents start with a key and a `:` (or are `}`). Strings and comments are
-/// skipped. `None` when there is none.
-fn rhai_map_literals(script: &str) -> Option<String> {
+/// contents start with a key and a `:` (or are `}`; only those when
+/// `only_empty`). Strings and comments are skipped. `None` when there is none.
+fn map_literals(script: &str, only_empty: bool) -> Option<String> {
     let chars: Vec<char> = script.chars().collect();
     let mut out = String::with_capacity(script.len() + 8);
     let mut changed = false;
@@ -77,7 +144,11 @@ fn rhai_map_literals(script: &str) -> Option<String> {
         if c == '{'
             && previous != '#'
             && expression_position(&out, previous)
-            && starts_map(&chars[i + 1..])
+            && if only_empty {
+                is_empty_braces(&chars[i + 1..])
+            } else {
+                starts_map(&chars[i + 1..])
+            }
         {
             out.push('#');
             changed = true;
@@ -93,6 +164,11 @@ fn rhai_map_literals(script: &str) -> Option<String> {
 
 fn expression_position(before: &str, previous: char) -> bool {
     matches!(previous, '(' | '[' | ',' | '=' | ':') || before.trim_end().ends_with("return")
+}
+
+/// Whether the text after a `{` reads `}`, spaces aside.
+fn is_empty_braces(after: &[char]) -> bool {
+    after.iter().find(|c| !c.is_whitespace()) == Some(&'}')
 }
 
 /// Whether the text after a `{` reads `}` or `key:` (a name or a string, then a
@@ -237,10 +313,30 @@ mod tests {
             "let a = 1\nlet m = {a: a, \"b\": \"{c: d}\"};\nif a == 1 { m.a + 1 } else { 0 }";
         let (ast, _) = compile_lenient(&engine(), script).expect("compiles");
         assert_eq!(engine().eval_ast::<i64>(&ast).expect("runs"), 2);
-        assert_eq!(rhai_map_literals("if x { y }"), None);
+        assert_eq!(map_literals("if x { y }", false), None);
         assert_eq!(
-            rhai_map_literals("f({a: 1}, [{\"b\": 2}])").as_deref(),
+            map_literals("f({a: 1}, [{\"b\": 2}])", false).as_deref(),
             Some("f(#{a: 1}, [#{\"b\": 2}])")
+        );
+    }
+
+    #[test]
+    fn an_empty_pair_of_braces_where_a_value_goes_is_an_empty_map() {
+        let script = "let counts = {};\ncounts[\"a\"] = 1;\nlet f = |x| {};\nif true {} else {}\ncounts.len() + [{ }].len()";
+        let (ast, _) = compile_lenient(&engine(), script).expect("compiles");
+        assert_eq!(engine().eval_ast::<i64>(&ast).expect("runs"), 2);
+        assert_eq!(map_literals("let s = \"= {}\"; while x {}", true), None);
+    }
+
+    #[test]
+    fn javascript_loop_headers_walk_the_values_as_rhai_loops() {
+        let script = "let total = 0;\nfor (let n of [1, 2, 3]) {\n  total += n;\n}\nfor (const w in \"a b\".split(\" \")) { total += 1; }\ntotal";
+        let (ast, _) = compile_lenient(&engine(), script).expect("compiles");
+        assert_eq!(engine().eval_ast::<i64>(&ast).expect("runs"), 8);
+        assert_eq!(js_for_header("for (let i = 0; i < 3; i++) {"), None);
+        assert_eq!(
+            js_for_header("  for (var x of xs)").as_deref(),
+            Some("  for x in xs")
         );
     }
 

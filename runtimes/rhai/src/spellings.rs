@@ -9,6 +9,7 @@
 //! - `rev()` on arrays, and Rust's character predicates (`is_alphanumeric`,
 //!   `is_alphabetic`, `is_numeric`, `is_digit`, `is_whitespace`, `is_uppercase`,
 //!   `is_lowercase`); `chars` is an array (`bounded_builtins`).
+//! - `includes(text)` on strings, JavaScript's `contains`.
 //! - `filter`, `map` and `reduce` on ranges (`0..n`, `0..=n`), as on arrays. The
 //!   range is walked, never collected first, and each element is a call of the
 //!   script's closure, so the operation limit and the deadline hold as in a loop.
@@ -21,6 +22,12 @@ type Called<T> = Result<T, Box<EvalAltResult>>;
 
 /// Registers the methods on `engine`.
 pub(crate) fn register(engine: &mut Engine) {
+    engine.register_fn("includes", |text: &mut ImmutableString, part: &str| {
+        text.contains(part)
+    });
+    engine.register_fn("includes", |text: &mut ImmutableString, c: char| {
+        text.contains(c)
+    });
     engine.register_fn("slice", |text: &mut ImmutableString, start: INT| {
         let chars: Vec<char> = text.chars().collect();
         let (from, to) = bounds(chars.len(), start, None);
@@ -126,5 +133,15 @@ mod tests {
         assert_eq!(bounds(5, 0, Some(-1)), (0, 4));
         assert_eq!(bounds(5, 4, Some(2)), (4, 4), "an end before the start");
         assert_eq!(bounds(5, -99, Some(99)), (0, 5), "clamped");
+    }
+
+    #[test]
+    fn strings_answer_includes_as_contains() {
+        let mut engine = rhai::Engine::new();
+        super::register(&mut engine);
+        let found: bool = engine
+            .eval(r#""2024 ERROR E42".includes("ERROR") && !"ok".includes('x')"#)
+            .expect("runs");
+        assert!(found);
     }
 }
