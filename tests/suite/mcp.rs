@@ -517,6 +517,28 @@ async fn codeact_mcp_runs_scripts_in_each_runtime_and_keeps_a_sessions_variables
     assert_eq!(once["printed"], "hi\n");
 }
 
+/// A long-running host whose binary is replaced on disk (an upgrade) still
+/// starts JavaScript workers of the program it runs: they are started from
+/// `/proc/self/exe`, not from a path that now names another file or none.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_workers_start_after_the_hosts_binary_is_deleted_from_disk() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let copy = dir.path().join("codeact-copy");
+    std::fs::copy(env!("CARGO_BIN_EXE_codeact"), &copy).expect("copied");
+    let server = McpServer::stdio("codeact", copy.to_str().expect("utf-8"), ["mcp"]);
+    let tools = toolbox(&server).await;
+    std::fs::remove_file(&copy).expect("deleted");
+    let ran = call(
+        &tools,
+        "codeact_run_script",
+        json!({"runtime": "js", "code": "final_result(6 * 7)"}),
+    )
+    .await
+    .expect("ran");
+    assert_eq!(ran["output"], json!({"type": "final_result", "value": 42}));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codeact_mcp_holds_its_limits_runtimes_and_session_cap_against_a_client() {
     let tools = toolbox(&codeact_mcp(&[

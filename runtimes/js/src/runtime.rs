@@ -99,8 +99,20 @@ static IN_PROCESS_INFO: RuntimeInfo = RuntimeInfo {
     enforcement: IN_PROCESS_ENFORCEMENT,
 };
 
+/// This executable, to start as a worker. On Linux `/proc/self/exe`, which
+/// names the running binary even once the file was replaced or deleted (a
+/// package upgrade under a long-running host): its path then no longer starts
+/// the same program, or any. Elsewhere, its path.
+fn this_executable() -> PathBuf {
+    let running = std::path::Path::new("/proc/self/exe");
+    if cfg!(target_os = "linux") && running.exists() {
+        return running.to_path_buf();
+    }
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("codeact"))
+}
+
 /// The JavaScript runtime: sessions run in worker processes started from
-/// `worker_path` (default: this executable).
+/// `worker_path` (default: this executable, as it runs).
 #[derive(Debug, Clone)]
 pub struct JsRuntime {
     limits: Arc<Limits>,
@@ -112,7 +124,7 @@ impl JsRuntime {
     /// A runtime whose workers are this executable (which must call
     /// [`run_worker_if_requested`]).
     pub fn new(limits: Limits) -> Self {
-        let worker_path = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("codeact"));
+        let worker_path = this_executable();
         Self {
             limits: Arc::new(limits),
             worker_path,
