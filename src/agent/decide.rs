@@ -1117,9 +1117,6 @@ impl Conversation {
         Some(pitfall)
     }
 
-    /// Puts what the failing script's tool calls returned into its feedback,
-    /// before the closing request to fix the script (at the end when the
-    /// feedback has none).
     /// Puts before "Fix the script" (after the error, its line and the tool
     /// results) what was wrong with the arguments of the calls the tools failed:
     /// required ones left out, or else values made up (found nowhere in the
@@ -1197,6 +1194,9 @@ impl Conversation {
         }
     }
 
+    /// Puts what the failing script's tool calls returned into its feedback,
+    /// before the closing request to fix the script (at the end when the
+    /// feedback has none).
     fn show_tool_results(&self, text: &mut String, results: &[feedback::ToolResultSeen]) {
         let limit = self.config.tool_results_on_error;
         if results.is_empty() || limit == 0 {

@@ -373,7 +373,9 @@ def __codeact_main(
             helpers[server] = tool_namespace(server, namespace_functions[server])
 
     new_namespaces()
-    namespace = {"__name__": "__main__"}
+    # JSON's literals, which the host's observations show and small models then
+    # write back (`final_result(true)`), mean Python's; a script may rebind them.
+    namespace = {"__name__": "__main__", "true": True, "false": False, "null": None}
 
     if CPYTHON:
         # Closed to scripts: frames (which hold the prelude's locals and the

@@ -209,3 +209,23 @@ class Body(metaclass=Meta):
         "the namespace's methods saw a frame: {caught:?}"
     );
 }
+
+/// Observations show JSON (`true`), and small models write it back: JSON's
+/// literals mean Python's in a session, and a script may still rebind them.
+#[test]
+fn json_literals_mean_pythons_own_until_a_script_rebinds_them() {
+    let mut session = session();
+    let ran = session
+        .run("final_result([true, false, null])")
+        .expect("runs")
+        .completion;
+    assert_eq!(
+        ran.expect("a value"),
+        serde_json::json!({"type": "final_result", "value": [true, false, null]})
+    );
+    let ran = session
+        .run("true = 'mine'\nfinal_result(true)")
+        .expect("runs")
+        .completion;
+    assert_eq!(ran.expect("a value")["value"], "mine");
+}
