@@ -517,6 +517,18 @@ async fn codeact_mcp_runs_scripts_in_each_runtime_and_keeps_a_sessions_variables
     assert_eq!(once["printed"], "hi\n");
 }
 
+/// A `codeact mcp` server's tools run a JavaScript script to its result.
+async fn runs_javascript(tools: &Arc<ToolBox>) {
+    let ran = call(
+        tools,
+        "codeact_run_script",
+        json!({"runtime": "js", "code": "final_result(6 * 7)"}),
+    )
+    .await
+    .expect("ran");
+    assert_eq!(ran["output"], json!({"type": "final_result", "value": 42}));
+}
+
 /// A long-running host whose binary is replaced on disk (an upgrade) still
 /// starts JavaScript workers of the program it runs: they are started from
 /// `/proc/self/exe`, not from a path that now names another file or none.
@@ -529,14 +541,7 @@ async fn javascript_workers_start_after_the_hosts_binary_is_deleted_from_disk() 
     let server = McpServer::stdio("codeact", copy.to_str().expect("utf-8"), ["mcp"]);
     let tools = toolbox(&server).await;
     std::fs::remove_file(&copy).expect("deleted");
-    let ran = call(
-        &tools,
-        "codeact_run_script",
-        json!({"runtime": "js", "code": "final_result(6 * 7)"}),
-    )
-    .await
-    .expect("ran");
-    assert_eq!(ran["output"], json!({"type": "final_result", "value": 42}));
+    runs_javascript(&tools).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -675,14 +680,7 @@ async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
     let with_token =
         McpServer::http("codeact", &url).header("Authorization", "Bearer s3cret-token");
     let tools = toolbox(&with_token).await;
-    let ran = call(
-        &tools,
-        "codeact_run_script",
-        json!({"runtime": "js", "code": "final_result(6 * 7)"}),
-    )
-    .await
-    .expect("ran");
-    assert_eq!(ran["output"], json!({"type": "final_result", "value": 42}));
+    runs_javascript(&tools).await;
     for server in [
         McpServer::http("codeact", &url),
         McpServer::http("codeact", &url).header("Authorization", "Bearer wrong"),

@@ -15,6 +15,19 @@ fn session() -> Box<dyn Session> {
         .expect("the session starts")
 }
 
+/// What a script that succeeds returns (its final result's value).
+fn value_of(session: &mut dyn Session, script: &str) -> serde_json::Value {
+    let completion = session.run(script).expect("the run finishes").completion;
+    completion.expect("a value")["value"].clone()
+}
+
+/// What a script's `caught` list holds: each entry is a frame's name, or
+/// "refused" where the guard refused the frame.
+fn caught(session: &mut dyn Session) -> Vec<serde_json::Value> {
+    let caught = value_of(session, "final_result(caught)");
+    caught.as_array().expect("a list").clone()
+}
+
 fn values_of(session: &mut dyn Session, script: &str) -> Vec<(String, String)> {
     match session.run(script).expect("the run finishes").completion {
         Err(ScriptError::Thrown { values, .. }) => values,
@@ -101,10 +114,9 @@ final_result(loud + sneaky + box)
         )],
         "only the list is shown, its objects by a stand-in"
     );
-    let ran = session.run("final_result(ran)").expect("runs").completion;
     assert_eq!(
-        ran.expect("a value"),
-        serde_json::json!({"type": "final_result", "value": []})
+        value_of(session.as_mut(), "final_result(ran)"),
+        serde_json::json!([])
     );
 }
 
@@ -150,12 +162,7 @@ exec(compile("x = 1\n1 / 0", Name("<script>"), "exec"))
         values.iter().all(|(name, _)| name != "caught"),
         "{values:?}"
     );
-    let caught = session
-        .run("final_result(caught)")
-        .expect("runs")
-        .completion;
-    let caught = caught.expect("a value")["value"].clone();
-    let caught = caught.as_array().expect("a list");
+    let caught = caught(session.as_mut());
     assert!(
         caught.iter().all(|entry| entry == "refused"),
         "the subclass's __eq__ saw a frame: {caught:?}"
@@ -194,12 +201,7 @@ class Body(metaclass=Meta):
     size = len(caught) + undefined_name
 "#;
     let _ = values_of(session.as_mut(), script);
-    let caught = session
-        .run("final_result(caught)")
-        .expect("runs")
-        .completion;
-    let caught = caught.expect("a value")["value"].clone();
-    let caught = caught.as_array().expect("a list");
+    let caught = caught(session.as_mut());
     assert!(
         !caught.is_empty(),
         "reading the class body's locals wrote to it"
@@ -215,17 +217,12 @@ class Body(metaclass=Meta):
 #[test]
 fn json_literals_mean_pythons_own_until_a_script_rebinds_them() {
     let mut session = session();
-    let ran = session
-        .run("final_result([true, false, null])")
-        .expect("runs")
-        .completion;
     assert_eq!(
-        ran.expect("a value"),
-        serde_json::json!({"type": "final_result", "value": [true, false, null]})
+        value_of(session.as_mut(), "final_result([true, false, null])"),
+        serde_json::json!([true, false, null])
     );
-    let ran = session
-        .run("true = 'mine'\nfinal_result(true)")
-        .expect("runs")
-        .completion;
-    assert_eq!(ran.expect("a value")["value"], "mine");
+    assert_eq!(
+        value_of(session.as_mut(), "true = 'mine'\nfinal_result(true)"),
+        "mine"
+    );
 }
