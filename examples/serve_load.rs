@@ -173,18 +173,6 @@ fn front(dir: &Path, url: &str) -> (Proc, String) {
     (proc, base)
 }
 
-async fn new_database(port: u16, name: &str) -> String {
-    let admin = sqlx::PgPool::connect(&format!("postgres://codeact@127.0.0.1:{port}/postgres"))
-        .await
-        .expect("the cluster");
-    // Test-chosen names only.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await
-        .expect("a database");
-    format!("postgres://codeact@127.0.0.1:{port}/{name}")
-}
-
 async fn transactions(db: &sqlx::PgPool, name: &str) -> i64 {
     sqlx::query_scalar(
         "SELECT (xact_commit + xact_rollback)::BIGINT FROM pg_stat_database WHERE datname = $1",
@@ -318,7 +306,7 @@ async fn main() {
         let dir = tempfile::tempdir().expect("a folder");
         write_config(dir.path(), 10, 30_000);
         let name = format!("load_{i}_{workers}");
-        let url = new_database(cluster.port, &name).await;
+        let url = cluster.create_database(&name).await;
         let db = sqlx::PgPool::connect(&url).await.expect("the database");
         let (_front, base) = front(dir.path(), &url);
         let mut procs = Vec::new();
@@ -352,7 +340,7 @@ async fn main() {
     }
     let dir = tempfile::tempdir().expect("a folder");
     write_config(dir.path(), 300, 2_000);
-    let url = new_database(cluster.port, "failover").await;
+    let url = cluster.create_database("failover").await;
     let db = sqlx::PgPool::connect(&url).await.expect("the database");
     let (_front, base) = front(dir.path(), &url);
     let mut workers: Vec<Proc> = (0..3)

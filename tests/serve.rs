@@ -1,15 +1,19 @@
 //! `codeact serve` as an operator runs it: the real binary on a free port, its
 //! real SQLite file, replayed models, and a real HTTP client.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+
+#[path = "support/codeact_process.rs"]
+mod codeact_process;
+// The real `codeact serve`, killed when dropped.
+use codeact_process::CodeactProcess as Server;
 
 const ALICE: &str = "alice-secret-token";
 const BOB: &str = "bob-secret-token";
@@ -130,19 +134,6 @@ team = "desk.toml"
     replay("billing.json", &["```rhai\nfinal_result(\"billed\")\n```"]);
 }
 
-/// The real `codeact serve`, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A folder with the config, and the store file a server (and its successor) uses.
 struct Setup {
     dir: tempfile::TempDir,
@@ -161,27 +152,14 @@ impl Setup {
 
     /// Starts the server on a free port and waits for its "listening" line.
     fn start(&self) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_codeact"));
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
             .arg(format!("sqlite:{}", self.store().display()))
             .arg("--config")
             .arg(self.dir.path().join("serve.toml"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("codeact serve starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the server prints where it listens");
-        let base = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .trim_end_matches('/')
-            .to_string();
-        Server { child, base }
+            .stderr(Stdio::inherit());
+        Server::start_listening(command)
     }
 }
 
@@ -1097,11 +1075,7 @@ async fn a_stopped_server_exits_soon_and_its_successor_marks_unfinished_runs_int
         .await
         .expect("a stream stays open");
     let stopping = Instant::now();
-    let killed = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    assert!(server.terminate(), "kill runs");
     let exit = tokio::task::block_in_place(|| server.child.wait()).expect("the server exits");
     assert!(exit.success(), "{exit}");
     assert!(

@@ -3,22 +3,25 @@
 //! test that decodes what arrives as the protobuf messages of the OpenTelemetry
 //! protocol (`opentelemetry-proto`), as a collector would.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+#[path = "support/codeact_process.rs"]
+mod codeact_process;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+// The real `codeact serve` (or `worker`), killed when dropped.
+use codeact_process::CodeactProcess as Server;
 
 use axum::body::Bytes;
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span};
 use prost::Message;
 use serde_json::{Value, json};
 
@@ -68,12 +71,19 @@ impl Receiver {
         }
     }
 
-    fn spans(&self) -> Vec<Span> {
+    /// Every batch of spans received, decoded.
+    fn trace_batches(&self) -> Vec<ResourceSpans> {
         let bodies = self.traces.lock().expect("not poisoned").clone();
         bodies
             .iter()
             .map(|body| ExportTraceServiceRequest::decode(body.as_ref()).expect("OTLP traces"))
             .flat_map(|request| request.resource_spans)
+            .collect()
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.trace_batches()
+            .into_iter()
             .flat_map(|resource| resource.scope_spans)
             .flat_map(|scope| scope.spans)
             .collect()
@@ -81,11 +91,8 @@ impl Receiver {
 
     /// The `codeact.process` resource attribute of every batch of spans.
     fn processes(&self) -> Vec<String> {
-        let bodies = self.traces.lock().expect("not poisoned").clone();
-        bodies
-            .iter()
-            .map(|body| ExportTraceServiceRequest::decode(body.as_ref()).expect("OTLP traces"))
-            .flat_map(|request| request.resource_spans)
+        self.trace_batches()
+            .into_iter()
             .filter_map(|spans| spans.resource)
             .flat_map(|resource| resource.attributes)
             .filter(|kv| kv.key == "codeact.process")
@@ -148,21 +155,9 @@ fn write_config(dir: &Path, telemetry: &str) {
     );
 }
 
-/// The real `codeact serve` on SQLite, its stderr in `dir/stderr.log`.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Server {
-    fn start(dir: &Path, env: &[(&str, &str)]) -> Self {
+    /// The real `codeact serve` on SQLite, its stderr in `dir/stderr.log`.
+    fn serve(dir: &Path, env: &[(&str, &str)]) -> Self {
         let store = format!("sqlite:{}", dir.join("runs.sqlite").display());
         Self::spawn(
             dir,
@@ -188,26 +183,17 @@ impl Server {
             .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
             .env_remove("OTEL_SDK_DISABLED")
             .env_remove("RUST_LOG")
-            .stdout(Stdio::piped())
             .stderr(stderr);
         for (name, value) in env {
             command.env(name, value);
         }
-        let mut child = command.spawn().expect("codeact serve starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout is piped"))
-            .read_line(&mut line)
-            .expect("the server prints where it listens");
-        let base = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_default()
-            .to_string();
+        let process = Self::start(command);
         assert!(
-            !base.is_empty() || line.contains("working"),
-            "the process did not start: {line:?}"
+            !process.base.is_empty() || process.first_line.contains("working"),
+            "the process did not start: {:?}",
+            process.first_line
         );
-        Self { child, base }
+        process
     }
 
     /// Starts a run of `seven` and waits until it finished; its id.
@@ -249,23 +235,11 @@ impl Server {
 
     /// SIGTERM, and waits for a clean exit.
     fn stop(&mut self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("waitable") {
-                assert!(status.success(), "serve exited with {status}");
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(15),
-                "serve did not stop"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(self.terminate(), "kill runs");
+        let status = self
+            .wait_exit(Duration::from_secs(15))
+            .expect("serve stops");
+        assert!(status.success(), "serve exited with {status}");
     }
 }
 
@@ -308,7 +282,7 @@ async fn a_served_run_is_exported_as_a_run_span_with_its_model_script_and_tool_s
         dir.path(),
         &format!("[telemetry]\nendpoint = \"{}\"", receiver.base),
     );
-    let mut server = Server::start(
+    let mut server = Server::serve(
         dir.path(),
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", ignored.base.as_str())],
     );
@@ -419,7 +393,7 @@ async fn a_served_run_is_exported_as_a_run_span_with_its_model_script_and_tool_s
 async fn without_an_endpoint_nothing_is_exported_and_nothing_complains() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     write_config(dir.path(), "");
-    let mut server = Server::start(dir.path(), &[]);
+    let mut server = Server::serve(dir.path(), &[]);
     server.run_seven().await;
     server.stop();
     let stderr = std::fs::read_to_string(dir.path().join("stderr.log")).expect("the log");
@@ -439,19 +413,7 @@ async fn postgres(name: &str) -> Option<String> {
             Some(pg_cluster::start_cluster().expect("PostgreSQL starts"))
         })
         .as_ref()?;
-    let admin = format!("postgres://codeact@127.0.0.1:{}/postgres", cluster.port);
-    let pool = sqlx::PgPool::connect(&admin)
-        .await
-        .expect("the cluster answers");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&pool)
-        .await
-        .expect("a database");
-    pool.close().await;
-    Some(format!(
-        "postgres://codeact@127.0.0.1:{}/{name}",
-        cluster.port
-    ))
+    Some(cluster.create_database(name).await)
 }
 
 /// If this fails, a run worked on by `codeact worker` (another process than

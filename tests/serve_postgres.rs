@@ -6,13 +6,17 @@
 //! count their calls in files. Without the PostgreSQL binaries every test says
 //! `SKIPPED` and passes.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+#[path = "support/codeact_process.rs"]
+mod codeact_process;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+// A `codeact` process, killed when dropped; `base` is a front end's URL, empty
+// for a worker.
+use codeact_process::CodeactProcess as Process;
 use pg_cluster::{Cluster, pg_bin, start_cluster};
 use std::time::{Duration, Instant};
 
@@ -42,21 +46,7 @@ fn cluster() -> Option<&'static Cluster> {
 
 /// A fresh database on the cluster, its URL.
 async fn database(name: &str) -> Option<String> {
-    let cluster = cluster()?;
-    let admin = format!("postgres://codeact@127.0.0.1:{}/postgres", cluster.port);
-    let pool = sqlx::PgPool::connect(&admin)
-        .await
-        .expect("the cluster answers");
-    // Test-chosen names only.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&pool)
-        .await
-        .expect("a database");
-    pool.close().await;
-    Some(format!(
-        "postgres://codeact@127.0.0.1:{}/{name}",
-        cluster.port
-    ))
+    Some(cluster()?.create_database(name).await)
 }
 
 /// Writes the config and its agents into `dir`, with `server` and `worker`
@@ -212,42 +202,10 @@ team = "linger.toml"
     );
 }
 
-/// A `codeact` process, killed when dropped.
-struct Process {
-    child: Child,
-    /// A front end's base URL; empty for a worker.
-    base: String,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Process {
     fn kill9(&mut self) {
         let _ = self.child.kill(); // SIGKILL
         let _ = self.child.wait();
-    }
-
-    fn terminate(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-    }
-
-    /// Waits for the process to exit, at most `limit`.
-    fn wait_exit(&mut self, limit: Duration) -> bool {
-        let started = Instant::now();
-        while started.elapsed() < limit {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
     }
 }
 
@@ -266,43 +224,31 @@ impl Setup {
         Some(Self { dir, url })
     }
 
-    fn spawn(&self, args: &[&str]) -> (Child, String) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
+    fn spawn(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_codeact"));
+        command
             .args(args)
             .arg("--store")
             .arg(&self.url)
             .arg("--config")
             .arg(self.dir.path().join("serve.toml"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("codeact starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the process says it started");
-        (child, line)
+            .stderr(Stdio::inherit());
+        command
     }
 
     /// A front end that only queues runs (`serve` without `--work`).
     fn front(&self) -> Process {
-        let (child, line) = self.spawn(&["serve", "--listen", "127.0.0.1:0"]);
-        let base = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        Process { child, base }
+        Process::start_listening(self.spawn(&["serve", "--listen", "127.0.0.1:0"]))
     }
 
     fn worker(&self) -> Process {
-        let (child, line) = self.spawn(&["worker"]);
-        assert!(line.contains("working"), "{line:?}");
-        Process {
-            child,
-            base: String::new(),
-        }
+        let worker = Process::start(self.spawn(&["worker"]));
+        assert!(
+            worker.first_line.contains("working"),
+            "{:?}",
+            worker.first_line
+        );
+        worker
     }
 
     fn lines(&self, file: &str) -> usize {
@@ -595,7 +541,7 @@ async fn a_worker_stopped_with_sigterm_hands_back_what_it_cannot_finish() {
     }
     first.terminate();
     assert!(
-        first.wait_exit(Duration::from_secs(5)),
+        first.wait_exit(Duration::from_secs(5)).is_some(),
         "the worker stops after its grace"
     );
     let (_, run) = front.get(ALICE, &format!("/runs/{id}")).await;

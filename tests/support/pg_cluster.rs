@@ -13,6 +13,23 @@ pub struct Cluster {
     pub port: u16,
 }
 
+impl Cluster {
+    /// Creates the database `name` (a name the test chose: it is not quoted)
+    /// on the cluster; its URL.
+    pub async fn create_database(&self, name: &str) -> String {
+        let admin = format!("postgres://codeact@127.0.0.1:{}/postgres", self.port);
+        let pool = sqlx::PgPool::connect(&admin)
+            .await
+            .expect("the cluster answers");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&pool)
+            .await
+            .expect("a database");
+        pool.close().await;
+        format!("postgres://codeact@127.0.0.1:{}/{name}", self.port)
+    }
+}
+
 /// The folder holding `initdb` and `pg_ctl`: `$CODEACT_PG_BIN`, the `PATH`, or
 /// Debian's `/usr/lib/postgresql/*/bin` (newest first).
 pub fn pg_bin() -> Option<PathBuf> {
