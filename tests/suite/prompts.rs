@@ -219,8 +219,8 @@ fn a_card_with_the_file_tools_no_longer_says_there_are_no_files() {
     }
 }
 
-/// An MCP server's tools are listed, and the example call written, as methods of
-/// the server's object in each language; a card without such tools does not
+/// An MCP server's tools are listed, and the example call written where a card
+/// has one (Python's), as methods of the server's object in each language; a card without such tools does not
 /// mention them (its text is the snapshot's).
 #[test]
 fn a_servers_tools_are_listed_as_methods_of_its_object_in_every_card() {
@@ -232,46 +232,28 @@ fn a_servers_tools_are_listed_as_methods_of_its_object_in_every_card() {
         }))
         .in_namespace("github");
     for (name, signature, example) in [
-        (
-            "rhai",
-            "github.create_issue(#{title: string})",
-            "let result = github.create_issue(#{...});",
-        ),
-        (
-            "wasm:rhai",
-            "github.create_issue(#{title: string})",
-            "let result = github.create_issue(#{...});",
-        ),
-        (
-            "js",
-            "github.create_issue({title: string})",
-            "const result = github.create_issue({...});",
-        ),
-        (
-            "wasm:js",
-            "github.create_issue({title: string})",
-            "const result = github.create_issue({...});",
-        ),
-        (
-            "wasm:boa",
-            "github.create_issue({title: string})",
-            "const result = github.create_issue({...});",
-        ),
+        ("rhai", "github.create_issue(#{title: string})", None),
+        ("wasm:rhai", "github.create_issue(#{title: string})", None),
+        ("js", "github.create_issue({title: string})", None),
+        ("wasm:js", "github.create_issue({title: string})", None),
+        ("wasm:boa", "github.create_issue({title: string})", None),
         (
             "wasm:micropython",
             "github.create_issue(title=string)",
-            "result = github.create_issue(...)",
+            Some("result = github.create_issue(...)"),
         ),
         (
             "wasm:python",
             "github.create_issue(title=string)",
-            "result = github.create_issue(...)",
+            Some("result = github.create_issue(...)"),
         ),
     ] {
         let runtime = crate::support::runtimes::runtime(name, Limits::default()).expect("loads");
         let card = render_card(&*runtime, &[issue.clone(), add_tool()], &[]).expect("renders");
         assert!(card.contains(&format!("- `{signature}`")), "{name}: {card}");
-        assert!(card.contains(example), "{name}: {card}");
+        if let Some(example) = example {
+            assert!(card.contains(example), "{name}: {card}");
+        }
         assert!(card.contains("a server's tools"), "{name}: {card}");
         let plain = render_card(&*runtime, &[add_tool()], &[]).expect("renders");
         assert!(!plain.contains("a server's tools"), "{name}: {plain}");
