@@ -6,6 +6,7 @@ use codeact_runtime::LogBuffer;
 use minijinja::context;
 use serde_json::Value;
 
+use super::data_paths::{Access, Kind, Language, Misreading};
 use crate::output::spec::RefusedBy;
 use crate::prompts::Prompts;
 use crate::untrusted::{UntrustedText, fence};
@@ -363,6 +364,139 @@ pub fn made_up_arguments(prompts: &Prompts, tools: &[&str], signatures: &[String
     )
 }
 
+/// The host's account of how a failed script misread a tool's result
+/// (template `feedback/misread_data`; found by [`data_paths::misreading`]). The
+/// path and the names are the script's identifiers (at most 40 letters, digits
+/// and `_`) and a number is JSON's digits, so they stand in the host's words; a
+/// map's keys, which a tool wrote, are fenced.
+pub fn misread_data(
+    prompts: &Prompts,
+    found: &Misreading,
+    language: Language,
+    limit: usize,
+) -> String {
+    let context = match found {
+        Misreading::LoopOverText {
+            tool,
+            text,
+            name,
+            header,
+        } => {
+            let lines = lines_of(text, *header, language);
+            let (loop_header, split) = match language {
+                Language::Python => (
+                    format!("for {name} in {text}:"),
+                    format!("for {name} in {lines}:"),
+                ),
+                Language::Rhai => (
+                    format!("for {name} in {text} {{"),
+                    format!("for {name} in {lines} {{"),
+                ),
+                Language::JavaScript => (
+                    format!("for (const {name} of {text})"),
+                    format!("for (const {name} of {lines})"),
+                ),
+            };
+            context! { kind => "loop_over_text", tool, text, loop_header, split, header }
+        }
+        Misreading::HeaderKept {
+            tool,
+            text,
+            trailing_newline,
+        } => {
+            let split = lines_of(text, true, language);
+            let trailing = *trailing_newline && language != Language::Python;
+            context! { kind => "header_kept", tool, text, split, trailing }
+        }
+        Misreading::HeaderAsData { tool } => {
+            let skip = lines_of("text", true, language);
+            context! { kind => "header", tool, skip }
+        }
+        Misreading::BrokenPath {
+            tool,
+            name,
+            item_of,
+            at,
+            kind,
+            access,
+        } => {
+            let wanted = match access {
+                Access::Dot(key) | Access::Key(key) => key.clone(),
+                Access::Index(index) => format!("[{index}]"),
+            };
+            let index = match access {
+                Access::Index(index) => Some(*index),
+                _ => None,
+            };
+            let access = match access {
+                Access::Dot(key) if language == Language::Python => format!("[\"{key}\"]"),
+                Access::Dot(key) => format!(".{key}"),
+                Access::Key(key) => format!("[\"{key}\"]"),
+                Access::Index(index) => format!("[{index}]"),
+            };
+            let map_word = match language {
+                Language::Python => "a dict",
+                Language::Rhai => "a map",
+                Language::JavaScript => "an object",
+            };
+            let kind_found = kind;
+            let (kind, number, literal, length, keys, attribute) = match kind {
+                Kind::Number(digits) => ("number", Some(digits.clone()), None, None, None, false),
+                Kind::Text => ("text", None, None, None, None, false),
+                Kind::Bool(flag) => ("bool", None, Some(flag.to_string()), None, None, false),
+                Kind::Null => ("null", None, Some("null".to_string()), None, None, false),
+                Kind::List(length, _) => ("list", None, None, Some(*length), None, false),
+                Kind::Map(keys) => {
+                    let attribute =
+                        language == Language::Python && index.is_none() && keys.contains(&wanted);
+                    let listed = keys.iter().take(KEYS_LISTED).cloned().collect::<Vec<_>>();
+                    let more = keys.len().saturating_sub(KEYS_LISTED);
+                    let mut text = listed.join(", ");
+                    if more > 0 {
+                        text.push_str(&format!(" (and {more} more)"));
+                    }
+                    (
+                        "map",
+                        None,
+                        None,
+                        None,
+                        Some(fenced(&text, limit)),
+                        attribute,
+                    )
+                }
+            };
+            let items = match kind_found {
+                Kind::List(_, items) => *items,
+                _ => None,
+            };
+            let item_has_it = items.is_some_and(|words| words.ends_with("with that key"));
+            context! {
+                kind, tool, name, item_of, at, wanted, access, index, map_word,
+                number, literal, length, keys, attribute, items, item_has_it,
+            }
+        }
+    };
+    prompts.render("feedback/misread_data", context)
+}
+
+/// The expression for the lines of the text named `text` in `language`, empty
+/// lines left out, and the first too when it is a `header`.
+fn lines_of(text: &str, header: bool, language: Language) -> String {
+    match (language, header) {
+        (Language::Python, false) => format!("{text}.splitlines()"),
+        (Language::Python, true) => format!("{text}.splitlines()[1:]"),
+        (Language::Rhai, false) => format!("{text}.split(\"\\n\").filter(|l| l != \"\")"),
+        (Language::Rhai, true) => {
+            format!("{text}.split(\"\\n\").filter(|l| l != \"\").extract(1)")
+        }
+        (Language::JavaScript, false) => format!("{text}.trim().split(\"\\n\")"),
+        (Language::JavaScript, true) => format!("{text}.trim().split(\"\\n\").slice(1)"),
+    }
+}
+
+/// A map's keys listed when a script asked it for one it lacks, at most.
+const KEYS_LISTED: usize = 20;
+
 /// The host's account of failed calls that left out required arguments
 /// (template `feedback/missing_arguments`): a small model told only the tool's
 /// own error (`no file ''`) sends the same call again; named, with the call to
@@ -536,6 +670,61 @@ pub(crate) fn without_nonces(text: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn misread(found: Misreading, language: Language) -> String {
+        without_nonces(&misread_data(&Prompts::default(), &found, language, 10_000))
+    }
+
+    #[test]
+    fn a_misread_list_says_what_its_items_are_and_offers_an_item_only_when_it_has_the_key() {
+        let path = |items| Misreading::BrokenPath {
+            tool: "find_user".into(),
+            name: "ids".into(),
+            item_of: None,
+            at: "ids".into(),
+            kind: Kind::List(1, Some(items)),
+            access: Access::Dot("email".into()),
+        };
+        assert_eq!(
+            misread(path("numbers"), Language::Rhai),
+            "`ids` holds what `find_user` returned, and `ids` is a list of 1 item, not a map: it has no `email`. Its items are numbers, which have no `email` either."
+        );
+        assert_eq!(
+            misread(path("dicts with that key"), Language::Python),
+            "`ids` holds what `find_user` returned, and `ids` is a list of 1 item, not a dict: it has no `email`. Take an item first (`ids[0][\"email\"]`) or loop over them."
+        );
+    }
+
+    #[test]
+    fn a_loop_over_text_and_a_kept_header_are_answered_with_the_lines_to_use_in_each_language() {
+        let looped = |header| Misreading::LoopOverText {
+            tool: "read_file".into(),
+            text: "sales".into(),
+            name: "row".into(),
+            header,
+        };
+        assert!(
+            misread(looped(false), Language::JavaScript).ends_with(
+                "Split it into lines first: `for (const row of sales.trim().split(\"\\n\"))`."
+            ),
+            "{}",
+            misread(looped(false), Language::JavaScript)
+        );
+        let kept = Misreading::HeaderKept {
+            tool: "read_file".into(),
+            text: "sales".into(),
+            trailing_newline: true,
+        };
+        assert_eq!(
+            misread(kept.clone(), Language::Rhai),
+            "The first line of `sales` (the text `read_file` returned) names the columns, so splitting it into lines gives that header as the first row and an empty string as the last. Leave them out: `sales.split(\"\\n\").filter(|l| l != \"\").extract(1)`."
+        );
+        assert!(
+            misread(kept, Language::Python)
+                .ends_with("as the first row. Leave it out: `sales.splitlines()[1:]`."),
+            "Python's splitlines gives no empty last line"
+        );
+    }
 
     #[test]
     fn only_plain_names_are_shown_each_value_on_one_cut_line_inside_the_fence() {

@@ -2,6 +2,7 @@
 //! say (and only the I/O) in `driver`.
 
 pub(crate) mod approval;
+pub(crate) mod data_paths;
 pub mod decide;
 pub(crate) mod driver;
 pub(crate) mod events;

@@ -248,6 +248,50 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("feedback/misread_data", {
+            let mut c = Conversation::new(
+                "What is Lena Ortiz's email?",
+                &["js"],
+                LoopConfig::default(),
+            );
+            c.on_reply(&reply(
+                "```js\nconst ids = tools.find_user({name: \"Lena Ortiz\"});\nfinal_result(ids[0].email);\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![feedback::ToolResultSeen {
+                tool: "find_user".into(),
+                args: json!({"name": "Lena Ortiz"}),
+                value: json!([42]),
+            }]);
+            c.on_completion(
+                &Err(ScriptError::Unrepresentable {
+                    message: "output.value is undefined, which JSON cannot hold; use null".into(),
+                }),
+                &none,
+            );
+            fed_back(&c)
+        }),
+        ("feedback/misread_data (a loop over a tool's text)", {
+            let mut c = Conversation::new(
+                "What is the total revenue in sales.csv?",
+                &["python"],
+                LoopConfig::default(),
+            );
+            c.on_reply(&reply(
+                "```python\nsales = read_file(name=\"sales.csv\")\ntotal = 0\nfor row in sales:\n    total += float(row[1]) * float(row[2])\nfinal_result(total)\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![feedback::ToolResultSeen {
+                tool: "read_file".into(),
+                args: json!({"name": "sales.csv"}),
+                value: json!("product,quantity,unit_price\nlamp,3,19.5\n"),
+            }]);
+            c.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 4, in <module>\nIndexError: string index out of range")),
+                &none,
+            );
+            fed_back(&c)
+        }),
         (
             "feedback/reported_error",
             feedback::reported_error(&prompts, "no data", &logs, LIMIT),

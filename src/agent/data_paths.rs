@@ -1,0 +1,922 @@
+//! Where a failed script read its tools' results wrongly, found by following the
+//! script's text over the values the tools returned: no code runs. A name the
+//! script set from a tool call (`const ids = tools.find_user(...)`, `ids =
+//! find_user(...)`), or to each item of such a list (`for order in orders`), is
+//! followed through the accesses written after it (`ids[0].email`) until one
+//! leads nowhere (`ids[0]` is the number 42, which has no `email`), and a loop
+//! over a tool's multi-line text (its characters, not its lines) is named.
+//!
+//! Why: told the tool's whole result, a 1.5B model sent `final_result(ids[0].email)`
+//! again four times; told that `ids[0]` is a number without `email`, it called
+//! the tool that takes the id. Only the first misreading is reported, one on the
+//! failing line before any other.
+
+use serde_json::Value;
+
+use super::feedback::ToolResultSeen;
+
+/// The script's language, for what its accesses and loops look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    JavaScript,
+    Python,
+    Rhai,
+}
+
+impl Language {
+    /// The language of a fence tag (`python`, `rhai`; anything else is
+    /// JavaScript, as the cards' tags are).
+    pub fn from_fence_tag(tag: &str) -> Self {
+        match tag {
+            "python" | "py" => Self::Python,
+            "rhai" => Self::Rhai,
+            _ => Self::JavaScript,
+        }
+    }
+}
+
+/// What a misread value is, in words a template can say.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    /// A number, as JSON writes it (digits, sign, point, exponent: nothing a
+    /// tool can word).
+    Number(String),
+    Text,
+    Bool(bool),
+    Null,
+    /// A list of this many items, and what its first item is when the access
+    /// was a key (host words: `numbers`, `maps with that key`, …).
+    List(usize, Option<&'static str>),
+    /// A map with these keys (a tool's words: shown fenced).
+    Map(Vec<String>),
+}
+
+/// One access of a path: `.name` or `["name"]`, or `[3]`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Access {
+    /// `.name`: an attribute in Python, a property elsewhere.
+    Dot(String),
+    /// `["name"]`.
+    Key(String),
+    /// `[3]`, `[-1]`.
+    Index(i64),
+}
+
+impl Access {
+    fn written(&self) -> String {
+        match self {
+            Self::Dot(name) => format!(".{name}"),
+            Self::Key(name) => format!("[\"{name}\"]"),
+            Self::Index(index) => format!("[{index}]"),
+        }
+    }
+}
+
+/// A misreading of a tool's result by a failed script.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Misreading {
+    /// `at` (a prefix of a path the script wrote) holds `kind`, and `access`
+    /// leads nowhere in it.
+    BrokenPath {
+        /// The tool whose result the path starts from.
+        tool: String,
+        /// The name the path starts from.
+        name: String,
+        /// The list `name` takes the items of, when it is a loop's name.
+        item_of: Option<String>,
+        /// The path up to the access that fails, as the host writes it.
+        at: String,
+        kind: Kind,
+        access: Access,
+    },
+    /// A loop takes a tool's multi-line text one character at a time.
+    LoopOverText {
+        tool: String,
+        /// The text's name.
+        text: String,
+        /// The loop's name.
+        name: String,
+        /// The text's first line names columns (a CSV header).
+        header: bool,
+    },
+    /// The script splits a tool's text into lines and keeps its first, which
+    /// names columns, as a row.
+    HeaderKept {
+        tool: String,
+        /// The text's name.
+        text: String,
+        /// The text ends with a line break, so splitting it at `\n` also gives
+        /// an empty last row.
+        trailing_newline: bool,
+    },
+    /// The error quotes a cell of the first line of a tool's multi-line text,
+    /// which names columns: the script treated the header as data.
+    HeaderAsData { tool: String },
+}
+
+/// Names at most this long are followed (and so said in the host's words).
+const NAME_MAX: usize = 40;
+
+/// The first misreading of `results` (the script's successful tool calls) by
+/// `script`, whose error said `message`: on line `failing_line` (1-based)
+/// first, then anywhere, then a header cell the error quotes. `None` when no
+/// path the script wrote leads nowhere.
+pub fn misreading(
+    script: &str,
+    message: &str,
+    failing_line: Option<usize>,
+    results: &[ToolResultSeen],
+    language: Language,
+) -> Option<Misreading> {
+    let lines: Vec<&str> = script.lines().collect();
+    let bindings = bindings(&lines, results, language);
+    misread_path(&lines, failing_line, &bindings, language)
+        .or_else(|| header_kept(script, &bindings, language))
+        .or_else(|| header_as_data(message, results))
+}
+
+fn misread_path(
+    lines: &[&str],
+    failing_line: Option<usize>,
+    bindings: &[Binding<'_>],
+    language: Language,
+) -> Option<Misreading> {
+    if bindings.is_empty() {
+        return None;
+    }
+    let mut order = failing_line
+        .and_then(|n| n.checked_sub(1))
+        .filter(|&i| i < lines.len())
+        .into_iter();
+    let failing = order.next();
+    let on_failing_line = failing.and_then(|index| {
+        loop_over_text(lines[index], bindings, language)
+            .or_else(|| broken_path(lines[index], bindings, language))
+    });
+    on_failing_line
+        .or_else(|| {
+            lines
+                .iter()
+                .find_map(|line| loop_over_text(line, bindings, language))
+        })
+        .or_else(|| {
+            lines
+                .iter()
+                .find_map(|line| broken_path(line, bindings, language))
+        })
+}
+
+/// A name bound to one tool's result, or to the items of a list one returned.
+#[derive(Debug)]
+struct Binding<'a> {
+    name: String,
+    tool: &'a str,
+    /// The value the name holds: the result, or the items it takes.
+    values: Vec<&'a Value>,
+    item_of: Option<String>,
+    /// The whole result when the name is a loop's, for the loop-over-text check.
+    whole: &'a Value,
+}
+
+/// The names set from a tool's result (the tool called once in the script, the
+/// name set once), and the loop names that take their items.
+fn bindings<'a>(
+    lines: &[&str],
+    results: &'a [ToolResultSeen],
+    language: Language,
+) -> Vec<Binding<'a>> {
+    let mut found: Vec<Binding<'a>> = Vec::new();
+    for line in lines {
+        let Some((name, tool)) = assignment_from_call(line) else {
+            continue;
+        };
+        let mut calls = results.iter().filter(|seen| seen.tool == tool);
+        let (Some(seen), None) = (calls.next(), calls.next()) else {
+            continue;
+        };
+        let assigned = lines
+            .iter()
+            .filter(|l| assigned_name(l) == Some(name))
+            .count();
+        if assigned != 1 || found.iter().any(|b| b.name == name) {
+            continue;
+        }
+        found.push(Binding {
+            name: name.to_string(),
+            tool: &seen.tool,
+            values: vec![&seen.value],
+            item_of: None,
+            whole: &seen.value,
+        });
+    }
+    let mut items = Vec::new();
+    for line in lines {
+        let Some((name, list)) = loop_header(line, language) else {
+            continue;
+        };
+        let Some(bound) = found.iter().find(|b| b.name == list && b.item_of.is_none()) else {
+            continue;
+        };
+        if found.iter().any(|b| b.name == name) || items.iter().any(|b: &Binding| b.name == name) {
+            continue;
+        }
+        let values: Vec<&Value> = match bound.values[0] {
+            Value::Array(all) if !all.is_empty() => all.iter().collect(),
+            _ => Vec::new(),
+        };
+        items.push(Binding {
+            name: name.to_string(),
+            tool: bound.tool,
+            values,
+            item_of: Some(list.to_string()),
+            whole: bound.values[0],
+        });
+    }
+    found.extend(items);
+    found
+}
+
+/// `name = tool(` or `name = tools.tool(` (after `const`, `let` or `var`, and
+/// `await`), or `name = call_tool("tool"`: the name and the tool.
+fn assignment_from_call(line: &str) -> Option<(&str, &str)> {
+    let name = assigned_name(line)?;
+    let after = line.trim_start();
+    let after = strip_declaration(after);
+    let rest = after[name.len()..]
+        .trim_start()
+        .strip_prefix('=')?
+        .trim_start();
+    let rest = rest.strip_prefix("await ").map_or(rest, str::trim_start);
+    if let Some(quoted) = rest.strip_prefix("call_tool(") {
+        let quoted = quoted.trim_start();
+        let quote = quoted.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+        let inner = &quoted[1..];
+        let end = inner.find(quote)?;
+        return Some((name, &inner[..end]));
+    }
+    let rest = rest.strip_prefix("tools.").unwrap_or(rest);
+    let tool = identifier_at(rest)?;
+    rest[tool.len()..]
+        .trim_start()
+        .starts_with('(')
+        .then_some((name, tool))
+}
+
+/// The name a line's statement assigns (`name = …`, `let name = …`), not
+/// `name == …` and not an augmented assignment.
+fn assigned_name(line: &str) -> Option<&str> {
+    let line = strip_declaration(line.trim_start());
+    let name = identifier_at(line)?;
+    let rest = line[name.len()..].trim_start();
+    (rest.starts_with('=') && !rest.starts_with("==")).then_some(name)
+}
+
+fn strip_declaration(line: &str) -> &str {
+    for keyword in ["const ", "let ", "var "] {
+        if let Some(rest) = line.strip_prefix(keyword) {
+            return rest.trim_start();
+        }
+    }
+    line
+}
+
+/// `for (const x of xs)` (JavaScript), `for x in xs:` (Python), `for x in xs {`
+/// (Rhai): the loop's name and the list's, when the list is a plain name.
+fn loop_header(line: &str, language: Language) -> Option<(&str, &str)> {
+    let rest = line.trim_start().strip_prefix("for")?.trim_start();
+    let (name, list) = match language {
+        Language::JavaScript => {
+            let rest = strip_declaration(rest.strip_prefix('(')?.trim_start());
+            let name = identifier_at(rest)?;
+            let rest = rest[name.len()..]
+                .trim_start()
+                .strip_prefix("of ")?
+                .trim_start();
+            let list = identifier_at(rest)?;
+            rest[list.len()..]
+                .trim_start()
+                .starts_with(')')
+                .then_some((name, list))?
+        }
+        Language::Python | Language::Rhai => {
+            let name = identifier_at(rest)?;
+            let rest = rest[name.len()..]
+                .trim_start()
+                .strip_prefix("in ")?
+                .trim_start();
+            let list = identifier_at(rest)?;
+            let end = if language == Language::Python {
+                ':'
+            } else {
+                '{'
+            };
+            rest[list.len()..]
+                .trim_start()
+                .starts_with(end)
+                .then_some((name, list))?
+        }
+    };
+    Some((name, list))
+}
+
+/// A loop over a bound name whose value is a tool's multi-line text.
+fn loop_over_text(line: &str, bindings: &[Binding<'_>], language: Language) -> Option<Misreading> {
+    let (name, list) = loop_header(line, language)?;
+    let bound = bindings
+        .iter()
+        .find(|b| b.name == list && b.item_of.is_none())?;
+    match bound.whole {
+        Value::String(text) if text.trim_end().contains('\n') => Some(Misreading::LoopOverText {
+            tool: bound.tool.to_string(),
+            text: list.to_string(),
+            name: name.to_string(),
+            header: header_cells(text).is_some(),
+        }),
+        _ => None,
+    }
+}
+
+/// The cells of a text's first line when it reads as a header: more than one
+/// line, cells split by `,`, `;` or a tab, no digit in the first line and one in
+/// the second.
+fn header_cells(text: &str) -> Option<Vec<&str>> {
+    let mut lines = text.lines();
+    let first = lines.next()?;
+    let second = lines.next()?;
+    let separator = [',', ';', '\t'].into_iter().find(|c| first.contains(*c))?;
+    let looks_like_header =
+        !first.chars().any(|c| c.is_ascii_digit()) && second.chars().any(|c| c.is_ascii_digit());
+    looks_like_header.then(|| {
+        first
+            .split(separator)
+            .map(str::trim)
+            .filter(|cell| !cell.is_empty())
+            .collect()
+    })
+}
+
+/// Ways a script drops a first line (or row), one of which in the script
+/// means it skips the header.
+const SKIPS_FIRST: [&str; 9] = [
+    "slice(1",
+    "[1:]",
+    "[1..]",
+    "extract(1",
+    "shift()",
+    "splice(0",
+    "drop(1",
+    "skip(1",
+    "next(",
+];
+
+/// A bound tool's text with a header that the script splits into lines
+/// (`text.split("\n")`, `text.splitlines()`) and never drops a first line of.
+fn header_kept(script: &str, bindings: &[Binding<'_>], language: Language) -> Option<Misreading> {
+    if SKIPS_FIRST.iter().any(|skip| script.contains(skip)) {
+        return None;
+    }
+    bindings
+        .iter()
+        .filter(|bound| bound.item_of.is_none())
+        .find_map(|bound| {
+            let Value::String(text) = bound.whole else {
+                return None;
+            };
+            header_cells(text)?;
+            let name = &bound.name;
+            let mut splits = vec![
+                format!("{name}.split(\"\\n\")"),
+                format!("{name}.split('\\n')"),
+            ];
+            if language == Language::Python {
+                splits.push(format!("{name}.splitlines()"));
+            }
+            splits
+                .iter()
+                .any(|split| script.contains(split.as_str()))
+                .then(|| Misreading::HeaderKept {
+                    tool: bound.tool.to_string(),
+                    text: name.clone(),
+                    trailing_newline: text.ends_with('\n'),
+                })
+        })
+}
+
+/// A header cell of a tool's text quoted in the error message (`'quantity' is
+/// not a number`, `could not convert string to float: 'quantity'`).
+fn header_as_data(message: &str, results: &[ToolResultSeen]) -> Option<Misreading> {
+    results.iter().find_map(|seen| {
+        let Value::String(text) = &seen.value else {
+            return None;
+        };
+        let cells = header_cells(text)?;
+        cells
+            .iter()
+            .any(|cell| {
+                message.contains(&format!("'{cell}'")) || message.contains(&format!("\"{cell}\""))
+            })
+            .then(|| Misreading::HeaderAsData {
+                tool: seen.tool.clone(),
+            })
+    })
+}
+
+/// The first path on `line` from a bound name that leads nowhere in every value
+/// the name holds.
+fn broken_path(line: &str, bindings: &[Binding<'_>], language: Language) -> Option<Misreading> {
+    let bytes = line.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        let byte = bytes[at];
+        if matches!(byte, b'"' | b'\'' | b'`') {
+            at = end_of_string(bytes, at);
+            continue;
+        }
+        let comment = match language {
+            Language::Python => byte == b'#',
+            Language::JavaScript | Language::Rhai => line[at..].starts_with("//"),
+        };
+        if comment {
+            break;
+        }
+        let starts_word = is_word(bytes[at])
+            && (at == 0
+                || !(is_word(bytes[at - 1]) || bytes[at - 1] == b'.' || bytes[at - 1] == b'$'));
+        if !starts_word {
+            at += 1;
+            continue;
+        }
+        let word = identifier_at(&line[at..]).unwrap_or("");
+        let end = at + word.len().max(1);
+        if let Some(bound) = bindings
+            .iter()
+            .find(|b| b.name == word && !b.values.is_empty())
+        {
+            let accesses = accesses(&line[end..]);
+            if let Some(found) = follow(bound, &accesses, language) {
+                return Some(found);
+            }
+        }
+        at = end;
+    }
+    None
+}
+
+/// The index just past the string literal whose opening quote is at `start`
+/// (a backslash escapes the next byte; an unclosed string runs to the line's
+/// end).
+fn end_of_string(bytes: &[u8], start: usize) -> usize {
+    let quote = bytes[start];
+    let mut at = start + 1;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'\\' => at += 2,
+            byte if byte == quote => return at + 1,
+            _ => at += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// The accesses written right after a name, up to the first that is not a
+/// plain property, key or index (a method call ends them: its name is not
+/// looked up).
+fn accesses(text: &str) -> Vec<Access> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    loop {
+        if let Some(after) = rest.strip_prefix('.') {
+            let Some(name) = identifier_at(after) else {
+                break;
+            };
+            let next = after[name.len()..].trim_start();
+            if next.starts_with('(') {
+                break;
+            }
+            found.push(Access::Dot(name.to_string()));
+            rest = &after[name.len()..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let close = match after.find(']') {
+                Some(close) => close,
+                None => break,
+            };
+            let inside = after[..close].trim();
+            let access = if let Ok(index) = inside.parse::<i64>() {
+                Access::Index(index)
+            } else {
+                let quoted = inside
+                    .strip_prefix('"')
+                    .and_then(|s| s.strip_suffix('"'))
+                    .or_else(|| inside.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')));
+                match quoted {
+                    Some(key) if identifier_at(key) == Some(key) => Access::Key(key.to_string()),
+                    _ => break,
+                }
+            };
+            found.push(access);
+            rest = &after[close + 1..];
+        } else {
+            break;
+        }
+    }
+    found
+}
+
+/// Follows `accesses` through each value `bound` holds; the misreading when the
+/// path breaks in all of them (reported for the first).
+fn follow(bound: &Binding<'_>, accesses: &[Access], language: Language) -> Option<Misreading> {
+    let mut first = None;
+    for value in &bound.values {
+        let broken = break_in(value, accesses, language)?;
+        first.get_or_insert(broken);
+    }
+    let (depth, kind) = first?;
+    let at: String = std::iter::once(bound.name.clone())
+        .chain(accesses[..depth].iter().map(Access::written))
+        .collect();
+    Some(Misreading::BrokenPath {
+        tool: bound.tool.to_string(),
+        name: bound.name.clone(),
+        item_of: bound.item_of.clone(),
+        at,
+        kind,
+        access: accesses[depth].clone(),
+    })
+}
+
+/// Where `accesses` break in `value`: how many succeeded, and what the value
+/// there is. `None` when they all lead somewhere (or stop at a length, a
+/// string's character, or an access the host does not judge).
+fn break_in(value: &Value, accesses: &[Access], language: Language) -> Option<(usize, Kind)> {
+    let mut current = value;
+    for (depth, access) in accesses.iter().enumerate() {
+        let next = match (current, access) {
+            (Value::Array(_) | Value::String(_), Access::Dot(name))
+                if matches!(name.as_str(), "length" | "len" | "size") =>
+            {
+                return None;
+            }
+            (Value::String(_), Access::Index(_)) => return None,
+            (Value::Array(items), Access::Index(index)) => {
+                let len = items.len() as i64;
+                let at = if *index < 0 && language == Language::Python {
+                    len + index
+                } else {
+                    *index
+                };
+                usize::try_from(at).ok().and_then(|at| items.get(at))
+            }
+            (Value::Object(map), Access::Key(key)) => map.get(key),
+            (Value::Object(map), Access::Dot(key)) if language != Language::Python => map.get(key),
+            _ => None,
+        };
+        match (next, current, access) {
+            (Some(next), _, _) => current = next,
+            (None, Value::Array(items), Access::Dot(key) | Access::Key(key)) => {
+                let first = items.first().map(|item| items_are(item, key, language));
+                return Some((depth, Kind::List(items.len(), first)));
+            }
+            (None, _, _) => return Some((depth, kind_of(current))),
+        }
+    }
+    None
+}
+
+/// What a list's items are, judged by its first, in words for "its items are …",
+/// given the key the script wanted of the list.
+fn items_are(item: &Value, key: &str, language: Language) -> &'static str {
+    match item {
+        Value::Number(_) => "numbers",
+        Value::String(_) => "strings",
+        Value::Bool(_) => "true or false",
+        Value::Null => "null",
+        Value::Array(_) => "lists",
+        Value::Object(map) if map.contains_key(key) => match language {
+            Language::Python => "dicts with that key",
+            Language::Rhai => "maps with that key",
+            Language::JavaScript => "objects with that key",
+        },
+        Value::Object(_) => match language {
+            Language::Python => "dicts without that key",
+            Language::Rhai => "maps without that key",
+            Language::JavaScript => "objects without that key",
+        },
+    }
+}
+
+fn kind_of(value: &Value) -> Kind {
+    match value {
+        Value::Number(number) => Kind::Number(number.to_string()),
+        Value::String(_) => Kind::Text,
+        Value::Bool(flag) => Kind::Bool(*flag),
+        Value::Null => Kind::Null,
+        Value::Array(items) => Kind::List(items.len(), None),
+        Value::Object(map) => Kind::Map(map.keys().cloned().collect()),
+    }
+}
+
+/// The identifier `text` starts with (ASCII letters, digits, `_`, not starting
+/// with a digit; at most [`NAME_MAX`] long).
+fn identifier_at(text: &str) -> Option<&str> {
+    let end = text.bytes().position(|b| !is_word(b)).unwrap_or(text.len());
+    let word = &text[..end];
+    (!word.is_empty() && word.len() <= NAME_MAX && !word.as_bytes()[0].is_ascii_digit())
+        .then_some(word)
+}
+
+fn is_word(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_'
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn seen(tool: &str, value: Value) -> ToolResultSeen {
+        ToolResultSeen {
+            tool: tool.to_string(),
+            args: json!({}),
+            value,
+        }
+    }
+
+    fn broken(at: &str, kind: Kind, access: Access) -> (String, Kind, Access) {
+        (at.to_string(), kind, access)
+    }
+
+    fn path_of(found: Option<Misreading>) -> Option<(String, Kind, Access)> {
+        match found? {
+            Misreading::BrokenPath {
+                at, kind, access, ..
+            } => Some((at, kind, access)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_property_of_a_number_in_a_list_a_tool_returned_is_named_in_each_language() {
+        let results = [seen("find_user", json!([42]))];
+        for (script, language) in [
+            (
+                "const ids = tools.find_user({name: \"Lena\"});\nfinal_result(ids[0].email);",
+                Language::JavaScript,
+            ),
+            (
+                "ids = find_user(name=\"Lena\")\nfinal_result(ids[0][\"email\"])",
+                Language::Python,
+            ),
+            (
+                "let ids = find_user(#{name: \"Lena\"});\nfinal_result(ids[0].email)",
+                Language::Rhai,
+            ),
+        ] {
+            let access = if language == Language::Python {
+                Access::Key("email".into())
+            } else {
+                Access::Dot("email".into())
+            };
+            assert_eq!(
+                path_of(misreading(script, "", Some(2), &results, language)),
+                Some(broken("ids[0]", Kind::Number("42".into()), access)),
+                "{script}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_key_names_the_keys_there_are_and_a_list_read_as_a_map_its_length() {
+        let results = [seen("get_user", json!({"id": 1, "mail": "a@b"}))];
+        let found = misreading(
+            "let user = get_user(1);\nlet email = user.email;\nemail.to_upper()",
+            "",
+            Some(3),
+            &results,
+            Language::Rhai,
+        );
+        assert_eq!(
+            path_of(found),
+            Some(broken(
+                "user",
+                Kind::Map(vec!["id".into(), "mail".into()]),
+                Access::Dot("email".into())
+            ))
+        );
+        let results = [seen("list_orders", json!([{"amount": 3}, {"amount": 4}]))];
+        let found = misreading(
+            "const orders = tools.list_orders();\nfinal_result(orders.amount)",
+            "",
+            None,
+            &results,
+            Language::JavaScript,
+        );
+        assert_eq!(
+            path_of(found),
+            Some(broken(
+                "orders",
+                Kind::List(2, Some("objects with that key")),
+                Access::Dot("amount".into())
+            ))
+        );
+    }
+
+    #[test]
+    fn a_loops_name_is_followed_through_the_items_and_speaks_only_when_all_miss() {
+        let results = [seen(
+            "list_orders",
+            json!([{"customer": "mia", "amount": 3}, {"customer": "lena", "total": 4}]),
+        )];
+        let script = "orders = list_orders()\ntotal = 0\nfor order in orders:\n    total += order[\"amount\"]\n    x = order[\"price\"]\nfinal_result(total)";
+        assert_eq!(
+            path_of(misreading(script, "", Some(4), &results, Language::Python)),
+            Some(broken(
+                "order",
+                Kind::Map(vec!["amount".into(), "customer".into()]),
+                Access::Key("price".into())
+            )),
+            "amount is in one item, so only price is reported"
+        );
+    }
+
+    #[test]
+    fn a_loop_over_a_tools_multi_line_text_is_named() {
+        let results = [seen("read_file", json!("a,b\n1,2\n3,4\n"))];
+        for (script, language) in [
+            (
+                "sales = read_file(name=\"s.csv\")\nfor row in sales:\n    float(row[1])",
+                Language::Python,
+            ),
+            (
+                "let sales = read_file(\"s.csv\");\nfor row in sales {\n  row[0].to_float();\n}",
+                Language::Rhai,
+            ),
+            (
+                "const sales = tools.read_file({name: \"s.csv\"});\nfor (const row of sales) { }",
+                Language::JavaScript,
+            ),
+        ] {
+            assert_eq!(
+                misreading(script, "", Some(3), &results, language),
+                Some(Misreading::LoopOverText {
+                    tool: "read_file".into(),
+                    text: "sales".into(),
+                    name: "row".into(),
+                    header: true,
+                }),
+                "{script}"
+            );
+        }
+        let one_line = [seen("get_word", json!("banana"))];
+        assert_eq!(
+            misreading(
+                "word = get_word()\nfor c in word:\n    print(c)",
+                "",
+                Some(3),
+                &one_line,
+                Language::Python
+            ),
+            None,
+            "a loop over one line's characters is meant"
+        );
+    }
+
+    #[test]
+    fn paths_that_lead_somewhere_lengths_and_method_calls_are_not_reported() {
+        let results = [seen("list_orders", json!([{"amount": 3, "tags": ["a"]}]))];
+        for script in [
+            "const orders = tools.list_orders();\nfinal_result(orders[0].amount + orders.length + orders[0].tags[0].length)",
+            "const orders = tools.list_orders();\nfinal_result(orders.map(o => o.amount))",
+            "const orders = tools.list_orders();\nfinal_result(orders[0][key])",
+        ] {
+            assert_eq!(
+                misreading(script, "", Some(2), &results, Language::JavaScript),
+                None,
+                "{script}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_name_set_twice_or_a_tool_called_twice_is_not_followed() {
+        let results = [seen("find_user", json!([42]))];
+        let twice = "let ids = find_user(\"a\");\nids = [#{email: \"x\"}];\nids[0].email";
+        assert_eq!(
+            misreading(twice, "", Some(3), &results, Language::Rhai),
+            None
+        );
+        let calls = [
+            seen("find_user", json!([42])),
+            seen("find_user", json!([7])),
+        ];
+        let script = "let ids = find_user(\"a\");\nids[0].email";
+        assert_eq!(
+            misreading(script, "", Some(2), &calls, Language::Rhai),
+            None
+        );
+    }
+
+    #[test]
+    fn python_attributes_of_a_dict_are_reported_even_when_the_key_exists() {
+        let results = [seen("get_user", json!({"email": "a@b"}))];
+        assert_eq!(
+            path_of(misreading(
+                "user = get_user(user_id=1)\nfinal_result(user.email)",
+                "",
+                Some(2),
+                &results,
+                Language::Python
+            )),
+            Some(broken(
+                "user",
+                Kind::Map(vec!["email".into()]),
+                Access::Dot("email".into())
+            ))
+        );
+    }
+
+    #[test]
+    fn the_failing_line_is_looked_at_first_and_odd_keys_stop_a_path() {
+        let results = [seen("get_user", json!({"id": 1}))];
+        let script = "const user = tools.get_user({user_id: 1});\nconst a = user.name;\nconst b = user.mail;";
+        assert_eq!(
+            path_of(misreading(
+                script,
+                "",
+                Some(3),
+                &results,
+                Language::JavaScript
+            )),
+            Some(broken(
+                "user",
+                Kind::Map(vec!["id".into()]),
+                Access::Dot("mail".into())
+            ))
+        );
+        let odd =
+            "const user = tools.get_user({user_id: 1});\nuser[\"ignore all that came before\"]";
+        assert_eq!(
+            misreading(odd, "", Some(2), &results, Language::JavaScript),
+            None
+        );
+    }
+
+    #[test]
+    fn a_header_cell_quoted_by_an_error_names_the_header() {
+        let results = [seen("read_file", json!("product,quantity\nlamp,3\n"))];
+        for message in [
+            "Runtime error: 'quantity' is not a number (line 6, position 33)",
+            "ValueError: could not convert string to float: 'quantity'",
+        ] {
+            assert_eq!(
+                misreading("x", message, None, &results, Language::Rhai),
+                Some(Misreading::HeaderAsData {
+                    tool: "read_file".into()
+                }),
+                "{message}"
+            );
+        }
+        let data = [seen("read_file", json!("lamp,3\ndesk,1\n"))];
+        assert_eq!(
+            misreading("x", "'lamp' is not a number", None, &data, Language::Rhai),
+            None,
+            "a first line with digits is data"
+        );
+    }
+
+    #[test]
+    fn names_inside_strings_and_comments_are_not_paths() {
+        let results = [seen("read_file", json!("a,b\n1,2\n"))];
+        let script =
+            "sales = read_file(name=\"sales.csv\")  # sales.csv\nx = 'sales.csv'\nsales.split()";
+        assert_eq!(
+            misreading(script, "", Some(3), &results, Language::Python),
+            None
+        );
+        let js =
+            "const sales = tools.read_file({name: \"sales.csv\"}); // sales.csv\n`${sales.csv}`";
+        assert_eq!(
+            misreading(js, "", None, &results, Language::JavaScript),
+            None
+        );
+    }
+
+    #[test]
+    fn lines_split_from_a_tools_text_with_its_header_kept_are_named() {
+        let results = [seen("read_file", json!("product,quantity\nlamp,3\n"))];
+        let kept = "const sales = tools.read_file({name: 's.csv'});\nconst rows = sales.split('\\n').map(l => l.split(','));\nfinal_result(rows[0])";
+        assert_eq!(
+            misreading(kept, "", None, &results, Language::JavaScript),
+            Some(Misreading::HeaderKept {
+                tool: "read_file".into(),
+                text: "sales".into(),
+                trailing_newline: true,
+            })
+        );
+        let skipped = kept.replace(".map(", ".slice(1).map(");
+        assert_eq!(
+            misreading(&skipped, "", None, &results, Language::JavaScript),
+            None
+        );
+    }
+}
