@@ -357,16 +357,18 @@ pub fn index_out_of_bounds(message: &str) -> Option<(u64, u64)> {
 pub struct RhaiPitfall {
     /// The 1-based line it is on.
     pub line: usize,
-    /// What the script wrote: digits and operators only, so the host may quote
-    /// it in its own words.
+    /// What the script wrote: digits and operators, or a call on an identifier
+    /// of at most 40 letters, digits and `_`, so the host may quote it in its
+    /// own words.
     pub written: String,
     /// What that does in Rhai, and what to write instead, in the host's words.
     pub account: String,
 }
 
 /// The Rhai pitfalls in `script`, in order: a range `1..N` between integer
-/// literals (it stops at N - 1; counting from 1 means to N, `1..=N`), and `A^B`
-/// between integer literals (bitwise XOR in Rhai; a power is `A**B`). Text in
+/// literals (it stops at N - 1; counting from 1 means to N, `1..=N`), `A^B`
+/// between integer literals (bitwise XOR in Rhai; a power is `A**B`), and
+/// `c.to_int()` on a string's characters (their codes, not digits). Text in
 /// strings and comments is not told apart: a pitfall there is rare and costs
 /// one held result at most.
 pub fn rhai_pitfalls(script: &str) -> Vec<RhaiPitfall> {
@@ -428,6 +430,72 @@ pub fn rhai_pitfalls(script: &str) -> Vec<RhaiPitfall> {
                 }
             }
             at = end;
+        }
+    }
+    found.extend(character_codes_taken_for_digits(script));
+    found.sort_by_key(|pitfall| pitfall.line);
+    found
+}
+
+/// `c.to_int()` on the name of a loop over a string's characters (`for c in
+/// n.to_string()`, or a name set from `.to_string()` or a string literal): in
+/// Rhai that is the character's code ('7' gives 55), where a model means the
+/// digit (the evaluation's digit sum came back as 844 for 76). The loop's name
+/// is quoted: an identifier of at most 40 letters, digits and `_`.
+fn character_codes_taken_for_digits(script: &str) -> Vec<RhaiPitfall> {
+    let texts: Vec<&str> = script
+        .lines()
+        .filter_map(|line| {
+            let rest = line.trim_start().strip_prefix("let ")?.trim_start();
+            let (name, value) = rest.split_once('=')?;
+            let value = value.trim().trim_end_matches(';').trim_end();
+            (value.ends_with(".to_string()") || value.starts_with('"')).then(|| name.trim())
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut loops: Vec<String> = Vec::new();
+    for (index, line) in script.lines().enumerate() {
+        if let Some(rest) = line.trim_start().strip_prefix("for ") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let over = rest[name.len()..]
+                .trim_start()
+                .strip_prefix("in ")
+                .map(|over| over.split('{').next().unwrap_or("").trim());
+            let over_text = over.is_some_and(|over| {
+                over.ends_with(".to_string()")
+                    || over.ends_with(".chars")
+                    || over.ends_with(".chars()")
+                    || over.starts_with('"')
+                    || texts.contains(&over)
+            });
+            if over_text
+                && !name.is_empty()
+                && name.len() <= 40
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+            {
+                loops.push(name);
+            }
+        }
+        for name in &loops {
+            let call = format!("{name}.to_int()");
+            let standalone = line.match_indices(&call).any(|(at, _)| {
+                line[..at]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            });
+            if standalone && !found.iter().any(|p: &RhaiPitfall| p.written == call) {
+                found.push(RhaiPitfall {
+                    line: index + 1,
+                    account: format!(
+                        "`{call}` gives the character's code in Rhai ('7' gives 55), not the digit's value. For the digit, write `{name}.to_string().parse_int()`."
+                    ),
+                    written: call,
+                });
+            }
         }
     }
     found
@@ -648,6 +716,40 @@ mod tests {
             found[1].account
         );
         assert!(found[1].account.contains("`2**50`"), "{}", found[1].account);
+    }
+
+    #[test]
+    fn to_int_on_the_characters_of_a_string_is_a_pitfall_and_on_other_names_is_not() {
+        for script in [
+            "let sum = 0;\nfor digit in (2**50).to_string() {\n    sum += digit.to_int();\n}\nfinal_result(sum)",
+            "let text = n.to_string();\nlet sum = 0;\nfor digit in text {\n    sum += digit.to_int();\n}\nfinal_result(sum)",
+            "let sum = 0;\nfor digit in \"1234\" {\n    sum += digit.to_int()\n}\nfinal_result(sum)",
+        ] {
+            let found = rhai_pitfalls(script);
+            assert_eq!(found.len(), 1, "{script}");
+            assert_eq!(found[0].written, "digit.to_int()");
+            assert!(
+                found[0]
+                    .account
+                    .ends_with("write `digit.to_string().parse_int()`."),
+                "{}",
+                found[0].account
+            );
+            assert_eq!(
+                script
+                    .lines()
+                    .nth(found[0].line - 1)
+                    .map(|l| l.contains("to_int")),
+                Some(true)
+            );
+        }
+        for script in [
+            "let sum = 0;\nfor part in text.split(\",\") {\n    sum += part.to_int();\n}\nfinal_result(sum)",
+            "for d in 1..=9 { s += d.to_int(); }\nfinal_result(s)",
+            "for digit in (2**50).to_string() { s += my_digit.to_int(); }",
+        ] {
+            assert_eq!(rhai_pitfalls(script), Vec::new(), "{script}");
+        }
     }
 
     #[test]
