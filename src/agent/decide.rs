@@ -797,6 +797,10 @@ impl Conversation {
                         (name, method)
                     }),
                     out_of_bounds: script_notes::index_out_of_bounds(message),
+                    unit_condition: script_notes::unit_condition(
+                        message,
+                        line.as_ref().map_or("", |(_, text)| text.as_str()),
+                    ),
                     import: script_notes::imports_something(message)
                         .then(|| &self.provided_names[script_notes::HELPERS.len()..]),
                     import_line: line

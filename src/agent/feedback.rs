@@ -132,6 +132,9 @@ pub struct ErrorHints<'a> {
     /// name), and the in-place method on the failing line that gave the `()`,
     /// if it names one.
     pub called_on_unit: Option<(String, Option<&'static str>)>,
+    /// Rhai's condition got `()` (see `script_notes::unit_condition`): the map,
+    /// key and negation of an `if m[k]` on the failing line, when it is one.
+    pub unit_condition: Option<Option<(String, String, bool)>>,
     /// The error is an index one past an array's end or further: the index and
     /// the array's length, as the engine gave them (digits only).
     pub out_of_bounds: Option<(u64, u64)>,
@@ -163,6 +166,10 @@ pub fn error_at(
             undefined_name => hints.undefined_name,
             unit_call => hints.called_on_unit.as_ref().map(|(name, _)| name.as_str()),
             in_place => hints.called_on_unit.as_ref().and_then(|(_, method)| *method),
+            unit_condition => hints.unit_condition.is_some(),
+            condition_map => hints.unit_condition.as_ref().and_then(|c| c.as_ref()).map(|(map, _, _)| map.as_str()),
+            condition_key => hints.unit_condition.as_ref().and_then(|c| c.as_ref()).map(|(_, key, _)| key.as_str()),
+            condition_negated => hints.unit_condition.as_ref().and_then(|c| c.as_ref()).is_some_and(|(_, _, negated)| *negated),
             index => hints.out_of_bounds.map(|(index, _)| index),
             length => hints.out_of_bounds.map(|(_, length)| length),
             imports => hints.import.is_some(),

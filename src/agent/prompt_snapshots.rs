@@ -196,6 +196,17 @@ fn sections() -> Vec<(&'static str, String)> {
                 &none,
             ),
         ),
+        (
+            "feedback/error_at (Rhai: a map's missing key tested with if)",
+            after_script(
+                conversation(),
+                "let counts = #{};\nfor w in words {\n    if counts[w] {\n        counts[w] += 1;\n    } else {\n        counts[w] = 1;\n    }\n}\nfinal_result(counts)",
+                Err(thrown(
+                    "Data type incorrect: () (expecting bool) (line 3, position 8)",
+                )),
+                &none,
+            ),
+        ),
         ("feedback/missing_arguments", {
             let mut c =
                 Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(

@@ -365,6 +365,41 @@ pub struct RhaiPitfall {
     pub account: String,
 }
 
+/// A map key tested for truth on `line`, when Rhai said a condition got `()`
+/// (`Data type incorrect: () (expecting bool)`): JavaScript's `if (counts[w])`
+/// on a missing key. `None` when the message is another; `Some(None)` when the
+/// line has no `if m[k]` (or `if !m[k]`) between plain names; else the map, the
+/// key and whether the test was negated, so the host can write `if k in m`.
+pub fn unit_condition(message: &str, line: &str) -> Option<Option<(String, String, bool)>> {
+    if !message.contains("Data type incorrect: () (expecting bool)") {
+        return None;
+    }
+    let plain = |text: &str| {
+        !text.is_empty()
+            && text.len() <= 40
+            && !text.starts_with(|c: char| c.is_ascii_digit())
+            && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let found = line
+        .find("if ")
+        .map(|at| line[at + 3..].trim_start())
+        .and_then(|condition| {
+            let condition = condition
+                .strip_prefix('(')
+                .unwrap_or(condition)
+                .trim_start();
+            let (negated, condition) = match condition.strip_prefix('!') {
+                Some(rest) => (true, rest.trim_start()),
+                None => (false, condition),
+            };
+            let (map, rest) = condition.split_once('[')?;
+            let (key, _) = rest.split_once(']')?;
+            let (map, key) = (map.trim(), key.trim());
+            (plain(map) && plain(key)).then(|| (map.to_string(), key.to_string(), negated))
+        });
+    Some(found)
+}
+
 /// The Rhai pitfalls in `script`, in order: a range `1..N` between integer
 /// literals (it stops at N - 1; counting from 1 means to N, `1..=N`), `A^B`
 /// between integer literals (bitwise XOR in Rhai; a power is `A**B`), and
@@ -750,6 +785,21 @@ mod tests {
         ] {
             assert_eq!(rhai_pitfalls(script), Vec::new(), "{script}");
         }
+    }
+
+    #[test]
+    fn a_map_key_tested_for_truth_is_found_for_the_host_to_write_in() {
+        let message = "Data type incorrect: () (expecting bool) (line 6, position 19)";
+        assert_eq!(
+            unit_condition(message, "    if word_counts[lower_word] {"),
+            Some(Some(("word_counts".into(), "lower_word".into(), false)))
+        );
+        assert_eq!(
+            unit_condition(message, "if (!seen[w]) {"),
+            Some(Some(("seen".into(), "w".into(), true)))
+        );
+        assert_eq!(unit_condition(message, "if m[\"a b\"] {"), Some(None));
+        assert_eq!(unit_condition("Variable not found: x", "if m[k] {"), None);
     }
 
     #[test]
