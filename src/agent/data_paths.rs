@@ -99,6 +99,17 @@ pub enum Misreading {
         /// The text's first line names columns (a CSV header).
         header: bool,
     },
+    /// A loop over the lines of a tool's text indexes a line (`row[1]`) as if
+    /// it were split into cells: it gets a character.
+    LineIndexed {
+        tool: String,
+        /// The text's name.
+        text: String,
+        /// The loop's name.
+        name: String,
+        /// The separator the text's second line holds (`,`, `;` or a tab).
+        separator: char,
+    },
     /// The script splits a tool's text into lines and keeps its first, which
     /// names columns, as a row.
     HeaderKept {
@@ -131,6 +142,7 @@ pub fn misreading(
     let lines: Vec<&str> = script.lines().collect();
     let bindings = bindings(&lines, results, language);
     misread_path(&lines, failing_line, &bindings, language)
+        .or_else(|| line_indexed(&lines, &bindings, language))
         .or_else(|| header_kept(script, &bindings, language))
         .or_else(|| header_as_data(message, results))
 }
@@ -280,43 +292,137 @@ fn strip_declaration(line: &str) -> &str {
     line
 }
 
-/// `for (const x of xs)` (JavaScript), `for x in xs:` (Python), `for x in xs {`
-/// (Rhai): the loop's name and the list's, when the list is a plain name.
+/// `for (const x of xs)` (JavaScript), `for x in xs:` (Python, also in a
+/// comprehension: `sum(x for x in xs)`), `for x in xs {` (Rhai): the loop's name
+/// and the list's, when the list is a plain name.
 fn loop_header(line: &str, language: Language) -> Option<(&str, &str)> {
-    let rest = line.trim_start().strip_prefix("for")?.trim_start();
-    let (name, list) = match language {
-        Language::JavaScript => {
-            let rest = strip_declaration(rest.strip_prefix('(')?.trim_start());
-            let name = identifier_at(rest)?;
-            let rest = rest[name.len()..]
-                .trim_start()
-                .strip_prefix("of ")?
-                .trim_start();
-            let list = identifier_at(rest)?;
-            rest[list.len()..]
-                .trim_start()
-                .starts_with(')')
-                .then_some((name, list))?
-        }
-        Language::Python | Language::Rhai => {
-            let name = identifier_at(rest)?;
-            let rest = rest[name.len()..]
-                .trim_start()
-                .strip_prefix("in ")?
-                .trim_start();
-            let list = identifier_at(rest)?;
-            let end = if language == Language::Python {
-                ':'
-            } else {
-                '{'
-            };
-            rest[list.len()..]
-                .trim_start()
-                .starts_with(end)
-                .then_some((name, list))?
-        }
+    let after_for = |at: usize| {
+        line[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+            .then(|| &line[at + 4..])
     };
-    Some((name, list))
+    match language {
+        Language::Python => line
+            .match_indices("for ")
+            .find_map(|(at, _)| after_for(at).and_then(python_loop)),
+        Language::JavaScript | Language::Rhai => {
+            let rest = line.trim_start().strip_prefix("for ")?.trim_start();
+            if language == Language::JavaScript {
+                let rest = strip_declaration(rest.strip_prefix('(')?.trim_start());
+                name_then_list(rest, "of ", &[")"])
+            } else {
+                name_then_list(rest, "in ", &["{"])
+            }
+        }
+    }
+}
+
+/// `x in xs` then `:` (a statement), or `)`, `]`, `}` or `if ` (a
+/// comprehension), after a Python `for `.
+fn python_loop(rest: &str) -> Option<(&str, &str)> {
+    name_then_list(rest.trim_start(), "in ", &[":", ")", "]", "}", "if "])
+}
+
+/// `name` `keyword` `list` followed by one of `ends`: the name and the list.
+fn name_then_list<'a>(rest: &'a str, keyword: &str, ends: &[&str]) -> Option<(&'a str, &'a str)> {
+    let name = identifier_at(rest)?;
+    let rest = rest[name.len()..]
+        .trim_start()
+        .strip_prefix(keyword)?
+        .trim_start();
+    let list = identifier_at(rest)?;
+    let after = rest[list.len()..].trim_start();
+    ends.iter()
+        .any(|end| after.starts_with(end))
+        .then_some((name, list))
+}
+
+/// A loop over the lines of a bound tool's text (`for row in
+/// sales.splitlines()[1:]`, `for (const row of sales.trim().split("\n"))`) whose
+/// name is then indexed by a number (`row[1]`) while the text's lines hold cells
+/// split by `,`, `;` or a tab.
+fn line_indexed(
+    lines: &[&str],
+    bindings: &[Binding<'_>],
+    language: Language,
+) -> Option<Misreading> {
+    for (index, line) in lines.iter().enumerate() {
+        let Some((name, text, rest)) = loop_over_lines(line, language) else {
+            continue;
+        };
+        let Some(bound) = bindings
+            .iter()
+            .find(|b| b.name == text && b.item_of.is_none())
+        else {
+            continue;
+        };
+        let Value::String(whole) = bound.whole else {
+            continue;
+        };
+        let splits = ["splitlines()", "split(\"\\n\")", "split('\\n')"];
+        if !splits.iter().any(|split| rest.contains(split)) {
+            continue;
+        }
+        let Some(separator) = whole
+            .lines()
+            .nth(1)
+            .and_then(|second| [',', ';', '\t'].into_iter().find(|c| second.contains(*c)))
+        else {
+            continue;
+        };
+        let indexed = lines[index..].iter().any(|later| {
+            later.match_indices(name).any(|(at, _)| {
+                let starts = later[..at]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'));
+                let after = &later[at + name.len()..];
+                starts
+                    && after.starts_with('[')
+                    && after[1..]
+                        .split(']')
+                        .next()
+                        .is_some_and(|inside| inside.trim().parse::<i64>().is_ok())
+            })
+        });
+        if indexed {
+            return Some(Misreading::LineIndexed {
+                tool: bound.tool.to_string(),
+                text: text.to_string(),
+                name: name.to_string(),
+                separator,
+            });
+        }
+    }
+    None
+}
+
+/// A loop header whose list starts with a plain name followed by more
+/// (`sales.splitlines()[1:]`): the loop's name, the list's first name, and the
+/// rest of the line after it.
+fn loop_over_lines(line: &str, language: Language) -> Option<(&str, &str, &str)> {
+    let keyword = if language == Language::JavaScript {
+        " of "
+    } else {
+        " in "
+    };
+    let at = line.find("for ")?;
+    let rest = line[at + 4..].trim_start();
+    let rest = if language == Language::JavaScript {
+        strip_declaration(rest.strip_prefix('(')?.trim_start())
+    } else {
+        rest
+    };
+    let name = identifier_at(rest)?;
+    let rest = rest[name.len()..]
+        .trim_start()
+        .strip_prefix(keyword.trim_start())?
+        .trim_start();
+    let text = identifier_at(rest)?;
+    let after = &rest[text.len()..];
+    after.starts_with('.').then_some((name, text, after))
 }
 
 /// A loop over a bound name whose value is a tool's multi-line text.
@@ -767,6 +873,17 @@ mod tests {
                 "{script}"
             );
         }
+        let comprehension =
+            "sales = read_file(name=\"s.csv\")\ntotal = sum(float(row[1]) for row in sales)";
+        assert_eq!(
+            misreading(comprehension, "", Some(2), &results, Language::Python),
+            Some(Misreading::LoopOverText {
+                tool: "read_file".into(),
+                text: "sales".into(),
+                name: "row".into(),
+                header: true,
+            })
+        );
         let one_line = [seen("get_word", json!("banana"))];
         assert_eq!(
             misreading(
@@ -916,6 +1033,41 @@ mod tests {
         let skipped = kept.replace(".map(", ".slice(1).map(");
         assert_eq!(
             misreading(&skipped, "", None, &results, Language::JavaScript),
+            None
+        );
+    }
+
+    #[test]
+    fn a_line_of_a_tools_csv_text_indexed_like_its_cells_is_named() {
+        let results = [seen("read_file", json!("product,quantity\nlamp,3\n"))];
+        for (script, language) in [
+            (
+                "sales = read_file(name=\"s.csv\")\nfor row in sales.splitlines()[1:]:\n    q = float(row[1])",
+                Language::Python,
+            ),
+            (
+                "let sales = read_file(\"s.csv\");\nfor row in sales.split(\"\\n\").extract(1) {\n  row[1].to_float();\n}",
+                Language::Rhai,
+            ),
+            (
+                "const sales = tools.read_file({name: \"s.csv\"});\nfor (const row of sales.trim().split(\"\\n\").slice(1)) { n += +row[1]; }",
+                Language::JavaScript,
+            ),
+        ] {
+            assert_eq!(
+                misreading(script, "", Some(3), &results, language),
+                Some(Misreading::LineIndexed {
+                    tool: "read_file".into(),
+                    text: "sales".into(),
+                    name: "row".into(),
+                    separator: ',',
+                }),
+                "{script}"
+            );
+        }
+        let split = "sales = read_file(name=\"s.csv\")\nfor row in sales.splitlines()[1:]:\n    cells = row.split(\",\")\n    q = float(cells[1])";
+        assert_eq!(
+            misreading(split, "", Some(4), &results, Language::Python),
             None
         );
     }

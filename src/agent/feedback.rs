@@ -406,6 +406,23 @@ pub fn misread_data(
             };
             context! { kind => "loop_over_text", tool, text, loop_header, split, header }
         }
+        Misreading::LineIndexed {
+            tool,
+            text,
+            name,
+            separator,
+        } => {
+            let separator = match separator {
+                '\t' => "\\t".to_string(),
+                other => other.to_string(),
+            };
+            let cells = match language {
+                Language::Python => format!("cells = {name}.split(\"{separator}\")"),
+                Language::Rhai => format!("let cells = {name}.split(\"{separator}\");"),
+                Language::JavaScript => format!("const cells = {name}.split(\"{separator}\");"),
+            };
+            context! { kind => "line_indexed", tool, text, name, cells }
+        }
         Misreading::HeaderKept {
             tool,
             text,

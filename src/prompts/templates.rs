@@ -186,6 +186,7 @@ static BUILTINS: &[Builtin] = &[
         context! { kind => "map", name => "user", item_of => None::<&str>, tool => "get_user", at => "user", wanted => "email", attribute => true, map_word => "a dict", keys => FENCED },
         context! { kind => "loop_over_text", text => "sales", tool => "read_file", loop_header => "for row in sales:", header => true, split => "for row in sales.splitlines()[1:]:" },
         context! { kind => "header_kept", tool => "read_file", text => "sales", split => "sales.trim().split(\"\\n\").slice(1)", trailing => true },
+        context! { kind => "line_indexed", tool => "read_file", text => "sales", name => "row", cells => "cells = row.split(\",\")" },
         context! { kind => "header", tool => "read_file", skip => "text.splitlines()[1:]" },
     ]),
     builtin!("feedback/bare_value", || vec![
