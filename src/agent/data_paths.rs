@@ -129,9 +129,10 @@ pub enum Misreading {
 const NAME_MAX: usize = 40;
 
 /// The first misreading of `results` (the script's successful tool calls) by
-/// `script`, whose error said `message`: on line `failing_line` (1-based)
-/// first, then anywhere, then a header cell the error quotes. `None` when no
-/// path the script wrote leads nowhere.
+/// `script`, whose error said `message`, in this order: a loop over text or a
+/// broken path on line `failing_line` (1-based), a loop over text anywhere, a
+/// broken path anywhere, a CSV line indexed like its cells, a header kept by a
+/// split, a header cell the error quotes. `None` when there is none of these.
 pub fn misreading(
     script: &str,
     message: &str,
@@ -147,6 +148,7 @@ pub fn misreading(
         .or_else(|| header_as_data(message, results))
 }
 
+/// A loop over text or a broken path: on the failing line, then anywhere.
 fn misread_path(
     lines: &[&str],
     failing_line: Option<usize>,
@@ -156,11 +158,9 @@ fn misread_path(
     if bindings.is_empty() {
         return None;
     }
-    let mut order = failing_line
+    let failing = failing_line
         .and_then(|n| n.checked_sub(1))
-        .filter(|&i| i < lines.len())
-        .into_iter();
-    let failing = order.next();
+        .filter(|&i| i < lines.len());
     let on_failing_line = failing.and_then(|index| {
         loop_over_text(lines[index], bindings, language)
             .or_else(|| broken_path(lines[index], bindings, language))

@@ -33,8 +33,8 @@ pub(crate) struct StillBroken {
 /// was explained. A script that still fails is tried once more with
 /// JavaScript-style map literals (`read_file({name: "a"})`, `let m = {a: 1};`)
 /// written the Rhai way (`#{…}`) and JavaScript loop headers (`for (let x of
-/// xs) {`) as Rhai's (`for x in xs {`); when that compiles it runs, else the
-/// first attempt's error stands.
+/// xs) {`) as Rhai's (`for x in xs {`), and `null` as `()`; when that compiles
+/// it runs, else the first attempt's error stands.
 pub(crate) fn compile_lenient(
     engine: &Engine,
     script: &str,
@@ -47,7 +47,8 @@ pub(crate) fn compile_lenient(
     };
     let mapped = map_literals(script, false);
     let looped = js_for_headers(mapped.as_deref().unwrap_or(script));
-    match looped.or(mapped) {
+    let nulled = js_nulls(looped.as_deref().or(mapped.as_deref()).unwrap_or(script));
+    match nulled.or(looped).or(mapped) {
         Some(rewritten) => with_semicolons(engine, &rewritten).map_err(|_| broken),
         None => Err(broken),
     }
@@ -123,22 +124,12 @@ fn map_literals(script: &str, only_empty: bool) -> Option<String> {
     let mut previous = ' '; // the last character outside whitespace, strings and comments
     while i < chars.len() {
         let c = chars[i];
-        if c == '"' || c == '\'' || c == '`' {
-            let start = i;
-            i += 1;
-            while i < chars.len() && chars[i] != c {
-                i += if chars[i] == '\\' { 2 } else { 1 };
+        if let Some(end) = string_or_comment_end(&chars, i) {
+            out.extend(&chars[i..end]);
+            if c != '/' {
+                previous = c;
             }
-            i = (i + 1).min(chars.len());
-            out.extend(&chars[start..i]);
-            previous = c;
-            continue;
-        }
-        if c == '/' && chars.get(i + 1) == Some(&'/') {
-            while i < chars.len() && chars[i] != '\n' {
-                out.push(chars[i]);
-                i += 1;
-            }
+            i = end;
             continue;
         }
         if c == '{'
@@ -158,6 +149,57 @@ fn map_literals(script: &str, only_empty: bool) -> Option<String> {
             previous = c;
         }
         i += 1;
+    }
+    changed.then_some(out)
+}
+
+/// Where the string literal (`"…"`, `'…'`, `` `…` ``) or line comment (`//…`)
+/// starting at `i` ends (just past it); `None` when none starts there.
+fn string_or_comment_end(chars: &[char], i: usize) -> Option<usize> {
+    let c = chars[i];
+    if c == '"' || c == '\'' || c == '`' {
+        let mut at = i + 1;
+        while at < chars.len() && chars[at] != c {
+            at += if chars[at] == '\\' { 2 } else { 1 };
+        }
+        return Some((at + 1).min(chars.len()));
+    }
+    if c == '/' && chars.get(i + 1) == Some(&'/') {
+        let end = chars[i..]
+            .iter()
+            .position(|&c| c == '\n')
+            .map_or(chars.len(), |n| i + n);
+        return Some(end);
+    }
+    None
+}
+
+/// `script` with each `null` (JavaScript's and JSON's; a reserved word in
+/// Rhai, so never a name) outside strings and comments written as `()`. `None`
+/// when there is none.
+fn js_nulls(script: &str) -> Option<String> {
+    let chars: Vec<char> = script.chars().collect();
+    let mut out = String::with_capacity(script.len());
+    let mut changed = false;
+    let mut i = 0;
+    let word = |c: &char| c.is_alphanumeric() || *c == '_';
+    while i < chars.len() {
+        if let Some(end) = string_or_comment_end(&chars, i) {
+            out.extend(&chars[i..end]);
+            i = end;
+            continue;
+        }
+        let is_null = chars[i..].starts_with(&['n', 'u', 'l', 'l'])
+            && (i == 0 || !(word(&chars[i - 1]) || chars[i - 1] == '.'))
+            && chars.get(i + 4).is_none_or(|c| !word(c));
+        if is_null {
+            out.push_str("()");
+            changed = true;
+            i += 4;
+        } else {
+            out.push(chars[i]);
+            i += 1;
+        }
     }
     changed.then_some(out)
 }
@@ -284,6 +326,24 @@ mod tests {
         let (ast, lines) = compile_lenient(&engine(), script).expect("parses once patched");
         assert_eq!(lines, vec![1, 2, 4]);
         assert_eq!(engine().eval_ast::<i64>(&ast).expect("runs"), 3);
+    }
+
+    #[test]
+    fn javascripts_null_is_rhais_unit_outside_strings_and_comments() {
+        let script = "let best = null; // null until found\nlet counts = {};\nfor (let w in [\"a\", \"null\"]) {\n  if best == null { best = w; }\n}\n[best, counts, nullable]";
+        let (ast, _) = compile_lenient(&engine(), script).expect("parses once patched");
+        let mut scope = rhai::Scope::new();
+        scope.push("nullable", 7_i64);
+        let value = engine()
+            .eval_ast_with_scope::<rhai::Array>(&mut scope, &ast)
+            .expect("runs");
+        assert_eq!(value[0].clone().into_string().ok(), Some("a".into()));
+        assert_eq!(
+            value[2].as_int().ok(),
+            Some(7),
+            "a name holding `null` is kept"
+        );
+        assert_eq!(js_nulls("\"null\" // null\nx.null"), None);
     }
 
     #[test]
