@@ -78,6 +78,12 @@ pub struct LoopConfig {
     /// costs a step where the script meant it (`1..100` for "below 100").
     /// Default: true.
     pub hold_rhai_pitfalls: bool,
+    /// Whether a final result that cannot have come from the tools is held
+    /// back once: the session has tools, none was called in the run, and the
+    /// result holds a word found nowhere in the conversation (an invented
+    /// `["item1", "item3"]`). Sent again, it is accepted, so an answer that
+    /// needs no tool costs one step. Default: true.
+    pub hold_unfounded_results: bool,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
     /// returned (up to four distinct calls, each cut in the middle to this
@@ -127,6 +133,7 @@ impl Default for LoopConfig {
             max_history_bytes: Some(256 * 1024),
             tool_results_on_error: 1_500,
             hold_rhai_pitfalls: true,
+            hold_unfounded_results: true,
         }
     }
 }
@@ -369,6 +376,11 @@ pub struct Conversation {
     /// result back once, so a script that meant what it wrote goes through
     /// when sent again.
     flagged_pitfalls: Vec<String>,
+    /// The run's tool calls so far, as the tools counted them
+    /// ([`note_tool_calls_made`](Self::note_tool_calls_made)).
+    tool_calls_made: usize,
+    /// Whether a final result was held back already as unfounded (once a run).
+    held_unfounded: bool,
     /// The templates of everything fed back.
     prompts: Prompts,
 }
@@ -409,6 +421,9 @@ impl Conversation {
     /// first) and counters, as replaying its events gave them (see
     /// [`ResumePoint`](super::ResumePoint)). Go on with [`resume`](Self::resume).
     pub fn resumed(progress: Progress, fence_tags: &[&str], config: LoopConfig) -> Self {
+        // A run resumed past its first step may have called its tools before a
+        // snapshot restored it: its results are not second-guessed.
+        let past_first_step = progress.steps > 0;
         Self {
             config,
             transfer_targets: Vec::new(),
@@ -432,6 +447,8 @@ impl Conversation {
             step_tool_results: Vec::new(),
             step_failed_calls: Vec::new(),
             flagged_pitfalls: Vec::new(),
+            tool_calls_made: 0,
+            held_unfounded: past_first_step,
             prompts: Prompts::default(),
         }
     }
@@ -687,6 +704,14 @@ impl Conversation {
         self.step_tool_results = results;
     }
 
+    /// The run's tool calls so far (made or served from a transcript), after
+    /// each script: a final result from a run that called none, though it has
+    /// tools, is checked for made-up words
+    /// ([`LoopConfig::hold_unfounded_results`]).
+    pub fn note_tool_calls_made(&mut self, calls: usize) {
+        self.tool_calls_made = calls;
+    }
+
     /// The calls the tools of the script that just ran failed (the first of
     /// each tool): should the script fail, its feedback names the required
     /// arguments they left out, or says that their arguments were made up.
@@ -714,6 +739,20 @@ impl Conversation {
                 context! { line_number => pitfall.line, account => &pitfall.account },
             );
             let message = format!("the final result was held back: {}", pitfall.account);
+            let next = self.script_error(text, message.clone(), logs);
+            return (self.decide(next), ScriptOutput::Error { message });
+        }
+        if let Ok(value) = completion
+            && let Some(words) = self.unfounded_words(&script, value)
+        {
+            let text = self.prompts.render(
+                "feedback/unfounded_result",
+                context! { signatures => &self.tool_signatures },
+            );
+            let message = format!(
+                "the final result was held back: no tool was called, and it holds words found nowhere in the conversation ({})",
+                words.join(", ")
+            );
             let next = self.script_error(text, message.clone(), logs);
             return (self.decide(next), ScriptOutput::Error { message });
         }
@@ -1096,6 +1135,49 @@ impl Conversation {
         self.last_error_feedback = Some(text.clone());
         self.push_feedback(text);
         self.last_error = Some(message.to_string());
+    }
+
+    /// The words of a final result found nowhere in the conversation but typed
+    /// into the `script` itself, when the result is to be held back as
+    /// unfounded: see [`LoopConfig::hold_unfounded_results`]. Only words of its
+    /// strings count (numbers are computed), and only words the script wrote
+    /// (a word it computed, `"tcaedoc"` from `"codeact"`, is not invented
+    /// data). Not with the file tools: Python's `open` reads the working
+    /// directory without a tool call. At most five are returned, for the error
+    /// event.
+    fn unfounded_words(&mut self, script: &str, value: &Value) -> Option<Vec<String>> {
+        if !self.config.hold_unfounded_results
+            || self.held_unfounded
+            || self.tool_signatures.is_empty()
+            || self.tool_calls_made > 0
+            || self
+                .provided_names
+                .iter()
+                .any(|name| name == crate::files::READ_TEXT_TOOL)
+        {
+            return None;
+        }
+        let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
+            return None;
+        };
+        let seen: String = self
+            .progress
+            .messages
+            .iter()
+            .filter(|message| message.role != Role::Assistant)
+            .map(|message| message.joined_text().to_lowercase())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let typed = script.to_lowercase();
+        let words: Vec<String> = script_notes::unseen_words(&value, &seen)
+            .into_iter()
+            .filter(|word| typed.contains(word.as_str()))
+            .collect();
+        if words.is_empty() {
+            return None;
+        }
+        self.held_unfounded = true;
+        Some(words.into_iter().take(5).collect())
     }
 
     /// The first Rhai pitfall of a Rhai script that ended with a final result,
@@ -2329,6 +2411,74 @@ Fn(\"f\")
 
     fn thrown(message: &str) -> Result<Value, ScriptError> {
         Err(ScriptError::thrown(message))
+    }
+
+    fn out_of_stock(config: LoopConfig) -> Conversation {
+        Conversation::new("Which items are out of stock?", &["python"], config).with_tools([(
+            "read_file".to_string(),
+            "read_file(name=string)".to_string(),
+        )])
+    }
+
+    fn final_result_of(c: &mut Conversation, value: Value) -> Decision {
+        c.on_reply(&reply(&format!("```python\nfinal_result({value})\n```")));
+        c.on_completion(
+            &Ok(json!({"type": "final_result", "value": value})),
+            &LogBuffer::new(10),
+        )
+        .0
+    }
+
+    #[test]
+    fn a_made_up_answer_from_a_run_that_called_no_tool_is_held_back_once() {
+        let mut c = out_of_stock(LoopConfig::default());
+        let first = final_result_of(&mut c, json!(["item1", "item3"]));
+        assert!(matches!(first.next, Next::CallModel), "{:?}", first.next);
+        let text = last_feedback(&c);
+        assert!(text.contains("no tool was called in this run"), "{text}");
+        assert!(text.contains("`read_file(name=string)`"), "{text}");
+        let again = final_result_of(&mut c, json!(["item1", "item3"]));
+        assert!(
+            matches!(again.next, Next::CheckResult { .. }),
+            "sent again, it is accepted: {:?}",
+            again.next
+        );
+    }
+
+    #[test]
+    fn answers_after_a_tool_call_from_the_tasks_words_or_with_the_check_off_are_not_held() {
+        let mut called = out_of_stock(LoopConfig::default());
+        called.note_tool_calls_made(1);
+        let mut from_task = out_of_stock(LoopConfig::default());
+        let mut off = out_of_stock(LoopConfig {
+            hold_unfounded_results: false,
+            ..LoopConfig::default()
+        });
+        let mut no_tools = Conversation::new("Name a fruit", &["python"], LoopConfig::default());
+        let mut computed = out_of_stock(LoopConfig::default());
+        computed.on_reply(&reply("```python\nfinal_result('tsil'[::-1])\n```"));
+        let computed = computed.on_completion(
+            &Ok(json!({"type": "final_result", "value": "list"})),
+            &LogBuffer::new(10),
+        );
+        assert!(
+            matches!(computed.0.next, Next::CheckResult { .. }),
+            "a word the script computed is not invented: {:?}",
+            computed.0.next
+        );
+        for (c, value) in [
+            (&mut called, json!(["item1"])),
+            (&mut from_task, json!("Items OUT, 3 of stock")),
+            (&mut off, json!(["item1"])),
+            (&mut no_tools, json!("apple")),
+        ] {
+            let decision = final_result_of(c, value.clone());
+            assert!(
+                matches!(decision.next, Next::CheckResult { .. }),
+                "{value}: {:?}",
+                decision.next
+            );
+        }
     }
 
     #[test]

@@ -259,6 +259,26 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("feedback/unfounded_result", {
+            let mut c = Conversation::new(
+                "Which items in inventory.json are out of stock?",
+                &["python"],
+                LoopConfig::default(),
+            )
+            .with_tools([(
+                "read_file".to_string(),
+                "read_file(name=string)".to_string(),
+            )]);
+            c.on_reply(&reply(
+                "```python\nfinal_result([\"item1\", \"item3\"])\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Ok(json!({"type": "final_result", "value": ["item1", "item3"]})),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/misread_data", {
             let mut c = Conversation::new(
                 "What is Lena Ortiz's email?",

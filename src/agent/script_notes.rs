@@ -365,6 +365,33 @@ pub struct RhaiPitfall {
     pub account: String,
 }
 
+/// The words (runs of letters, digits and `_`; not digits alone, which a
+/// script computes) of the strings in `value` that `seen` (lowercase text)
+/// does not contain, lowercased, each once, in order.
+pub fn unseen_words(value: &serde_json::Value, seen: &str) -> Vec<String> {
+    fn strings<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+        match value {
+            serde_json::Value::String(text) => out.push(text),
+            serde_json::Value::Array(items) => items.iter().for_each(|item| strings(item, out)),
+            serde_json::Value::Object(map) => map.values().for_each(|item| strings(item, out)),
+            _ => {}
+        }
+    }
+    let mut texts = Vec::new();
+    strings(value, &mut texts);
+    let mut unseen: Vec<String> = Vec::new();
+    for text in texts {
+        for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            let word = word.to_lowercase();
+            let digits = word.chars().all(|c| c.is_ascii_digit());
+            if !word.is_empty() && !digits && !seen.contains(&word) && !unseen.contains(&word) {
+                unseen.push(word);
+            }
+        }
+    }
+    unseen
+}
+
 /// A map key tested for truth on `line`, when Rhai said a condition got `()`
 /// (`Data type incorrect: () (expecting bool)`): JavaScript's `if (counts[w])`
 /// on a missing key. `None` when the message is another; `Some(None)` when the
@@ -800,6 +827,26 @@ mod tests {
         );
         assert_eq!(unit_condition(message, "if m[\"a b\"] {"), Some(None));
         assert_eq!(unit_condition("Variable not found: x", "if m[k] {"), None);
+    }
+
+    #[test]
+    fn words_of_a_results_strings_found_nowhere_are_unseen_and_numbers_are_not_words() {
+        let seen = "which items are out of stock? reverse \"one two\"";
+        assert_eq!(
+            unseen_words(
+                &serde_json::json!(["item1", "Stock 3", {"n": "apple pie"}, 42]),
+                seen
+            ),
+            vec!["item1", "apple", "pie"]
+        );
+        assert_eq!(
+            unseen_words(&serde_json::json!("two one"), seen),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            unseen_words(&serde_json::json!(7.5), seen),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

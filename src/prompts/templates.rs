@@ -175,6 +175,10 @@ static BUILTINS: &[Builtin] = &[
         context! { tools => vec!["get_user"], signatures => vec!["get_user(user_id=integer)", "find_user(name=string)"] },
         context! { tools => vec!["get_user", "convert"], signatures => vec!["tools.get_user({user_id: integer})"] },
     ]),
+    builtin!("feedback/unfounded_result", || vec![
+        context! { signatures => vec!["read_file(name=string)"] },
+        context! { signatures => Vec::<&str>::new() },
+    ]),
     builtin!("feedback/misread_data", || vec![
         context! { kind => "number", name => "ids", item_of => None::<&str>, tool => "find_user", at => "ids[0]", number => "42", wanted => "email" },
         context! { kind => "text", name => "user", item_of => None::<&str>, tool => "get_user", at => "user.name", wanted => "first" },
