@@ -84,6 +84,8 @@ pub enum Misreading {
         name: String,
         /// The list `name` takes the items of, when it is a loop's name.
         item_of: Option<String>,
+        /// `name` holds a part of the result (`user = users[0]`).
+        part: bool,
         /// The path up to the access that fails, as the host writes it.
         at: String,
         kind: Kind,
@@ -186,6 +188,8 @@ struct Binding<'a> {
     /// The value the name holds: the result, or the items it takes.
     values: Vec<&'a Value>,
     item_of: Option<String>,
+    /// The name holds a part of the result, set from a path on another name.
+    part: bool,
     /// The whole result when the name is a loop's, for the loop-over-text check.
     whole: &'a Value,
 }
@@ -218,8 +222,52 @@ fn bindings<'a>(
             tool: &seen.tool,
             values: vec![&seen.value],
             item_of: None,
+            part: false,
             whole: &seen.value,
         });
+    }
+    // Names set from a path on a bound name (`const user = users[0];`).
+    for line in lines {
+        let Some(name) = assigned_name(line) else {
+            continue;
+        };
+        let rest = strip_declaration(line.trim_start())[name.len()..]
+            .trim_start()
+            .trim_start_matches('=')
+            .trim();
+        let rest = rest.trim_end_matches(';').trim_end();
+        let Some(from) = identifier_at(rest) else {
+            continue;
+        };
+        let path = &rest[from.len()..];
+        let accesses = accesses(path);
+        let whole_path: String = accesses.iter().map(Access::written).collect();
+        let written_plainly = path.replace('\'', "\"") == whole_path;
+        let assigned = lines
+            .iter()
+            .filter(|l| assigned_name(l) == Some(name))
+            .count();
+        if accesses.is_empty()
+            || !written_plainly
+            || assigned != 1
+            || found.iter().any(|b| b.name == name)
+        {
+            continue;
+        }
+        let Some(bound) = found.iter().find(|b| b.name == from && b.item_of.is_none()) else {
+            continue;
+        };
+        if let Some(value) = value_at(bound.values[0], &accesses, language) {
+            let tool = bound.tool;
+            found.push(Binding {
+                name: name.to_string(),
+                tool,
+                values: vec![value],
+                item_of: None,
+                part: true,
+                whole: value,
+            });
+        }
     }
     let mut items = Vec::new();
     for line in lines {
@@ -241,6 +289,7 @@ fn bindings<'a>(
             tool: bound.tool,
             values,
             item_of: Some(list.to_string()),
+            part: bound.part,
             whole: bound.values[0],
         });
     }
@@ -644,6 +693,7 @@ fn follow(bound: &Binding<'_>, accesses: &[Access], language: Language) -> Optio
         tool: bound.tool.to_string(),
         name: bound.name.clone(),
         item_of: bound.item_of.clone(),
+        part: bound.part,
         at,
         kind,
         access: accesses[depth].clone(),
@@ -656,25 +706,9 @@ fn follow(bound: &Binding<'_>, accesses: &[Access], language: Language) -> Optio
 fn break_in(value: &Value, accesses: &[Access], language: Language) -> Option<(usize, Kind)> {
     let mut current = value;
     for (depth, access) in accesses.iter().enumerate() {
-        let next = match (current, access) {
-            (Value::Array(_) | Value::String(_), Access::Dot(name))
-                if matches!(name.as_str(), "length" | "len" | "size") =>
-            {
-                return None;
-            }
-            (Value::String(_), Access::Index(_)) => return None,
-            (Value::Array(items), Access::Index(index)) => {
-                let len = items.len() as i64;
-                let at = if *index < 0 && language == Language::Python {
-                    len + index
-                } else {
-                    *index
-                };
-                usize::try_from(at).ok().and_then(|at| items.get(at))
-            }
-            (Value::Object(map), Access::Key(key)) => map.get(key),
-            (Value::Object(map), Access::Dot(key)) if language != Language::Python => map.get(key),
-            _ => None,
+        let next = match step(current, access, language) {
+            Step::Stop => return None,
+            Step::Next(next) => next,
         };
         match (next, current, access) {
             (Some(next), _, _) => current = next,
@@ -686,6 +720,48 @@ fn break_in(value: &Value, accesses: &[Access], language: Language) -> Option<(u
         }
     }
     None
+}
+
+/// One access taken in a value.
+enum Step<'a> {
+    /// The access leads to this value, or (`None`) nowhere.
+    Next(Option<&'a Value>),
+    /// The access is one the host does not judge (a length, a string's
+    /// character): the path is followed no further.
+    Stop,
+}
+
+fn step<'a>(current: &'a Value, access: &Access, language: Language) -> Step<'a> {
+    Step::Next(match (current, access) {
+        (Value::Array(_) | Value::String(_), Access::Dot(name))
+            if matches!(name.as_str(), "length" | "len" | "size") =>
+        {
+            return Step::Stop;
+        }
+        (Value::String(_), Access::Index(_)) => return Step::Stop,
+        (Value::Array(items), Access::Index(index)) => {
+            let len = items.len() as i64;
+            let at = if *index < 0 && language == Language::Python {
+                len + index
+            } else {
+                *index
+            };
+            usize::try_from(at).ok().and_then(|at| items.get(at))
+        }
+        (Value::Object(map), Access::Key(key)) => map.get(key),
+        (Value::Object(map), Access::Dot(key)) if language != Language::Python => map.get(key),
+        _ => None,
+    })
+}
+
+/// The value `accesses` lead to in `value`, when they all lead somewhere.
+fn value_at<'a>(value: &'a Value, accesses: &[Access], language: Language) -> Option<&'a Value> {
+    accesses.iter().try_fold(value, |current, access| {
+        match step(current, access, language) {
+            Step::Next(next) => next,
+            Step::Stop => None,
+        }
+    })
 }
 
 /// What a list's items are, judged by its first, in words for "its items are …",
@@ -1068,6 +1144,25 @@ mod tests {
         let split = "sales = read_file(name=\"s.csv\")\nfor row in sales.splitlines()[1:]:\n    cells = row.split(\",\")\n    q = float(cells[1])";
         assert_eq!(
             misreading(split, "", Some(4), &results, Language::Python),
+            None
+        );
+    }
+
+    #[test]
+    fn a_name_set_from_a_path_on_a_tools_result_is_followed_too() {
+        let results = [seen("find_user", json!([42]))];
+        let script = "const users = tools.find_user({name: \"Lena\"});\nconst user = users[0];\nfinal_result(user.email);";
+        assert_eq!(
+            path_of(misreading(script, "", None, &results, Language::JavaScript)),
+            Some(broken(
+                "user",
+                Kind::Number("42".into()),
+                Access::Dot("email".into())
+            ))
+        );
+        let computed = "const users = tools.find_user({name: \"Lena\"});\nconst user = users[0] + 1;\nfinal_result(user.email);";
+        assert_eq!(
+            misreading(computed, "", None, &results, Language::JavaScript),
             None
         );
     }

@@ -440,6 +440,7 @@ pub fn misread_data(
             tool,
             name,
             item_of,
+            part,
             at,
             kind,
             access,
@@ -495,7 +496,7 @@ pub fn misread_data(
             };
             let item_has_it = items.is_some_and(|words| words.ends_with("with that key"));
             context! {
-                kind, tool, name, item_of, at, wanted, access, index, map_word,
+                kind, tool, name, item_of, part, at, wanted, access, index, map_word,
                 number, literal, length, keys, attribute, items, item_has_it,
             }
         }
@@ -705,6 +706,7 @@ mod tests {
             tool: "find_user".into(),
             name: "ids".into(),
             item_of: None,
+            part: false,
             at: "ids".into(),
             kind: Kind::List(1, Some(items)),
             access: Access::Dot("email".into()),
