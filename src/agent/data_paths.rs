@@ -195,12 +195,32 @@ struct Binding<'a> {
 }
 
 /// The names set from a tool's result (the tool called once in the script, the
-/// name set once), and the loop names that take their items.
+/// name set once), the names set from a path on one of those, and the loop
+/// names that take their items.
 fn bindings<'a>(
     lines: &[&str],
     results: &'a [ToolResultSeen],
     language: Language,
 ) -> Vec<Binding<'a>> {
+    let mut found = tool_bindings(lines, results);
+    let parts = path_bindings(lines, &found, language);
+    found.extend(parts);
+    let items = loop_bindings(lines, &found, language);
+    found.extend(items);
+    found
+}
+
+/// Whether `name` is assigned on exactly one of `lines`.
+fn assigned_once(lines: &[&str], name: &str) -> bool {
+    lines
+        .iter()
+        .filter(|l| assigned_name(l) == Some(name))
+        .count()
+        == 1
+}
+
+/// `result = tool(…)`, when the tool was called once and the name set once.
+fn tool_bindings<'a>(lines: &[&str], results: &'a [ToolResultSeen]) -> Vec<Binding<'a>> {
     let mut found: Vec<Binding<'a>> = Vec::new();
     for line in lines {
         let Some((name, tool)) = assignment_from_call(line) else {
@@ -210,11 +230,7 @@ fn bindings<'a>(
         let (Some(seen), None) = (calls.next(), calls.next()) else {
             continue;
         };
-        let assigned = lines
-            .iter()
-            .filter(|l| assigned_name(l) == Some(name))
-            .count();
-        if assigned != 1 || found.iter().any(|b| b.name == name) {
+        if !assigned_once(lines, name) || found.iter().any(|b| b.name == name) {
             continue;
         }
         found.push(Binding {
@@ -226,42 +242,46 @@ fn bindings<'a>(
             whole: &seen.value,
         });
     }
-    // Names set from a path on a bound name (`const user = users[0];`).
+    found
+}
+
+/// `user = users[0]` (the whole right side a plain path on a bound name that
+/// leads somewhere), the name set once.
+fn path_bindings<'a>(
+    lines: &[&str],
+    bound: &[Binding<'a>],
+    language: Language,
+) -> Vec<Binding<'a>> {
+    let mut found: Vec<Binding<'a>> = Vec::new();
     for line in lines {
         let Some(name) = assigned_name(line) else {
             continue;
         };
-        let rest = strip_declaration(line.trim_start())[name.len()..]
+        let right = strip_declaration(line.trim_start())[name.len()..]
             .trim_start()
             .trim_start_matches('=')
-            .trim();
-        let rest = rest.trim_end_matches(';').trim_end();
-        let Some(from) = identifier_at(rest) else {
+            .trim()
+            .trim_end_matches(';')
+            .trim_end();
+        let Some(from) = identifier_at(right) else {
             continue;
         };
-        let path = &rest[from.len()..];
+        let path = &right[from.len()..];
         let accesses = accesses(path);
-        let whole_path: String = accesses.iter().map(Access::written).collect();
-        let written_plainly = path.replace('\'', "\"") == whole_path;
-        let assigned = lines
-            .iter()
-            .filter(|l| assigned_name(l) == Some(name))
-            .count();
-        if accesses.is_empty()
-            || !written_plainly
-            || assigned != 1
-            || found.iter().any(|b| b.name == name)
-        {
+        let written: String = accesses.iter().map(Access::written).collect();
+        let plain = !accesses.is_empty() && path.replace('\'', "\"") == written;
+        let known = bound.iter().chain(&found).any(|b| b.name == name);
+        if !plain || known || !assigned_once(lines, name) {
             continue;
         }
-        let Some(bound) = found.iter().find(|b| b.name == from && b.item_of.is_none()) else {
+        let source = bound.iter().find(|b| b.name == from && b.item_of.is_none());
+        let Some(source) = source else {
             continue;
         };
-        if let Some(value) = value_at(bound.values[0], &accesses, language) {
-            let tool = bound.tool;
+        if let Some(value) = value_at(source.values[0], &accesses, language) {
             found.push(Binding {
                 name: name.to_string(),
-                tool,
+                tool: source.tool,
                 values: vec![value],
                 item_of: None,
                 part: true,
@@ -269,31 +289,40 @@ fn bindings<'a>(
             });
         }
     }
-    let mut items = Vec::new();
+    found
+}
+
+/// `for order in orders`, over a bound name: the loop's name takes the items
+/// (none when the value is not a list).
+fn loop_bindings<'a>(
+    lines: &[&str],
+    bound: &[Binding<'a>],
+    language: Language,
+) -> Vec<Binding<'a>> {
+    let mut found: Vec<Binding<'a>> = Vec::new();
     for line in lines {
         let Some((name, list)) = loop_header(line, language) else {
             continue;
         };
-        let Some(bound) = found.iter().find(|b| b.name == list && b.item_of.is_none()) else {
+        let Some(source) = bound.iter().find(|b| b.name == list && b.item_of.is_none()) else {
             continue;
         };
-        if found.iter().any(|b| b.name == name) || items.iter().any(|b: &Binding| b.name == name) {
+        if bound.iter().chain(&found).any(|b| b.name == name) {
             continue;
         }
-        let values: Vec<&Value> = match bound.values[0] {
+        let values: Vec<&Value> = match source.values[0] {
             Value::Array(all) if !all.is_empty() => all.iter().collect(),
             _ => Vec::new(),
         };
-        items.push(Binding {
+        found.push(Binding {
             name: name.to_string(),
-            tool: bound.tool,
+            tool: source.tool,
             values,
             item_of: Some(list.to_string()),
-            part: bound.part,
-            whole: bound.values[0],
+            part: source.part,
+            whole: source.values[0],
         });
     }
-    found.extend(items);
     found
 }
 
