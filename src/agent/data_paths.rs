@@ -112,14 +112,17 @@ pub enum Misreading {
         /// The separator the text's second line holds (`,`, `;` or a tab).
         separator: char,
     },
-    /// The script splits a tool's text into lines and keeps its first, which
-    /// names columns, as a row.
-    HeaderKept {
+    /// The script splits a tool's text into lines and keeps a line that is no
+    /// row: its first, which names columns, or the empty one after its last
+    /// line break.
+    LinesKept {
         tool: String,
         /// The text's name.
         text: String,
-        /// The text ends with a line break, so splitting it at `\n` also gives
-        /// an empty last row.
+        /// The first line names columns and the script never drops it.
+        header: bool,
+        /// The text ends with a line break and the split keeps the empty last
+        /// line (no `trim`, `strip` or `filter` in the script).
         trailing_newline: bool,
     },
     /// The error quotes a cell of the first line of a tool's multi-line text,
@@ -133,8 +136,8 @@ const NAME_MAX: usize = 40;
 /// The first misreading of `results` (the script's successful tool calls) by
 /// `script`, whose error said `message`, in this order: a loop over text or a
 /// broken path on line `failing_line` (1-based), a loop over text anywhere, a
-/// broken path anywhere, a CSV line indexed like its cells, a header kept by a
-/// split, a header cell the error quotes. `None` when there is none of these.
+/// broken path anywhere, a CSV line indexed like its cells, lines kept by a split
+/// that are no rows (a header, an empty last line), a header cell the error quotes. `None` when there is none of these.
 pub fn misreading(
     script: &str,
     message: &str,
@@ -146,7 +149,7 @@ pub fn misreading(
     let bindings = bindings(&lines, results, language);
     misread_path(&lines, failing_line, &bindings, language)
         .or_else(|| line_indexed(&lines, &bindings, language))
-        .or_else(|| header_kept(script, &bindings, language))
+        .or_else(|| lines_kept(script, &bindings, language))
         .or_else(|| header_as_data(message, results))
 }
 
@@ -541,7 +544,7 @@ fn header_cells(text: &str) -> Option<Vec<&str>> {
 
 /// Ways a script drops a first line (or row), one of which in the script
 /// means it skips the header.
-const SKIPS_FIRST: [&str; 9] = [
+const SKIPS_FIRST: [&str; 12] = [
     "slice(1",
     "[1:]",
     "[1..]",
@@ -551,14 +554,19 @@ const SKIPS_FIRST: [&str; 9] = [
     "drop(1",
     "skip(1",
     "next(",
+    "= 1;",
+    "range(1",
+    "in 1..",
 ];
 
-/// A bound tool's text with a header that the script splits into lines
-/// (`text.split("\n")`, `text.splitlines()`) and never drops a first line of.
-fn header_kept(script: &str, bindings: &[Binding<'_>], language: Language) -> Option<Misreading> {
-    if SKIPS_FIRST.iter().any(|skip| script.contains(skip)) {
-        return None;
-    }
+/// Ways a script drops empty lines, one of which in the script means it drops
+/// the one after a text's last line break.
+const DROPS_EMPTY: [&str; 3] = ["trim", "strip", "filter"];
+
+/// A bound tool's text that the script splits into lines (`text.split("\n")`,
+/// `text.splitlines()`) keeping a line that is no row: a header it never drops
+/// a first line of, or (`split` only) the empty line after a final line break.
+fn lines_kept(script: &str, bindings: &[Binding<'_>], language: Language) -> Option<Misreading> {
     bindings
         .iter()
         .filter(|bound| bound.item_of.is_none())
@@ -566,23 +574,29 @@ fn header_kept(script: &str, bindings: &[Binding<'_>], language: Language) -> Op
             let Value::String(text) = bound.whole else {
                 return None;
             };
-            header_cells(text)?;
             let name = &bound.name;
-            let mut splits = vec![
+            let split = [
                 format!("{name}.split(\"\\n\")"),
                 format!("{name}.split('\\n')"),
-            ];
-            if language == Language::Python {
-                splits.push(format!("{name}.splitlines()"));
+            ]
+            .iter()
+            .any(|split| script.contains(split.as_str()));
+            let splitlines =
+                language == Language::Python && script.contains(&format!("{name}.splitlines()"));
+            if !split && !splitlines {
+                return None;
             }
-            splits
-                .iter()
-                .any(|split| script.contains(split.as_str()))
-                .then(|| Misreading::HeaderKept {
-                    tool: bound.tool.to_string(),
-                    text: name.clone(),
-                    trailing_newline: text.ends_with('\n'),
-                })
+            let header = header_cells(text).is_some()
+                && !SKIPS_FIRST.iter().any(|skip| script.contains(skip));
+            let trailing_newline = split
+                && text.ends_with('\n')
+                && !DROPS_EMPTY.iter().any(|drop| script.contains(drop));
+            (header || trailing_newline).then(|| Misreading::LinesKept {
+                tool: bound.tool.to_string(),
+                text: name.clone(),
+                header,
+                trailing_newline,
+            })
         })
 }
 
@@ -1124,22 +1138,29 @@ mod tests {
     }
 
     #[test]
-    fn lines_split_from_a_tools_text_with_its_header_kept_are_named() {
+    fn lines_split_from_a_tools_text_with_its_header_or_an_empty_last_line_kept_are_named() {
         let results = [seen("read_file", json!("product,quantity\nlamp,3\n"))];
         let kept = "const sales = tools.read_file({name: 's.csv'});\nconst rows = sales.split('\\n').map(l => l.split(','));\nfinal_result(rows[0])";
-        assert_eq!(
-            misreading(kept, "", None, &results, Language::JavaScript),
-            Some(Misreading::HeaderKept {
+        let found = |script: &str| misreading(script, "", None, &results, Language::JavaScript);
+        let lines_kept = |header, trailing_newline| {
+            Some(Misreading::LinesKept {
                 tool: "read_file".into(),
                 text: "sales".into(),
-                trailing_newline: true,
+                header,
+                trailing_newline,
             })
-        );
-        let skipped = kept.replace(".map(", ".slice(1).map(");
+        };
+        assert_eq!(found(kept), lines_kept(true, true));
+        let from_one = kept.replace("const rows", "for (let i = 1; i < 9; i++) {}\nconst rows");
         assert_eq!(
-            misreading(&skipped, "", None, &results, Language::JavaScript),
-            None
+            found(&from_one),
+            lines_kept(false, true),
+            "a loop from 1 skips the header"
         );
+        let trimmed = kept
+            .replace("sales.split", "sales.trim().split")
+            .replace(".map(", ".slice(1).map(");
+        assert_eq!(found(&trimmed), None);
     }
 
     #[test]

@@ -423,14 +423,14 @@ pub fn misread_data(
             };
             context! { kind => "line_indexed", tool, text, name, cells }
         }
-        Misreading::HeaderKept {
+        Misreading::LinesKept {
             tool,
             text,
+            header,
             trailing_newline,
         } => {
-            let split = lines_of(text, true, language);
-            let trailing = *trailing_newline && language != Language::Python;
-            context! { kind => "header_kept", tool, text, split, trailing }
+            let split = lines_of(text, *header, language);
+            context! { kind => "lines_kept", tool, text, split, header, trailing => trailing_newline }
         }
         Misreading::HeaderAsData { tool } => {
             let skip = lines_of("text", true, language);
@@ -736,19 +736,25 @@ mod tests {
             "{}",
             misread(looped(false), Language::JavaScript)
         );
-        let kept = Misreading::HeaderKept {
+        let kept = Misreading::LinesKept {
             tool: "read_file".into(),
             text: "sales".into(),
+            header: true,
             trailing_newline: true,
         };
         assert_eq!(
-            misread(kept.clone(), Language::Rhai),
+            misread(kept, Language::Rhai),
             "The first line of `sales` (the text `read_file` returned) names the columns, so splitting it into lines gives that header as the first row and an empty string as the last. Leave them out: `sales.split(\"\\n\").filter(|l| l != \"\").extract(1)`."
         );
-        assert!(
-            misread(kept, Language::Python)
-                .ends_with("as the first row. Leave it out: `sales.splitlines()[1:]`."),
-            "Python's splitlines gives no empty last line"
+        let empty_last = Misreading::LinesKept {
+            tool: "read_file".into(),
+            text: "log".into(),
+            header: false,
+            trailing_newline: true,
+        };
+        assert_eq!(
+            misread(empty_last, Language::JavaScript),
+            "`log` (the text `read_file` returned) ends with a line break, so splitting it into lines gives an empty string as the last row. Leave it out: `log.trim().split(\"\\n\")`."
         );
     }
 
