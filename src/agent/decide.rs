@@ -1278,8 +1278,25 @@ impl Conversation {
         );
         let line = script_notes::failing_line(message, script).map(|(number, _)| number);
         if let Some(found) = data_paths::misreading(script, message, line, results, language) {
-            let section =
-                feedback::misread_data(&self.prompts, &found, language, self.config.feedback_limit);
+            let id_tools: Vec<&str> = match &found {
+                data_paths::Misreading::BrokenPath {
+                    kind: data_paths::Kind::Number(_),
+                    ..
+                } => self
+                    .tool_signatures
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|signature| script_notes::takes_an_id(signature))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let section = feedback::misread_data(
+                &self.prompts,
+                &found,
+                language,
+                &id_tools,
+                self.config.feedback_limit,
+            );
             self.insert_before_fix_it(text, &section);
         }
     }

@@ -376,10 +376,15 @@ pub fn made_up_arguments(prompts: &Prompts, tools: &[&str], signatures: &[String
 /// path and the names are the script's identifiers (at most 40 letters, digits
 /// and `_`) and a number is JSON's digits, so they stand in the host's words; a
 /// map's keys, which a tool wrote, are fenced.
+///
+/// `id_tools` are the signatures of the tools that take an id: said after a
+/// number that has no key (`42` from `find_user` is the id `get_user` takes;
+/// told only that the number had no `email`, the model sent the same script).
 pub fn misread_data(
     prompts: &Prompts,
     found: &Misreading,
     language: Language,
+    id_tools: &[&str],
     limit: usize,
 ) -> String {
     let context = match found {
@@ -497,7 +502,7 @@ pub fn misread_data(
             let item_has_it = items.is_some_and(|words| words.ends_with("with that key"));
             context! {
                 kind, tool, name, item_of, part, at, wanted, access, index, map_word,
-                number, literal, length, keys, attribute, items, item_has_it,
+                number, literal, length, keys, attribute, items, item_has_it, id_tools,
             }
         }
     };
@@ -697,7 +702,13 @@ mod tests {
     use serde_json::json;
 
     fn misread(found: Misreading, language: Language) -> String {
-        without_nonces(&misread_data(&Prompts::default(), &found, language, 10_000))
+        without_nonces(&misread_data(
+            &Prompts::default(),
+            &found,
+            language,
+            &[],
+            10_000,
+        ))
     }
 
     #[test]

@@ -284,7 +284,17 @@ fn sections() -> Vec<(&'static str, String)> {
                 "What is Lena Ortiz's email?",
                 &["js"],
                 LoopConfig::default(),
-            );
+            )
+            .with_tools([
+                (
+                    "find_user".to_string(),
+                    "tools.find_user({name: string})".to_string(),
+                ),
+                (
+                    "get_user".to_string(),
+                    "tools.get_user({user_id: integer})".to_string(),
+                ),
+            ]);
             c.on_reply(&reply(
                 "```js\nconst ids = tools.find_user({name: \"Lena Ortiz\"});\nfinal_result(ids[0].email);\n```",
                 StopReason::EndTurn,

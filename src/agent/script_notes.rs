@@ -392,6 +392,18 @@ pub fn unseen_words(value: &serde_json::Value, seen: &str) -> Vec<String> {
     unseen
 }
 
+/// Whether a tool's signature, as a card shows it (`tools.get_user({user_id:
+/// integer})`, `get_user(user_id=integer)`), has an argument named `id` or
+/// ending in `_id` or `Id`.
+pub fn takes_an_id(signature: &str) -> bool {
+    let arguments = signature.split_once('(').map_or("", |(_, rest)| rest);
+    arguments
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|word| {
+            word == "id" || word.ends_with("_id") || (word.len() > 2 && word.ends_with("Id"))
+        })
+}
+
 /// A map key tested for truth on `line`, when Rhai said a condition got `()`
 /// (`Data type incorrect: () (expecting bool)`): JavaScript's `if (counts[w])`
 /// on a missing key. `None` when the message is another; `Some(None)` when the
@@ -847,6 +859,25 @@ mod tests {
             unseen_words(&serde_json::json!(7.5), seen),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn a_signature_with_an_id_argument_takes_an_id() {
+        for signature in [
+            "tools.get_user({user_id: integer})",
+            "get_user(user_id=integer)",
+            "get_order(#{id: integer})",
+            "tools.fetch({orderId: string})",
+        ] {
+            assert!(takes_an_id(signature), "{signature}");
+        }
+        for signature in [
+            "tools.find_user({name: string})",
+            "identify(text=string)",
+            "valid_ids()",
+        ] {
+            assert!(!takes_an_id(signature), "{signature}");
+        }
     }
 
     #[test]
