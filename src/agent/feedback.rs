@@ -441,70 +441,7 @@ pub fn misread_data(
             let skip = lines_of("text", true, language);
             context! { kind => "header", tool, skip }
         }
-        Misreading::BrokenPath {
-            tool,
-            name,
-            item_of,
-            part,
-            at,
-            kind,
-            access,
-        } => {
-            let wanted = match access {
-                Access::Dot(key) | Access::Key(key) => key.clone(),
-                Access::Index(index) => format!("[{index}]"),
-            };
-            let index = match access {
-                Access::Index(index) => Some(*index),
-                _ => None,
-            };
-            let access = match access {
-                Access::Dot(key) if language == Language::Python => format!("[\"{key}\"]"),
-                Access::Dot(key) => format!(".{key}"),
-                Access::Key(key) => format!("[\"{key}\"]"),
-                Access::Index(index) => format!("[{index}]"),
-            };
-            let map_word = match language {
-                Language::Python => "a dict",
-                Language::Rhai => "a map",
-                Language::JavaScript => "an object",
-            };
-            let kind_found = kind;
-            let (kind, number, literal, length, keys, attribute) = match kind {
-                Kind::Number(digits) => ("number", Some(digits.clone()), None, None, None, false),
-                Kind::Text => ("text", None, None, None, None, false),
-                Kind::Bool(flag) => ("bool", None, Some(flag.to_string()), None, None, false),
-                Kind::Null => ("null", None, Some("null".to_string()), None, None, false),
-                Kind::List(length, _) => ("list", None, None, Some(*length), None, false),
-                Kind::Map(keys) => {
-                    let attribute =
-                        language == Language::Python && index.is_none() && keys.contains(&wanted);
-                    let listed = keys.iter().take(KEYS_LISTED).cloned().collect::<Vec<_>>();
-                    let more = keys.len().saturating_sub(KEYS_LISTED);
-                    let mut text = listed.join(", ");
-                    if more > 0 {
-                        text.push_str(&format!(" (and {more} more)"));
-                    }
-                    (
-                        "map",
-                        None,
-                        None,
-                        None,
-                        Some(fenced(&text, limit)),
-                        attribute,
-                    )
-                }
-            };
-            let items = match kind_found {
-                Kind::List(_, items) => *items,
-                _ => None,
-            };
-            let item_has_it = items.is_some_and(|words| words.ends_with("with that key"));
-            context! {
-                kind, tool, name, item_of, part, at, wanted, access, index, map_word,
-                number, literal, length, keys, attribute, items, item_has_it, id_tools,
-            }
-        }
+        Misreading::BrokenPath { .. } => broken_path_context(found, language, id_tools, limit),
     };
     prompts.render("feedback/misread_data", context)
 }
@@ -521,6 +458,108 @@ fn lines_of(text: &str, header: bool, language: Language) -> String {
         }
         (Language::JavaScript, false) => format!("{text}.trim().split(\"\\n\")"),
         (Language::JavaScript, true) => format!("{text}.trim().split(\"\\n\").slice(1)"),
+    }
+}
+
+/// The template's variables for a [`Misreading::BrokenPath`] (see
+/// [`misread_data`]); a `null` or a boolean is written as `language` writes it.
+fn broken_path_context(
+    found: &Misreading,
+    language: Language,
+    id_tools: &[&str],
+    limit: usize,
+) -> minijinja::Value {
+    let Misreading::BrokenPath {
+        tool,
+        name,
+        item_of,
+        part,
+        at,
+        kind,
+        access,
+    } = found
+    else {
+        return context! {};
+    };
+    let wanted = match access {
+        Access::Dot(key) | Access::Key(key) => key.clone(),
+        Access::Index(index) => format!("[{index}]"),
+    };
+    let index = match access {
+        Access::Index(index) => Some(*index),
+        _ => None,
+    };
+    let access = match access {
+        Access::Dot(key) if language == Language::Python => format!("[\"{key}\"]"),
+        Access::Dot(key) => format!(".{key}"),
+        Access::Key(key) => format!("[\"{key}\"]"),
+        Access::Index(index) => format!("[{index}]"),
+    };
+    let map_word = match language {
+        Language::Python => "a dict",
+        Language::Rhai => "a map",
+        Language::JavaScript => "an object",
+    };
+    let kind_found = kind;
+    let (kind, number, literal, length, keys, attribute) = match kind {
+        Kind::Number(digits) => ("number", Some(digits.clone()), None, None, None, false),
+        Kind::Text => ("text", None, None, None, None, false),
+        Kind::Bool(flag) => (
+            "bool",
+            None,
+            Some(literal_of(&Value::Bool(*flag), language)),
+            None,
+            None,
+            false,
+        ),
+        Kind::Null => (
+            "null",
+            None,
+            Some(literal_of(&Value::Null, language)),
+            None,
+            None,
+            false,
+        ),
+        Kind::List(length, _) => ("list", None, None, Some(*length), None, false),
+        Kind::Map(keys) => {
+            let attribute =
+                language == Language::Python && index.is_none() && keys.contains(&wanted);
+            let listed = keys.iter().take(KEYS_LISTED).cloned().collect::<Vec<_>>();
+            let more = keys.len().saturating_sub(KEYS_LISTED);
+            let mut text = listed.join(", ");
+            if more > 0 {
+                text.push_str(&format!(" (and {more} more)"));
+            }
+            (
+                "map",
+                None,
+                None,
+                None,
+                Some(fenced(&text, limit)),
+                attribute,
+            )
+        }
+    };
+    let items = match kind_found {
+        Kind::List(_, items) => *items,
+        _ => None,
+    };
+    let item_has_it = items.is_some_and(|words| words.ends_with("with that key"));
+    context! {
+        kind, tool, name, item_of, part, at, wanted, access, index, map_word,
+        number, literal, length, keys, attribute, items, item_has_it, id_tools,
+    }
+}
+
+/// `null`, `true` or `false` as `language` writes it (`None`, `True`, `False`
+/// in Python; Rhai's `()` for null).
+fn literal_of(value: &Value, language: Language) -> String {
+    match (value, language) {
+        (Value::Null, Language::Python) => "None".into(),
+        (Value::Null, Language::Rhai) => "()".into(),
+        (Value::Bool(true), Language::Python) => "True".into(),
+        (Value::Bool(false), Language::Python) => "False".into(),
+        (other, _) => other.to_string(),
     }
 }
 
