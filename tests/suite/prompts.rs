@@ -190,7 +190,8 @@ fn the_quickjs_card_with_tools_matches_its_snapshot() {
 /// If this fails, a model given the file tools reads, on the same card, that it
 /// has no file access at all (and a small model believes the card), or a Python
 /// guest's card does not say that `open` works in the working directory; or
-/// artifacts are offered without files (the example was copied into answers).
+/// artifacts are offered without files (the example was copied into answers;
+/// the Python cards keep it, as measured).
 #[test]
 fn a_card_with_the_file_tools_no_longer_says_there_are_no_files() {
     let area = codeact::FileArea::temporary().expect("opens");
@@ -219,8 +220,12 @@ fn a_card_with_the_file_tools_no_longer_says_there_are_no_files() {
         );
         let artifacts = "also names files your tools wrote for the answer";
         assert!(with.contains(artifacts), "{name}: {with}");
-        assert!(
-            !without.contains(artifacts),
+        // The Python cards keep the line: measured, CPython solved fewer tasks
+        // without it (see the card's comment).
+        let python = name.ends_with("python");
+        assert_eq!(
+            without.contains(artifacts),
+            python,
             "{name}: a card without files offers `final_result(value, [\"out/report.md\"])`, which a small model copies"
         );
     }
