@@ -133,6 +133,11 @@ pub enum Misreading {
 /// Names at most this long are followed (and so said in the host's words).
 const NAME_MAX: usize = 40;
 
+/// Scripts of more lines are not looked at: the checks compare lines with
+/// lines, so a script of many thousand (a model's, or an attacker's through
+/// it) would cost the host seconds per step.
+const LINES_FOLLOWED: usize = 400;
+
 /// The first misreading of `results` (the script's successful tool calls) by
 /// `script`, whose error said `message`, in this order: a loop over text or a
 /// broken path on line `failing_line` (1-based), a loop over text anywhere, a
@@ -146,6 +151,9 @@ pub fn misreading(
     language: Language,
 ) -> Option<Misreading> {
     let lines: Vec<&str> = script.lines().collect();
+    if lines.len() > LINES_FOLLOWED || results.is_empty() {
+        return None;
+    }
     let bindings = bindings(&lines, results, language);
     misread_path(&lines, failing_line, &bindings, language)
         .or_else(|| line_indexed(&lines, &bindings, language))
@@ -1215,5 +1223,23 @@ mod tests {
             misreading(computed, "", None, &results, Language::JavaScript),
             None
         );
+    }
+
+    #[test]
+    fn a_script_of_very_many_lines_is_not_looked_at() {
+        let results = [seen("find_user", json!([42]))];
+        let mut script = String::from("const ids = tools.find_user({name: 'a'});\n");
+        for n in 0..50_000 {
+            script.push_str(&format!("const x{n} = ids[0];\n"));
+        }
+        script.push_str("final_result(ids[0].email);");
+        let started = std::time::Instant::now();
+        assert_eq!(
+            misreading(&script, "", None, &results, Language::JavaScript),
+            None
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        let short = "const ids = tools.find_user({name: 'a'});\nfinal_result(ids[0].email);";
+        assert!(misreading(short, "", None, &results, Language::JavaScript).is_some());
     }
 }

@@ -365,9 +365,14 @@ pub struct RhaiPitfall {
     pub account: String,
 }
 
+/// Words of a result looked up in the conversation, at most: each lookup reads
+/// the conversation, and a result can be long.
+const WORDS_LOOKED_AT: usize = 500;
+
 /// The words (runs of letters, digits and `_`; not digits alone, which a
 /// script computes) of the strings in `value` that `seen` (lowercase text)
-/// does not contain, lowercased, each once, in order.
+/// does not contain, lowercased, each once, in order; of its first
+/// [`WORDS_LOOKED_AT`] words.
 pub fn unseen_words(value: &serde_json::Value, seen: &str) -> Vec<String> {
     fn strings<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
         match value {
@@ -379,14 +384,17 @@ pub fn unseen_words(value: &serde_json::Value, seen: &str) -> Vec<String> {
     }
     let mut texts = Vec::new();
     strings(value, &mut texts);
+    let words = texts
+        .into_iter()
+        .flat_map(|text| text.split(|c: char| !(c.is_alphanumeric() || c == '_')))
+        .filter(|word| !word.is_empty())
+        .take(WORDS_LOOKED_AT);
     let mut unseen: Vec<String> = Vec::new();
-    for text in texts {
-        for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-            let word = word.to_lowercase();
-            let digits = word.chars().all(|c| c.is_ascii_digit());
-            if !word.is_empty() && !digits && !seen.contains(&word) && !unseen.contains(&word) {
-                unseen.push(word);
-            }
+    for word in words {
+        let word = word.to_lowercase();
+        let digits = word.chars().all(|c| c.is_ascii_digit());
+        if !digits && !seen.contains(&word) && !unseen.contains(&word) {
+            unseen.push(word);
         }
     }
     unseen
