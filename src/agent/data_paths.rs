@@ -221,6 +221,13 @@ fn bindings<'a>(
     found
 }
 
+/// The binding of `name` when it is not a loop's (it holds one value).
+fn not_a_loops<'b, 'a>(bindings: &'b [Binding<'a>], name: &str) -> Option<&'b Binding<'a>> {
+    bindings
+        .iter()
+        .find(|b| b.name == name && b.item_of.is_none())
+}
+
 /// Whether `name` is assigned on exactly one of `lines`.
 fn assigned_once(lines: &[&str], name: &str) -> bool {
     lines
@@ -285,7 +292,7 @@ fn path_bindings<'a>(
         if !plain || known || !assigned_once(lines, name) {
             continue;
         }
-        let source = bound.iter().find(|b| b.name == from && b.item_of.is_none());
+        let source = not_a_loops(bound, from);
         let Some(source) = source else {
             continue;
         };
@@ -315,7 +322,7 @@ fn loop_bindings<'a>(
         let Some((name, list)) = loop_header(line, language) else {
             continue;
         };
-        let Some(source) = bound.iter().find(|b| b.name == list && b.item_of.is_none()) else {
+        let Some(source) = not_a_loops(bound, list) else {
             continue;
         };
         if bound.iter().chain(&found).any(|b| b.name == name) {
@@ -441,10 +448,7 @@ fn line_indexed(
         let Some((name, text, rest)) = loop_over_lines(line, language) else {
             continue;
         };
-        let Some(bound) = bindings
-            .iter()
-            .find(|b| b.name == text && b.item_of.is_none())
-        else {
+        let Some(bound) = not_a_loops(bindings, text) else {
             continue;
         };
         let Value::String(whole) = bound.whole else {
@@ -517,9 +521,7 @@ fn loop_over_lines(line: &str, language: Language) -> Option<(&str, &str, &str)>
 /// A loop over a bound name whose value is a tool's multi-line text.
 fn loop_over_text(line: &str, bindings: &[Binding<'_>], language: Language) -> Option<Misreading> {
     let (name, list) = loop_header(line, language)?;
-    let bound = bindings
-        .iter()
-        .find(|b| b.name == list && b.item_of.is_none())?;
+    let bound = not_a_loops(bindings, list)?;
     match bound.whole {
         Value::String(text) if text.trim_end().contains('\n') => Some(Misreading::LoopOverText {
             tool: bound.tool.to_string(),
