@@ -292,8 +292,7 @@ fn path_bindings<'a>(
         if !plain || known || !assigned_once(lines, name) {
             continue;
         }
-        let source = not_a_loops(bound, from);
-        let Some(source) = source else {
+        let Some(source) = not_a_loops(bound, from) else {
             continue;
         };
         if let Some(value) = value_at(source.values[0], &accesses, language) {

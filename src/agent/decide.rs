@@ -1226,12 +1226,11 @@ impl Conversation {
             .collect();
         if !missing.is_empty() {
             let line = script.and_then(|script| script_notes::failing_line(message, script));
-            let language = self.fence_tags.first().map_or("js", String::as_str);
             let section = feedback::missing_arguments(
                 &self.prompts,
                 &missing,
                 line.as_ref().map(|(n, l)| (*n, l.as_str())),
-                language,
+                self.language(),
             );
             self.insert_before_fix_it(text, &section);
             return;
@@ -1273,9 +1272,7 @@ impl Conversation {
         let Some(script) = script.filter(|_| !results.is_empty()) else {
             return;
         };
-        let language = data_paths::Language::from_fence_tag(
-            self.fence_tags.first().map_or("js", String::as_str),
-        );
+        let language = self.language();
         let line = script_notes::failing_line(message, script).map(|(number, _)| number);
         if let Some(found) = data_paths::misreading(script, message, line, results, language) {
             let id_tools: Vec<&str> = match &found {
@@ -1324,6 +1321,11 @@ impl Conversation {
         }
     }
 
+    /// The language scripts are written in, by the runtime's first fence tag.
+    fn language(&self) -> data_paths::Language {
+        data_paths::Language::from_fence_tag(self.fence_tags.first().map_or("js", String::as_str))
+    }
+
     /// Puts what the failing script's tool calls returned into its feedback,
     /// before the closing request to fix the script (at the end when the
     /// feedback has none).
@@ -1332,10 +1334,10 @@ impl Conversation {
         if results.is_empty() || limit == 0 {
             return;
         }
-        let parse_call = match self.fence_tags.first().map(String::as_str) {
-            Some("python" | "py") => "json.loads(text)",
-            Some("rhai") => "parse_json(text)",
-            _ => "JSON.parse(text)",
+        let parse_call = match self.language() {
+            data_paths::Language::Python => "json.loads(text)",
+            data_paths::Language::Rhai => "parse_json(text)",
+            data_paths::Language::JavaScript => "JSON.parse(text)",
         };
         let section = feedback::tool_results(&self.prompts, results, parse_call, limit);
         self.insert_before_fix_it(text, &section);

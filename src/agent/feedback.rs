@@ -575,7 +575,7 @@ pub fn missing_arguments(
     prompts: &Prompts,
     calls: &[&FailedCall],
     line: Option<(usize, &str)>,
-    language: &str,
+    language: Language,
 ) -> String {
     let shown: Vec<_> = calls
         .iter()
@@ -583,17 +583,17 @@ pub fn missing_arguments(
         .map(|call| {
             let names: Vec<&str> = call.missing.iter().map(|(name, _)| name.as_str()).collect();
             let example = match language {
-                "python" | "py" => format!(
+                Language::Python => format!(
                     "{}({})",
                     call.tool,
                     names.iter().map(|n| format!("{n}=...")).collect::<Vec<_>>().join(", ")
                 ),
-                "rhai" => format!(
+                Language::Rhai => format!(
                     "{}(#{{{}}})",
                     call.tool,
                     names.iter().map(|n| format!("{n}: ...")).collect::<Vec<_>>().join(", ")
                 ),
-                _ => format!(
+                Language::JavaScript => format!(
                     "tools.{}({{{}}})",
                     call.tool,
                     names.iter().map(|n| format!("{n}: ...")).collect::<Vec<_>>().join(", ")
