@@ -13,6 +13,7 @@ use super::extract::{Extraction, extract_code};
 use super::feedback;
 pub use super::outcome::Outcome;
 use super::script_notes;
+use super::units;
 use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
 use crate::output::final_output::DEFAULT_CONTENT_CAP;
 use crate::output::script_output::{Malformed, NotAnOutput, ScriptOutput};
@@ -84,6 +85,13 @@ pub struct LoopConfig {
     /// `["item1", "item3"]`). Sent again, it is accepted, so an answer that
     /// needs no tool costs one step. Default: true.
     pub hold_unfounded_results: bool,
+    /// Whether a final result that is a tool's number in another unit than the
+    /// task asks for is held back once: the tool's description names the unit
+    /// ("in euros"), the task another one of the same kind ("in US dollars"),
+    /// and the result is the number as the tool returned it. The feedback names
+    /// both units and the tools that convert. Sent again, it is accepted.
+    /// Default: true.
+    pub hold_results_in_other_units: bool,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
     /// returned (up to four distinct calls, each cut in the middle to this
@@ -134,6 +142,7 @@ impl Default for LoopConfig {
             tool_results_on_error: 1_500,
             hold_rhai_pitfalls: true,
             hold_unfounded_results: true,
+            hold_results_in_other_units: true,
         }
     }
 }
@@ -381,9 +390,22 @@ pub struct Conversation {
     tool_calls_made: usize,
     /// Whether a final result was held back already as unfounded (once a run).
     held_unfounded: bool,
+    /// The tools' descriptions, by name, for the units they name.
+    tool_descriptions: Vec<(String, String)>,
+    /// Numbers the run's tools returned (at most [`NUMBERS_KEPT`]), for a final
+    /// result that is one of them in another unit than the task asks for.
+    numbers_seen: Vec<units::NumberSeen>,
+    /// Whether a final result was held back already as in another unit (once
+    /// a run).
+    held_other_unit: bool,
     /// The templates of everything fed back.
     prompts: Prompts,
 }
+
+/// Numbers from the run's tool results kept for
+/// [`LoopConfig::hold_results_in_other_units`]: a run past it is not checked
+/// against the later ones.
+const NUMBERS_KEPT: usize = 1_000;
 
 /// How a reply was read: a step to take, or an error of the reply itself (its
 /// feedback already added).
@@ -414,6 +436,17 @@ impl Conversation {
                 self.tool_signatures.push(signature);
             }
         }
+        self
+    }
+
+    /// Declares the tools' descriptions, by name, for the units they name (a
+    /// price "in euros"): see [`LoopConfig::hold_results_in_other_units`].
+    /// Give them in the order of [`with_tools`](Self::with_tools), after it.
+    pub fn with_tool_descriptions(
+        mut self,
+        descriptions: impl IntoIterator<Item = (String, String)>,
+    ) -> Self {
+        self.tool_descriptions = descriptions.into_iter().collect();
         self
     }
 
@@ -449,6 +482,9 @@ impl Conversation {
             flagged_pitfalls: Vec::new(),
             tool_calls_made: 0,
             held_unfounded: past_first_step,
+            tool_descriptions: Vec::new(),
+            numbers_seen: Vec::new(),
+            held_other_unit: false,
             prompts: Prompts::default(),
         }
     }
@@ -701,6 +737,14 @@ impl Conversation {
     /// ([`LoopConfig::tool_results_on_error`]). Call before
     /// [`on_completion`](Self::on_completion).
     pub fn note_tool_results(&mut self, results: Vec<feedback::ToolResultSeen>) {
+        for result in &results {
+            let room = NUMBERS_KEPT.saturating_sub(self.numbers_seen.len());
+            self.numbers_seen.extend(
+                units::numbers_of(&result.tool, &result.value)
+                    .into_iter()
+                    .take(room),
+            );
+        }
         self.step_tool_results = results;
     }
 
@@ -753,6 +797,40 @@ impl Conversation {
                 "the final result was held back: no tool was called, and it holds words found nowhere in the conversation ({})",
                 words.join(", ")
             );
+            let next = self.script_error(text, message.clone(), logs);
+            return (self.decide(next), ScriptOutput::Error { message });
+        }
+        if let Ok(value) = completion
+            && let Some((number, found)) = self.other_unit_to_hold(value)
+        {
+            let converters: Vec<&str> = self
+                .tool_descriptions
+                .iter()
+                .filter(|(name, description)| {
+                    *name != found.tool
+                        && (name.to_lowercase().contains("convert")
+                            || description.to_lowercase().contains("convert"))
+                })
+                .filter_map(|(name, _)| self.signature_of(name))
+                .collect();
+            let text = self.prompts.render(
+                "feedback/other_unit",
+                context! {
+                    value => number.to_string(),
+                    tool => &found.tool,
+                    given => found.given.name,
+                    asked => found.asked.name,
+                    from_code => found.given.code.unwrap_or_default(),
+                    to_code => found.asked.code.unwrap_or_default(),
+                    converters => converters,
+                },
+            );
+            let message = format!(
+                "the final result was held back: it is what `{}` returned, in {}, and the task asks for {}",
+                found.tool, found.given.name, found.asked.name
+            );
+            // The tools' data is not in question here: only its unit.
+            self.step_tool_results.clear();
             let next = self.script_error(text, message.clone(), logs);
             return (self.decide(next), ScriptOutput::Error { message });
         }
@@ -1178,6 +1256,33 @@ impl Conversation {
         }
         self.held_unfounded = true;
         Some(words.into_iter().take(5).collect())
+    }
+
+    /// The signature the card shows for the tool `name`.
+    fn signature_of(&self, name: &str) -> Option<&str> {
+        let helpers = script_notes::HELPERS.len();
+        self.provided_names[helpers..]
+            .iter()
+            .position(|tool| tool == name)
+            .map(|index| self.tool_signatures[index].as_str())
+    }
+
+    /// A final result (with its number) to hold back once as a tool's number
+    /// in another unit than the task asks for: see
+    /// [`LoopConfig::hold_results_in_other_units`]. The task is the message
+    /// that started the run, or the chat turn.
+    fn other_unit_to_hold(&mut self, value: &Value) -> Option<(Value, units::OtherUnit)> {
+        if !self.config.hold_results_in_other_units || self.held_other_unit {
+            return None;
+        }
+        let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
+            return None;
+        };
+        let task_at = self.progress.turn_starts.last().copied().unwrap_or(0);
+        let task = self.progress.messages.get(task_at)?.joined_text();
+        let found = units::other_unit(&task, &value, &self.numbers_seen, &self.tool_descriptions)?;
+        self.held_other_unit = true;
+        Some((value, found))
     }
 
     /// The first Rhai pitfall of a Rhai script that ended with a final result,
@@ -2491,6 +2596,90 @@ Fn(\"f\")
             (&mut off, json!(["item1"])),
             (&mut no_tools, json!("apple")),
         ] {
+            let decision = final_result_of(c, value.clone());
+            assert!(
+                matches!(decision.next, Next::CheckResult { .. }),
+                "{value}: {:?}",
+                decision.next
+            );
+        }
+    }
+
+    fn cheese_in_dollars(config: LoopConfig) -> Conversation {
+        let tools = [
+            (
+                "get_price",
+                "get_price(item=string)",
+                "The price of one unit of a shop item, in euros (a number).",
+            ),
+            (
+                "convert_currency",
+                "convert_currency(amount=number, from_currency=string, to_currency=string)",
+                "Converts an amount between currencies given as three-letter codes.",
+            ),
+        ];
+        let mut c = Conversation::new(
+            "How much does one cheese cost in US dollars? Return the number.",
+            &["python"],
+            config,
+        )
+        .with_tools(tools.map(|(name, signature, _)| (name.to_string(), signature.to_string())))
+        .with_tool_descriptions(
+            tools.map(|(name, _, description)| (name.to_string(), description.to_string())),
+        );
+        c.note_tool_results(vec![seen(
+            "get_price",
+            json!({"item": "cheese"}),
+            json!(7.8),
+        )]);
+        c.note_tool_calls_made(1);
+        c
+    }
+
+    #[test]
+    fn a_tools_euro_price_returned_for_a_question_in_dollars_is_held_back_once_naming_the_converter()
+     {
+        let mut c = cheese_in_dollars(LoopConfig::default());
+        let first = final_result_of(&mut c, json!(7.8));
+        assert!(matches!(first.next, Next::CallModel), "{:?}", first.next);
+        let text = last_feedback(&c);
+        assert!(
+            text.contains("7.8: it is a number `get_price` returned, which is in euros"),
+            "{text}"
+        );
+        assert!(text.contains("the task asks for US dollars"), "{text}");
+        assert!(text.contains("from EUR to USD"), "{text}");
+        assert!(
+            text.contains(
+                "`convert_currency(amount=number, from_currency=string, to_currency=string)`"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("`get_price("),
+            "the tool itself is no converter: {text}"
+        );
+        let again = final_result_of(&mut c, json!(7.8));
+        assert!(
+            matches!(again.next, Next::CheckResult { .. }),
+            "sent again, it is accepted: {:?}",
+            again.next
+        );
+    }
+
+    #[test]
+    fn a_converted_price_or_the_check_turned_off_goes_through() {
+        let mut converted = cheese_in_dollars(LoopConfig::default());
+        converted.note_tool_results(vec![seen(
+            "convert_currency",
+            json!({"amount": 7.8, "from_currency": "EUR", "to_currency": "USD"}),
+            json!(8.58),
+        )]);
+        let mut off = cheese_in_dollars(LoopConfig {
+            hold_results_in_other_units: false,
+            ..LoopConfig::default()
+        });
+        for (c, value) in [(&mut converted, json!(8.58)), (&mut off, json!(7.8))] {
             let decision = final_result_of(c, value.clone());
             assert!(
                 matches!(decision.next, Next::CheckResult { .. }),

@@ -17,6 +17,7 @@ pub(crate) mod snapshots;
 pub(crate) mod spans;
 pub(crate) mod team;
 pub(crate) mod team_config;
+pub(crate) mod units;
 
 pub use approval::PendingApproval;
 pub use approval::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};

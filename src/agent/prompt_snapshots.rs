@@ -279,6 +279,35 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("feedback/other_unit", {
+            let mut c = Conversation::new(
+                "What does a loaf of bread cost in Japanese yen? Return the number.",
+                &["js"],
+                LoopConfig::default(),
+            )
+            .with_tools([
+                ("get_price".to_string(), "tools.get_price({item: string})".to_string()),
+                (
+                    "convert_currency".to_string(),
+                    "tools.convert_currency({amount: number, from_currency: string, to_currency: string})".to_string(),
+                ),
+            ])
+            .with_tool_descriptions([
+                ("get_price".to_string(), "The price of one unit of a shop item, in euros (a number).".to_string()),
+                ("convert_currency".to_string(), "Converts an amount between currencies given as three-letter codes.".to_string()),
+            ]);
+            c.on_reply(&reply(
+                "```js\nconst price = tools.get_price({item: \"bread\"});\nfinal_result(price);\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                tool: "get_price".to_string(),
+                args: json!({"item": "bread"}),
+                value: json!(2.2),
+            }]);
+            c.on_completion(&Ok(json!({"type": "final_result", "value": 2.2})), &none);
+            fed_back(&c)
+        }),
         ("feedback/misread_data", {
             let mut c = Conversation::new(
                 "What is Lena Ortiz's email?",

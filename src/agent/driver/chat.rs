@@ -114,6 +114,11 @@ impl Agent {
                 .iter()
                 .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
         )
+        .with_tool_descriptions(
+            codeact_runtime::ToolDispatch::specs(&*self.tools)
+                .iter()
+                .map(|spec| (spec.name.clone(), spec.description.clone())),
+        )
         .with_prompts(self.prompts.clone())
     }
 

@@ -634,6 +634,54 @@ mod tests {
         })
     }
 
+    /// If this fails, the loop no longer sees the numbers a run's tools
+    /// returned or their descriptions' units, and a euro price answered for a
+    /// question in dollars is taken as it is.
+    #[tokio::test]
+    async fn a_price_in_the_tools_currency_is_held_back_until_converted() {
+        let price = crate::tools::toolbox::Tool::from_fn(
+            "get_price",
+            "The price of one unit of a shop item, in euros.",
+            |_| Ok(serde_json::json!(7.8)),
+        );
+        let convert = crate::tools::toolbox::Tool::from_fn(
+            "convert_currency",
+            "Converts an amount between currencies given as three-letter codes.",
+            |args| {
+                Ok(serde_json::json!(
+                    args["amount"].as_f64().unwrap_or(0.0) * 1.1
+                ))
+            },
+        );
+        let (agent, events) = with_tools(
+            &[
+                "```rhai\nfinal_result(get_price(#{item: \"cheese\"}))\n```",
+                "```rhai\nlet p = get_price(#{item: \"cheese\"});\nfinal_result(convert_currency(#{amount: p, from_currency: \"EUR\", to_currency: \"USD\"}))\n```",
+            ],
+            LoopConfig::default(),
+            vec![price, convert],
+        );
+        let run = agent
+            .run("How much does one cheese cost in US dollars?")
+            .await
+            .expect("run finishes");
+        match &run.outcome {
+            Outcome::FinalResult { value } => {
+                assert!(
+                    (value.as_f64().unwrap_or(0.0) - 8.58).abs() < 1e-9,
+                    "{value}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let events = events.lock().expect("events lock");
+        let held = events.iter().any(|event| {
+            matches!(event, Event::Message { message }
+                if message.joined_text().contains("from EUR to USD, with `convert_currency(#{"))
+        });
+        assert!(held, "the first result was held back naming the converter");
+    }
+
     /// If this fails, a script can make any number of tool calls, or a refused
     /// one leaves the model without what the script already got.
     #[tokio::test]
