@@ -391,21 +391,22 @@ pub fn misread_data(
         Misreading::LoopOverText {
             tool,
             text,
+            walked,
             name,
             header,
         } => {
             let lines = lines_of(text, *header, language);
             let (loop_header, split) = match language {
                 Language::Python => (
-                    format!("for {name} in {text}:"),
+                    format!("for {name} in {walked}:"),
                     format!("for {name} in {lines}:"),
                 ),
                 Language::Rhai => (
-                    format!("for {name} in {text} {{"),
+                    format!("for {name} in {walked} {{"),
                     format!("for {name} in {lines} {{"),
                 ),
                 Language::JavaScript => (
-                    format!("for (const {name} of {text})"),
+                    format!("for (const {name} of {walked})"),
                     format!("for (const {name} of {lines})"),
                 ),
             };
@@ -441,9 +442,80 @@ pub fn misread_data(
             let skip = lines_of("text", true, language);
             context! { kind => "header", tool, skip }
         }
+        Misreading::CellsMisplaced {
+            tool,
+            line,
+            names,
+            columns,
+            header,
+            declaration,
+            value,
+        } => {
+            let placed: Vec<String> = names
+                .iter()
+                .zip(columns)
+                .filter(|(name, _)| *name != "_")
+                .map(|(name, column)| format!("`{name}` is column {column}"))
+                .collect();
+            let pattern = match language {
+                Language::Python => names.join(", "),
+                _ => format!("[{}]", names.join(", ")),
+            };
+            let fix = cells_by_column(names, columns, header, language);
+            // The whole line when its value can be quoted: told only the
+            // names in their columns, the model sent its script again.
+            let statement = value
+                .as_ref()
+                .map(|value| format!("{declaration}{fix} = {value}"));
+            let header = fenced(header, limit);
+            context! { kind => "cells_misplaced", tool, line_number => line, pattern, placed, fix, statement, header }
+        }
         Misreading::BrokenPath { .. } => broken_path_context(found, language, id_tools, limit),
     };
     prompts.render("feedback/misread_data", context)
+}
+
+/// The names of a row's cells put in the header's columns: JavaScript skips a
+/// cell with an empty place and stops at the last one named (`[, quantity,
+/// unitPrice]`); Python unpacks every cell, `_` for those not wanted.
+fn cells_by_column(
+    names: &[String],
+    columns: &[usize],
+    header: &str,
+    language: Language,
+) -> String {
+    let width = match language {
+        Language::Python => header_width(header).max(columns.iter().max().map_or(0, |c| c + 1)),
+        _ => columns.iter().max().map_or(0, |c| c + 1),
+    };
+    let placed: Vec<&str> = (0..width)
+        .map(|column| {
+            names
+                .iter()
+                .zip(columns)
+                .find(|(name, at)| **at == column && *name != "_")
+                .map_or(
+                    if language == Language::Python {
+                        "_"
+                    } else {
+                        ""
+                    },
+                    |(name, _)| name.as_str(),
+                )
+        })
+        .collect();
+    match language {
+        Language::Python => placed.join(", "),
+        _ => format!("[{}]", placed.join(", ")),
+    }
+}
+
+/// The cells of a header line: split by the first of `,`, `;` or a tab it holds.
+fn header_width(header: &str) -> usize {
+    [',', ';', '\t']
+        .into_iter()
+        .find(|c| header.contains(*c))
+        .map_or(1, |separator| header.split(separator).count())
 }
 
 /// The expression for the lines of the text named `text` in `language`, empty
@@ -772,10 +844,42 @@ mod tests {
     }
 
     #[test]
+    fn misplaced_cells_are_answered_with_each_names_column_and_the_header_fenced() {
+        let found = Misreading::CellsMisplaced {
+            tool: "read_file".into(),
+            line: 4,
+            names: vec!["quantity".into(), "unitPrice".into()],
+            columns: vec![1, 2],
+            header: "product,quantity,unit_price".into(),
+            declaration: "const ".into(),
+            value: Some("lines[i].split(',');".into()),
+        };
+        assert_eq!(
+            misread(found.clone(), Language::JavaScript),
+            "Line 4 takes the cells of a row in order as `[quantity, unitPrice]`, but the first line of the text `read_file` returned puts those columns elsewhere (counting from 0, `quantity` is column 1, `unitPrice` is column 2). That first line:\n<untrusted>\nproduct,quantity,unit_price\n</untrusted>\nWrite line 4 with the cells in their columns: `const [, quantity, unitPrice] = lines[i].split(',');`"
+        );
+        let unquotable = Misreading::CellsMisplaced {
+            tool: "read_file".into(),
+            line: 4,
+            names: vec!["quantity".into(), "unitPrice".into()],
+            columns: vec![1, 2],
+            header: "product,quantity,unit_price".into(),
+            declaration: String::new(),
+            value: None,
+        };
+        assert!(
+            misread(unquotable, Language::Python)
+                .ends_with("Name the cells by their columns: `_, quantity, unitPrice`."),
+            "Python unpacks every cell"
+        );
+    }
+
+    #[test]
     fn a_loop_over_text_and_a_kept_header_are_answered_with_the_lines_to_use_in_each_language() {
         let looped = |header| Misreading::LoopOverText {
             tool: "read_file".into(),
             text: "sales".into(),
+            walked: "sales".into(),
             name: "row".into(),
             header,
         };

@@ -198,6 +198,8 @@ static BUILTINS: &[Builtin] = &[
         context! { kind => "lines_kept", tool => "read_file", text => "log", split => "log.trim().split(\"\\n\")", header => false, trailing => true, id_tools => Vec::<&str>::new() },
         context! { kind => "line_indexed", tool => "read_file", text => "sales", name => "row", cells => "cells = row.split(\",\")", id_tools => Vec::<&str>::new() },
         context! { kind => "header", tool => "read_file", skip => "text.splitlines()[1:]", id_tools => Vec::<&str>::new() },
+        context! { kind => "cells_misplaced", tool => "read_file", line_number => 5, pattern => "[quantity, unitPrice]", placed => vec!["`quantity` is column 1", "`unitPrice` is column 2"], fix => "[, quantity, unitPrice]", statement => "const [, quantity, unitPrice] = lines[i].split(',');", header => FENCED, id_tools => Vec::<&str>::new() },
+        context! { kind => "cells_misplaced", tool => "read_file", line_number => 2, pattern => "quantity, price", placed => vec!["`quantity` is column 1", "`price` is column 2"], fix => "_, quantity, price", statement => None::<&str>, header => FENCED, id_tools => Vec::<&str>::new() },
     ]),
     builtin!("feedback/bare_value", || vec![
         context! { value => FENCED, literal => "7.8", logs => FENCED },
