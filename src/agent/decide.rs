@@ -92,6 +92,11 @@ pub struct LoopConfig {
     /// both units and the tools that convert. Sent again, it is accepted.
     /// Default: true.
     pub hold_results_in_other_units: bool,
+    /// Whether a final result that is the ids a tool returned (an integer, or
+    /// a list of them) is held back once when the task does not ask for an id
+    /// and another tool takes one: the feedback writes the call with the id
+    /// (`get_user(user_id=42)`). Sent again, it is accepted. Default: true.
+    pub hold_ids_as_results: bool,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
     /// returned (up to four distinct calls, each cut in the middle to this
@@ -143,6 +148,7 @@ impl Default for LoopConfig {
             hold_rhai_pitfalls: true,
             hold_unfounded_results: true,
             hold_results_in_other_units: true,
+            hold_ids_as_results: true,
         }
     }
 }
@@ -398,6 +404,11 @@ pub struct Conversation {
     /// Whether a final result was held back already as in another unit (once
     /// a run).
     held_other_unit: bool,
+    /// The run's tool results that are ids (an integer, or a list of at most
+    /// [`IDS_LISTED`]), by tool, at most [`NUMBERS_KEPT`].
+    ids_seen: Vec<(String, Value)>,
+    /// Whether a final result was held back already as ids (once a run).
+    held_ids: bool,
     /// The templates of everything fed back.
     prompts: Prompts,
 }
@@ -406,6 +417,22 @@ pub struct Conversation {
 /// [`LoopConfig::hold_results_in_other_units`]: a run past it is not checked
 /// against the later ones.
 const NUMBERS_KEPT: usize = 1_000;
+
+/// A list of more integers than this is not read as ids by
+/// [`LoopConfig::hold_ids_as_results`].
+const IDS_LISTED: usize = 10;
+
+/// The integers of a value that may be ids: an integer, or a list of 1 to
+/// [`IDS_LISTED`] integers.
+fn ids_in(value: &Value) -> Option<Vec<i64>> {
+    match value {
+        Value::Number(number) => number.as_i64().map(|id| vec![id]),
+        Value::Array(items) if (1..=IDS_LISTED).contains(&items.len()) => {
+            items.iter().map(Value::as_i64).collect()
+        }
+        _ => None,
+    }
+}
 
 /// How a reply was read: a step to take, or an error of the reply itself (its
 /// feedback already added).
@@ -485,6 +512,8 @@ impl Conversation {
             tool_descriptions: Vec::new(),
             numbers_seen: Vec::new(),
             held_other_unit: false,
+            ids_seen: Vec::new(),
+            held_ids: false,
             prompts: Prompts::default(),
         }
     }
@@ -738,6 +767,10 @@ impl Conversation {
     /// [`on_completion`](Self::on_completion).
     pub fn note_tool_results(&mut self, results: Vec<feedback::ToolResultSeen>) {
         for result in &results {
+            if ids_in(&result.value).is_some() && self.ids_seen.len() < NUMBERS_KEPT {
+                self.ids_seen
+                    .push((result.tool.clone(), result.value.clone()));
+            }
             let room = NUMBERS_KEPT.saturating_sub(self.numbers_seen.len());
             self.numbers_seen.extend(
                 units::numbers_of(&result.tool, &result.value)
@@ -830,6 +863,21 @@ impl Conversation {
                 found.tool, found.given.name, found.asked.name
             );
             // The tools' data is not in question here: only its unit.
+            self.step_tool_results.clear();
+            let next = self.script_error(text, message.clone(), logs);
+            return (self.decide(next), ScriptOutput::Error { message });
+        }
+        if let Ok(value) = completion
+            && let Some((number, tool, calls)) = self.ids_to_hold(value)
+        {
+            let many = ids_in(&number).is_some_and(|ids| ids.len() > 1);
+            let text = self.prompts.render(
+                "feedback/ids_as_result",
+                context! { value => number.to_string(), tool => &tool, many, calls },
+            );
+            let message = format!(
+                "the final result was held back: it is the ids `{tool}` returned, and the task does not ask for an id"
+            );
             self.step_tool_results.clear();
             let next = self.script_error(text, message.clone(), logs);
             return (self.decide(next), ScriptOutput::Error { message });
@@ -1256,6 +1304,50 @@ impl Conversation {
         }
         self.held_unfounded = true;
         Some(words.into_iter().take(5).collect())
+    }
+
+    /// A final result to hold back once as ids (see
+    /// [`LoopConfig::hold_ids_as_results`]): the result, the tool that returned
+    /// it, and the calls of the tools that take an id, with the first id put
+    /// in where the tool has no other argument.
+    fn ids_to_hold(&mut self, value: &Value) -> Option<(Value, String, Vec<String>)> {
+        if !self.config.hold_ids_as_results || self.held_ids {
+            return None;
+        }
+        let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
+            return None;
+        };
+        let first_id = *ids_in(&value)?.first()?;
+        let (tool, _) = self.ids_seen.iter().find(|(_, seen)| *seen == value)?;
+        let names_ids = |text: &str| {
+            text.to_lowercase()
+                .split(|c: char| !c.is_alphanumeric())
+                .any(|word| matches!(word, "id" | "ids" | "identifier" | "identifiers"))
+        };
+        // The tool must say it returns ids: a count or a price is no id.
+        let described = self
+            .tool_descriptions
+            .iter()
+            .any(|(name, description)| name == tool && names_ids(description));
+        let task_at = self.progress.turn_starts.last().copied().unwrap_or(0);
+        let task = self.progress.messages.get(task_at)?.joined_text();
+        if !described || names_ids(&task) {
+            return None;
+        }
+        let helpers = script_notes::HELPERS.len();
+        let calls: Vec<String> = self.provided_names[helpers..]
+            .iter()
+            .zip(&self.tool_signatures)
+            .filter(|(name, signature)| *name != tool && script_notes::takes_an_id(signature))
+            .map(|(_, signature)| {
+                script_notes::call_with_id(signature, first_id).unwrap_or_else(|| signature.clone())
+            })
+            .collect();
+        if calls.is_empty() {
+            return None;
+        }
+        self.held_ids = true;
+        Some((value, tool.clone(), calls))
     }
 
     /// The signature the card shows for the tool `name`.
@@ -2680,6 +2772,85 @@ Fn(\"f\")
             ..LoopConfig::default()
         });
         for (c, value) in [(&mut converted, json!(8.58)), (&mut off, json!(7.8))] {
+            let decision = final_result_of(c, value.clone());
+            assert!(
+                matches!(decision.next, Next::CheckResult { .. }),
+                "{value}: {:?}",
+                decision.next
+            );
+        }
+    }
+
+    fn email_by_name(task: &str, config: LoopConfig) -> Conversation {
+        let mut c = Conversation::new(task, &["js"], config)
+            .with_tools([
+                (
+                    "find_user".to_string(),
+                    "tools.find_user({name: string})".to_string(),
+                ),
+                (
+                    "get_user".to_string(),
+                    "tools.get_user({user_id: integer})".to_string(),
+                ),
+            ])
+            .with_tool_descriptions([
+                (
+                    "find_user".to_string(),
+                    "The ids of the users whose name contains the text.".to_string(),
+                ),
+                ("get_user".to_string(), "One user by id.".to_string()),
+            ]);
+        c.note_tool_results(vec![seen(
+            "find_user",
+            json!({"name": "Lena"}),
+            json!([42]),
+        )]);
+        c
+    }
+
+    #[test]
+    fn ids_a_tool_returned_as_the_answer_to_a_question_about_something_else_are_held_back_once() {
+        let mut c = email_by_name("What is Lena's email?", LoopConfig::default());
+        let first = final_result_of(&mut c, json!([42]));
+        assert!(matches!(first.next, Next::CallModel), "{:?}", first.next);
+        let text = last_feedback(&c);
+        assert!(
+            text.contains(
+                "[42]: it is what `find_user` returned, an id, and the task does not ask for an id"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("`tools.get_user({user_id: 42})`"), "{text}");
+        let again = final_result_of(&mut c, json!([42]));
+        assert!(
+            matches!(again.next, Next::CheckResult { .. }),
+            "sent again, it is accepted: {:?}",
+            again.next
+        );
+    }
+
+    #[test]
+    fn ids_asked_for_ids_not_from_a_tool_or_with_the_check_off_go_through() {
+        let mut asked = email_by_name("What is the id of Lena?", LoopConfig::default());
+        let mut typed = email_by_name("What is Lena's email?", LoopConfig::default());
+        let mut off = email_by_name(
+            "What is Lena's email?",
+            LoopConfig {
+                hold_ids_as_results: false,
+                ..LoopConfig::default()
+            },
+        );
+        let mut counted = email_by_name("How many users are named Lena?", LoopConfig::default())
+            .with_tool_descriptions([(
+                "find_user".to_string(),
+                "How many users have the name.".to_string(),
+            )]);
+        for (c, value) in [
+            (&mut asked, json!([42])),
+            (&mut typed, json!([7])),
+            (&mut off, json!([42])),
+            (&mut counted, json!([42])),
+        ] {
             let decision = final_result_of(c, value.clone());
             assert!(
                 matches!(decision.next, Next::CheckResult { .. }),

@@ -308,6 +308,32 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 2.2})), &none);
             fed_back(&c)
         }),
+        ("feedback/ids_as_result", {
+            let mut c = Conversation::new(
+                "What is the email address of Lena Ortiz? Return it as a string.",
+                &["python"],
+                LoopConfig::default(),
+            )
+            .with_tools([
+                ("find_user".to_string(), "find_user(name=string)".to_string()),
+                ("get_user".to_string(), "get_user(user_id=integer)".to_string()),
+            ])
+            .with_tool_descriptions([
+                ("find_user".to_string(), "The ids (an array of integers) of the users whose name contains the given text.".to_string()),
+                ("get_user".to_string(), "One user by id: a map with user_id, name, email and country.".to_string()),
+            ]);
+            c.on_reply(&reply(
+                "```python\nfinal_result(find_user(name=\"Lena Ortiz\"))\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                tool: "find_user".to_string(),
+                args: json!({"name": "Lena Ortiz"}),
+                value: json!([42]),
+            }]);
+            c.on_completion(&Ok(json!({"type": "final_result", "value": [42]})), &none);
+            fed_back(&c)
+        }),
         ("feedback/misread_data", {
             let mut c = Conversation::new(
                 "What is Lena Ortiz's email?",

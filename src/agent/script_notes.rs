@@ -412,6 +412,31 @@ pub fn takes_an_id(signature: &str) -> bool {
         })
 }
 
+/// A call of the tool with this `signature` (as [`takes_an_id`] reads it)
+/// passing `id` as its id argument, when that is its only argument:
+/// `get_user(user_id=integer)` gives `get_user(user_id=42)`. `None` for a
+/// tool of more arguments or none named like an id.
+pub fn call_with_id(signature: &str, id: i64) -> Option<String> {
+    let (name, arguments) = signature.split_once('(')?;
+    if arguments.contains(',') || !takes_an_id(signature) {
+        return None;
+    }
+    let type_start = arguments.find(['=', ':'])? + 1;
+    let type_end = arguments[type_start..]
+        .find(['}', ')'])
+        .map_or(arguments.len(), |end| type_start + end);
+    let spaced = if arguments[type_start..].starts_with(' ') {
+        " "
+    } else {
+        ""
+    };
+    Some(format!(
+        "{name}({}{spaced}{id}{}",
+        &arguments[..type_start],
+        &arguments[type_end..]
+    ))
+}
+
 /// A map key tested for truth on `line`, when Rhai said a condition got `()`
 /// (`Data type incorrect: () (expecting bool)`): JavaScript's `if (counts[w])`
 /// on a missing key. `None` when the message is another; `Some(None)` when the
@@ -886,6 +911,24 @@ mod tests {
         ] {
             assert!(!takes_an_id(signature), "{signature}");
         }
+    }
+
+    #[test]
+    fn a_call_with_an_id_fills_the_only_argument_in_each_languages_signature() {
+        assert_eq!(
+            call_with_id("get_user(user_id=integer)", 42).as_deref(),
+            Some("get_user(user_id=42)")
+        );
+        assert_eq!(
+            call_with_id("tools.get_user({user_id: integer})", 42).as_deref(),
+            Some("tools.get_user({user_id: 42})")
+        );
+        assert_eq!(
+            call_with_id("get_user(#{user_id: integer})", 7).as_deref(),
+            Some("get_user(#{user_id: 7})")
+        );
+        assert_eq!(call_with_id("get_order(id=integer, full=boolean)", 7), None);
+        assert_eq!(call_with_id("find_user(name=string)", 7), None);
     }
 
     #[test]

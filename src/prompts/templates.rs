@@ -183,6 +183,10 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "7.8", tool => "get_price", given => "euros", asked => "US dollars", from_code => "EUR", to_code => "USD", converters => vec!["tools.convert_currency({amount: number, from_currency: string, to_currency: string})"] },
         context! { value => "4.5", tool => "get_weather", given => "degrees Celsius", asked => "degrees Fahrenheit", from_code => "", to_code => "", converters => Vec::<&str>::new() },
     ]),
+    builtin!("feedback/ids_as_result", || vec![
+        context! { value => "[42]", tool => "find_user", many => false, calls => vec!["get_user(user_id=42)"] },
+        context! { value => "[42,43]", tool => "find_user", many => true, calls => vec!["tools.get_user({user_id: 42})", "tools.get_order({order_id: integer, full: boolean})"] },
+    ]),
     builtin!("feedback/misread_data", || vec![
         context! { kind => "number", name => "ids", item_of => None::<&str>, part => false, tool => "find_user", at => "ids[0]", number => "42", wanted => "email", id_tools => vec!["tools.get_user({user_id: integer})"] },
         context! { kind => "number", name => "user", item_of => None::<&str>, part => true, tool => "find_user", at => "user", number => "42", wanted => "email", id_tools => Vec::<&str>::new() },
