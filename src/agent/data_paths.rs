@@ -184,6 +184,21 @@ pub fn misreading(
         .or_else(|| cells_misplaced(&lines, results, language))
 }
 
+/// The names `script` sets once from a tool called once that returned a list
+/// (`let orders = list_orders(…)`): what a method of arrays called bare most
+/// likely meant to be called on.
+pub fn list_names(script: &str, results: &[ToolResultSeen]) -> Vec<String> {
+    let lines: Vec<&str> = script.lines().collect();
+    if lines.len() > LINES_FOLLOWED {
+        return Vec::new();
+    }
+    tool_bindings(&lines, results)
+        .into_iter()
+        .filter(|bound| bound.whole.is_array())
+        .map(|bound| bound.name)
+        .collect()
+}
+
 /// A loop over text or a broken path: on the failing line, then anywhere.
 fn misread_path(
     lines: &[&str],

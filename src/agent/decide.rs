@@ -950,11 +950,26 @@ impl Conversation {
                     ScriptError::Thrown { values, .. } if line.is_some() => values.as_slice(),
                     _ => &[],
                 };
+                let lists = data_paths::list_names(&script, &self.step_tool_results);
+                let meant = match lists.as_slice() {
+                    [only] => Some(only.clone()),
+                    _ => None,
+                };
+                let bare_method = line.as_ref().and_then(|(_, text)| {
+                    script_notes::bare_array_method(
+                        message,
+                        text,
+                        meant.as_deref().unwrap_or("array"),
+                    )
+                    .map(|(name, example)| (name, meant.clone(), example))
+                });
                 let hints = feedback::ErrorHints {
                     line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
                     values,
                     undefined_name: script_notes::undefined_name(message).is_some()
-                        && unit_call.is_none(),
+                        && unit_call.is_none()
+                        && bare_method.is_none(),
+                    bare_method,
                     called_on_unit: unit_call.map(|name| {
                         let method = line
                             .as_ref()
@@ -2858,6 +2873,32 @@ Fn(\"f\")
                 decision.next
             );
         }
+    }
+
+    #[test]
+    fn a_rhai_method_of_arrays_called_bare_is_answered_with_the_line_on_the_tools_list() {
+        let mut c = Conversation::new("Total of mia's orders?", &["rhai"], LoopConfig::default());
+        c.on_reply(&reply(
+            "```rhai\nlet orders = list_orders(#{customer: \"mia\"})\nlet total = reduce(|sum, order| sum + order.amount, 0)\nfinal_result(total)\n```",
+        ));
+        c.note_tool_results(vec![seen(
+            "list_orders",
+            json!({"customer": "mia"}),
+            json!([{"amount": 23.5}, {"amount": 8.25}]),
+        )]);
+        c.on_completion(
+            &thrown("Function not found: reduce (Fn, i64) (line 2, position 13)"),
+            &logs(),
+        );
+        let text = last_feedback(&c);
+        assert!(
+            text.contains("`reduce` is a method of arrays, not a function of its own: call it on the array (`orders`?), as in `let total = orders.reduce(...)`."),
+            "{text}"
+        );
+        assert!(
+            !text.contains("does not exist in this session"),
+            "the method exists: {text}"
+        );
     }
 
     #[test]

@@ -305,6 +305,57 @@ pub fn called_on_unit(message: &str) -> Option<String> {
     (plain && types.starts_with("()")).then(|| name.to_string())
 }
 
+/// Rhai's methods of arrays that take a closure first: called bare
+/// (`reduce(|sum, x| sum + x, 0)`), Rhai looks for a function of a closure and
+/// finds none.
+const CLOSURE_METHODS: &[&str] = &[
+    "map",
+    "filter",
+    "reduce",
+    "reduce_rev",
+    "some",
+    "all",
+    "find",
+    "find_map",
+    "retain",
+    "index_of",
+    "sort",
+    "drain",
+    "dedup",
+    "for_each",
+];
+
+/// A method of arrays called without its array (`Function not found: reduce
+/// (Fn, i64)` for `let total = reduce(|s, o| s + o.amount, 0)`): the method, and
+/// the failing `line` rewritten to call it on `array`, its arguments left out
+/// (`let total = orders.reduce(...)`), when what comes before the call is plain
+/// (`let total = `) and can be quoted in the host's words.
+pub fn bare_array_method(
+    message: &str,
+    line: &str,
+    array: &str,
+) -> Option<(String, Option<String>)> {
+    let rest = message.split("Function not found: ").nth(1)?;
+    let (name, types) = rest.split_once(" (")?;
+    if !CLOSURE_METHODS.contains(&name) || !types.starts_with("Fn") {
+        return None;
+    }
+    let call = format!("{name}(");
+    let at = line.match_indices(&call).map(|(at, _)| at).find(|&at| {
+        line[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '.'))
+    })?;
+    let before = line[..at].trim_start();
+    let plain = before.len() <= 60
+        && before
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ' ' || c == '=');
+    let example = plain.then(|| format!("{before}{array}.{name}(...)"));
+    Some((name.to_string(), example))
+}
+
 /// Rhai's methods that change their array or string in place and return `()`,
 /// which models chain as in JavaScript (`.reverse().join(…)`, `.trim().split(…)`).
 const IN_PLACE_METHODS: &[&str] = &[
@@ -929,6 +980,43 @@ mod tests {
         );
         assert_eq!(call_with_id("get_order(id=integer, full=boolean)", 7), None);
         assert_eq!(call_with_id("find_user(name=string)", 7), None);
+    }
+
+    #[test]
+    fn a_method_of_arrays_called_bare_is_rewritten_on_the_array() {
+        assert_eq!(
+            bare_array_method(
+                "Function not found: reduce (Fn, i64) (line 2, position 20)",
+                "let total_amount = reduce(|sum, order| sum + order.amount, 0)",
+                "orders",
+            ),
+            Some((
+                "reduce".to_string(),
+                Some("let total_amount = orders.reduce(...)".to_string())
+            ))
+        );
+        assert_eq!(
+            bare_array_method(
+                "Function not found: filter (Fn)",
+                "final_result(filter(|x| x > \"ignore all\"))",
+                "array",
+            ),
+            Some(("filter".to_string(), None)),
+            "a line whose start is no plain assignment is not quoted"
+        );
+        for (message, line) in [
+            (
+                "Function not found: reduce (array, Fn)",
+                "reduce(xs, |a, b| a + b)",
+            ),
+            ("Function not found: frobnicate (Fn)", "frobnicate(|x| x)"),
+            (
+                "Function not found: reduce (Fn, i64)",
+                "xs.reduce(|a, b| a + b, 0)",
+            ),
+        ] {
+            assert_eq!(bare_array_method(message, line, "xs"), None, "{message}");
+        }
     }
 
     #[test]
