@@ -151,6 +151,25 @@ pub struct ErrorHints<'a> {
     pub import_line: bool,
 }
 
+/// A message without the hints a runtime appended to it (`\nHint: ` then one
+/// of `codeact_rhai::ERROR_HINTS`, exactly), and those hints: they are the
+/// host's words, to be said outside the fence the message is quoted in.
+fn without_engine_hints(message: &str) -> (&str, Vec<&'static str>) {
+    let mut rest = message.trim_end();
+    let mut hints = Vec::new();
+    while let Some((before, hint)) = rest.rsplit_once("\nHint: ") {
+        let Some(known) = codeact_rhai::ERROR_HINTS
+            .iter()
+            .find(|known| **known == hint)
+        else {
+            break;
+        };
+        hints.insert(0, *known);
+        rest = before;
+    }
+    (rest, hints)
+}
+
 /// The feedback for a script's error with the line it points at quoted under it
 /// (both fenced), when the host found one, and the hints that apply.
 pub fn error_at(
@@ -160,10 +179,12 @@ pub fn error_at(
     logs: &LogBuffer,
     limit: usize,
 ) -> String {
+    let (message, engine_hints) = without_engine_hints(message);
     prompts.render(
         "feedback/error_at",
         context! {
             message => fenced(message, limit),
+            engine_hints,
             line_number => hints.line.map(|(number, _)| number),
             line => hints.line.map(|(_, text)| fenced(text, limit)),
             values => shown_values(hints.values, limit),

@@ -95,6 +95,7 @@ static BUILTINS: &[Builtin] = &[
     builtin!("feedback/error_at", || vec![
         context! {
             message => FENCED,
+            engine_hints => vec!["Rhai comments start with `//`, not `#`."],
             line_number => 2,
             line => FENCED,
             values => FENCED,
@@ -117,6 +118,7 @@ static BUILTINS: &[Builtin] = &[
         },
         context! {
             message => FENCED,
+            engine_hints => Vec::<&str>::new(),
             line_number => None::<usize>,
             line => None::<&str>,
             values => None::<&str>,

@@ -5,6 +5,23 @@ use rhai::{EvalAltResult, ParseError, ParseErrorType};
 
 use crate::engine::{ALLOCATION_TOKEN, DEADLINE_TOKEN};
 
+/// After a line `{key: …}`: the JavaScript habit models bring most often.
+const MAP_LITERAL_HINT: &str = "a Rhai map literal starts with `#{`, as in `#{name: \"x\", n: 1}`.";
+/// After a line that starts with `#`.
+const COMMENT_HINT: &str = "Rhai comments start with `//`, not `#`.";
+/// After indexing `()`, most often an empty `{}` meant as a map.
+const UNIT_INDEXED_HINT: &str = "the value indexed is `()`. In Rhai `{}` is an empty block, whose value is `()`: an empty map is `#{}`.";
+/// After `for` over something it cannot walk.
+const FOR_HINT: &str =
+    "`for` walks arrays, ranges and strings; for a map, walk `m.keys()` or `m.values()`.";
+
+/// Every hint this crate appends to an error's message, each after a line
+/// break and `Hint: `. They are the host's words, not the script's: the agent
+/// loop moves a message's trailing hints that are exactly one of these out of
+/// the fence its message is quoted in (a script that throws the same text
+/// only gets the host's own words said).
+pub const ERROR_HINTS: &[&str] = &[MAP_LITERAL_HINT, COMMENT_HINT, UNIT_INDEXED_HINT, FOR_HINT];
+
 /// Sorts a parse error: limits by kind, anything else is a syntax error quoting the
 /// lines around the position, since a model fixes what it can see.
 pub(crate) fn from_parse_in(err: &ParseError, limits: &Limits, script: &str) -> ScriptError {
@@ -19,14 +36,12 @@ pub(crate) fn from_parse_in(err: &ParseError, limits: &Limits, script: &str) -> 
                 .line()
                 .and_then(|n| script.lines().nth(n - 1));
             if line.is_some_and(has_bare_map_literal) {
-                message.push_str(
-                    "\nHint: a Rhai map literal starts with `#{`, as in `#{name: \"x\", n: 1}`.",
-                );
+                message.push_str(&format!("\nHint: {MAP_LITERAL_HINT}"));
             }
             if matches!(err.err_type(), ParseErrorType::Reserved(symbol) if symbol == "#")
                 && line.is_some_and(|l| l.trim_start().starts_with('#'))
             {
-                message.push_str("\nHint: Rhai comments start with `//`, not `#`.");
+                message.push_str(&format!("\nHint: {COMMENT_HINT}"));
             }
             ScriptError::Syntax { message }
         }
@@ -138,12 +153,10 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
 /// languages, chosen by the error's kind and types, never by its text.
 fn hint(err: &EvalAltResult) -> Option<&'static str> {
     match err {
-        EvalAltResult::ErrorIndexingType(type_name, _) if type_name.starts_with("()") => Some(
-            "the value indexed is `()`. In Rhai `{}` is an empty block, whose value is `()`: an empty map is `#{}`.",
-        ),
-        EvalAltResult::ErrorFor(_) => Some(
-            "`for` walks arrays, ranges and strings; for a map, walk `m.keys()` or `m.values()`.",
-        ),
+        EvalAltResult::ErrorIndexingType(type_name, _) if type_name.starts_with("()") => {
+            Some(UNIT_INDEXED_HINT)
+        }
+        EvalAltResult::ErrorFor(_) => Some(FOR_HINT),
         _ => None,
     }
 }

@@ -40,6 +40,7 @@ use rhai::Engine;
 #[cfg(target_family = "wasm")]
 pub use alarm::host_alarm;
 pub use convert::{from_json, to_json};
+pub use errors::ERROR_HINTS;
 pub use session::RhaiSession;
 pub use validator::{RhaiPolicy, RhaiValidator, ValidatorLoadError, Verdict};
 
