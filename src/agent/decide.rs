@@ -7,6 +7,7 @@ use codeact_runtime::LogBuffer;
 use minijinja::context;
 use serde_json::Value;
 
+use super::answer_shape;
 use super::data_paths;
 use super::events::Event;
 use super::extract::{Extraction, extract_code};
@@ -97,6 +98,11 @@ pub struct LoopConfig {
     /// and another tool takes one: the feedback writes the call with the id
     /// (`get_user(user_id=42)`). Sent again, it is accepted. Default: true.
     pub hold_ids_as_results: bool,
+    /// Whether a final result that is a whole map is held back once when the
+    /// task names exactly one of its keys ("What is the email of …?"
+    /// answered with the whole user) and does not ask for a map. Sent again,
+    /// it is accepted. Default: true.
+    pub hold_whole_maps: bool,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
     /// returned (up to four distinct calls, each cut in the middle to this
@@ -149,6 +155,7 @@ impl Default for LoopConfig {
             hold_unfounded_results: true,
             hold_results_in_other_units: true,
             hold_ids_as_results: true,
+            hold_whole_maps: true,
         }
     }
 }
@@ -409,6 +416,9 @@ pub struct Conversation {
     ids_seen: Vec<(String, Value)>,
     /// Whether a final result was held back already as ids (once a run).
     held_ids: bool,
+    /// Whether a final result was held back already as a whole map (once a
+    /// run).
+    held_whole_map: bool,
     /// The templates of everything fed back.
     prompts: Prompts,
 }
@@ -514,6 +524,7 @@ impl Conversation {
             held_other_unit: false,
             ids_seen: Vec::new(),
             held_ids: false,
+            held_whole_map: false,
             prompts: Prompts::default(),
         }
     }
@@ -877,6 +888,19 @@ impl Conversation {
             );
             let message = format!(
                 "the final result was held back: it is the ids `{tool}` returned, and the task does not ask for an id"
+            );
+            self.step_tool_results.clear();
+            let next = self.script_error(text, message.clone(), logs);
+            return (self.decide(next), ScriptOutput::Error { message });
+        }
+        if let Ok(value) = completion
+            && let Some(key) = self.asked_key_to_hold(value)
+        {
+            let text = self
+                .prompts
+                .render("feedback/whole_map", context! { key => &key });
+            let message = format!(
+                "the final result was held back: it is a whole map, and the task asks only for its `{key}`"
             );
             self.step_tool_results.clear();
             let next = self.script_error(text, message.clone(), logs);
@@ -1344,8 +1368,7 @@ impl Conversation {
             .tool_descriptions
             .iter()
             .any(|(name, description)| name == tool && names_ids(description));
-        let task_at = self.progress.turn_starts.last().copied().unwrap_or(0);
-        let task = self.progress.messages.get(task_at)?.joined_text();
+        let task = self.turn_task()?;
         if !described || names_ids(&task) {
             return None;
         }
@@ -1363,6 +1386,27 @@ impl Conversation {
         }
         self.held_ids = true;
         Some((value, tool.clone(), calls))
+    }
+
+    /// The key a whole-map final result is held back once for: see
+    /// [`LoopConfig::hold_whole_maps`].
+    fn asked_key_to_hold(&mut self, value: &Value) -> Option<String> {
+        if !self.config.hold_whole_maps || self.held_whole_map {
+            return None;
+        }
+        let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
+            return None;
+        };
+        let key = answer_shape::asked_key(&self.turn_task()?, &value)?;
+        self.held_whole_map = true;
+        Some(key)
+    }
+
+    /// The message that started the run, or the chat turn: the task the
+    /// result answers.
+    fn turn_task(&self) -> Option<String> {
+        let at = self.progress.turn_starts.last().copied().unwrap_or(0);
+        self.progress.messages.get(at).map(Message::joined_text)
     }
 
     /// The signature the card shows for the tool `name`.
@@ -1385,8 +1429,7 @@ impl Conversation {
         let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
             return None;
         };
-        let task_at = self.progress.turn_starts.last().copied().unwrap_or(0);
-        let task = self.progress.messages.get(task_at)?.joined_text();
+        let task = self.turn_task()?;
         let found = units::other_unit(&task, &value, &self.numbers_seen, &self.tool_descriptions)?;
         self.held_other_unit = true;
         Some((value, found))
@@ -2898,6 +2941,43 @@ Fn(\"f\")
         assert!(
             !text.contains("does not exist in this session"),
             "the method exists: {text}"
+        );
+    }
+
+    #[test]
+    fn a_whole_record_answering_a_question_about_one_of_its_keys_is_held_back_once() {
+        let user = json!({"country": "ES", "email": "l@example.com", "name": "Lena"});
+        let mut c = Conversation::new(
+            "What is the email address of Lena Ortiz? Return it as a string.",
+            &["python"],
+            LoopConfig::default(),
+        );
+        let first = final_result_of(&mut c, user.clone());
+        assert!(matches!(first.next, Next::CallModel), "{:?}", first.next);
+        let text = last_feedback(&c);
+        assert!(
+            text.contains("it is a whole map, and the task asks only for its `email`"),
+            "{text}"
+        );
+        let again = final_result_of(&mut c, user.clone());
+        assert!(
+            matches!(again.next, Next::CheckResult { .. }),
+            "{:?}",
+            again.next
+        );
+        let mut off = Conversation::new(
+            "What is the email address of Lena Ortiz?",
+            &["python"],
+            LoopConfig {
+                hold_whole_maps: false,
+                ..LoopConfig::default()
+            },
+        );
+        let decision = final_result_of(&mut off, user);
+        assert!(
+            matches!(decision.next, Next::CheckResult { .. }),
+            "{:?}",
+            decision.next
         );
     }
 

@@ -334,6 +334,22 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": [42]})), &none);
             fed_back(&c)
         }),
+        ("feedback/whole_map", {
+            let mut c = Conversation::new(
+                "What is the email address of Lena Ortiz? Return it as a string.",
+                &["python"],
+                LoopConfig::default(),
+            );
+            c.on_reply(&reply(
+                "```python\nfinal_result(get_user(user_id=42))\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Ok(json!({"type": "final_result", "value": {"email": "lena@example.com", "name": "Lena Ortiz"}})),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/misread_data", {
             let mut c = Conversation::new(
                 "What is Lena Ortiz's email?",
