@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::answer_shape;
 use super::data_paths;
 use super::events::Event;
-use super::extract::{Extraction, extract_code};
+use super::extract::{self, Extraction, extract_code};
 use super::feedback;
 pub use super::outcome::Outcome;
 use super::script_notes;
@@ -610,11 +610,19 @@ impl Conversation {
         // The history keeps a reply cut to the reply limit: a model that writes
         // megabytes would otherwise resend them with every later request. The code
         // is still taken from the whole reply.
+        let only_text = matches!(response.content.as_slice(), [ContentBlock::Text { .. }]);
         let kept = if text.chars().count() > self.config.reply_limit {
             vec![crate::chat::ContentBlock::text(feedback::cut_middle(
                 &text,
                 self.config.reply_limit,
             ))]
+        } else if let Some(call) = extract::whole_reply_helper_call(&text).filter(|_| only_text) {
+            // A reply that is only a helper call runs as that script, and the
+            // history shows it in the card's fence: a model that sees its own
+            // unfenced reply goes on answering without fences, echoing the
+            // host's feedback into `error("…")` (the evaluation, CPython).
+            let tag = self.fence_tags.first().map_or("", String::as_str);
+            vec![ContentBlock::text(format!("```{tag}\n{call}\n```"))]
         } else {
             response.content.clone()
         };
@@ -2978,6 +2986,30 @@ Fn(\"f\")
             matches!(decision.next, Next::CheckResult { .. }),
             "{:?}",
             decision.next
+        );
+    }
+
+    #[test]
+    fn a_reply_that_is_only_a_helper_call_runs_and_stays_in_the_history_fenced() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default());
+        let decision = c.on_reply(&reply("final_result(2.2)"));
+        assert!(
+            matches!(decision.next, Next::RunScript { .. }),
+            "{:?}",
+            decision.next
+        );
+        let kept = c
+            .progress()
+            .messages
+            .last()
+            .expect("the reply is kept")
+            .joined_text();
+        assert_eq!(kept, "```python\nfinal_result(2.2)\n```");
+        c.on_reply(&reply("The answer:\nfinal_result(3)"));
+        let kept = c.progress().messages.last().expect("kept").joined_text();
+        assert_eq!(
+            kept, "The answer:\nfinal_result(3)",
+            "a reply that says more is kept as written"
         );
     }
 

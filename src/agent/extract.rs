@@ -70,6 +70,20 @@ fn is_language_label(line: &str, accepted: &[&str]) -> bool {
             .any(|name| name.eq_ignore_ascii_case(word))
 }
 
+/// The call a reply consists of and nothing else (`final_result(2.2)`, or
+/// `` `final_result(2.2)` ``), with no fenced block: the script the host runs
+/// for it, which the history then shows in a fence (see
+/// `Conversation::on_reply`).
+pub fn whole_reply_helper_call(reply: &str) -> Option<String> {
+    let trimmed = reply.trim();
+    if trimmed.contains("```") || trimmed.contains('\n') {
+        return None;
+    }
+    let unquoted = trimmed.trim_matches('`');
+    let call = bare_helper_call(unquoted)?;
+    (unquoted.strip_suffix(';').unwrap_or(unquoted) == call).then_some(call)
+}
+
 /// The last line of a reply without blocks, when it is a whole result-helper
 /// call: models often answer an observation with just `final_result(10.0)`.
 fn bare_helper_call(reply: &str) -> Option<String> {
@@ -271,6 +285,26 @@ mod tests {
             extract_code("The answer is `42`.", &["js"]),
             Extraction::NoCode
         );
+    }
+
+    #[test]
+    fn a_reply_that_is_nothing_but_a_helper_call_is_told_apart_from_one_that_says_more() {
+        assert_eq!(
+            whole_reply_helper_call(" final_result(2.2);\n").as_deref(),
+            Some("final_result(2.2)")
+        );
+        assert_eq!(
+            whole_reply_helper_call("`observation(x)`").as_deref(),
+            Some("observation(x)")
+        );
+        for reply in [
+            "The mean is 10.\nfinal_result(mean)",
+            "```python\nfinal_result(1)\n```",
+            "error(\"give up\")",
+            "final_result(1) and more",
+        ] {
+            assert_eq!(whole_reply_helper_call(reply), None, "{reply}");
+        }
     }
 
     #[test]
