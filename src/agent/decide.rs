@@ -12,6 +12,7 @@ use super::data_paths;
 use super::events::Event;
 use super::extract::{self, Extraction, extract_code};
 use super::feedback;
+use super::made_up_filters;
 pub use super::outcome::Outcome;
 use super::script_notes;
 use super::units;
@@ -103,6 +104,12 @@ pub struct LoopConfig {
     /// answered with the whole user) and does not ask for a map. Sent again,
     /// it is accepted. Default: true.
     pub hold_whole_maps: bool,
+    /// Whether a final result is held back once when its script's tool call
+    /// returned nothing (`[]`, `{}`, `""`, `null`) for its one argument, an
+    /// optional one whose value appears nowhere in what the model read (a
+    /// customer it made up): the feedback rewrites the line without it. Sent
+    /// again, it is accepted. Default: true.
+    pub hold_results_from_made_up_filters: bool,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
     /// returned (up to four distinct calls, each cut in the middle to this
@@ -156,6 +163,7 @@ impl Default for LoopConfig {
             hold_results_in_other_units: true,
             hold_ids_as_results: true,
             hold_whole_maps: true,
+            hold_results_from_made_up_filters: true,
         }
     }
 }
@@ -419,6 +427,9 @@ pub struct Conversation {
     /// Whether a final result was held back already as a whole map (once a
     /// run).
     held_whole_map: bool,
+    /// Whether a final result was held back already for a made-up filter
+    /// (once a run).
+    held_made_up_filter: bool,
     /// The templates of everything fed back.
     prompts: Prompts,
 }
@@ -439,6 +450,17 @@ fn ids_in(value: &Value) -> Option<Vec<i64>> {
         Value::Number(number) => number.as_i64().map(|id| vec![id]),
         Value::Array(items) if (1..=IDS_LISTED).contains(&items.len()) => {
             items.iter().map(Value::as_i64).collect()
+        }
+        _ => None,
+    }
+}
+
+/// A final result's value as JSON writes it when it is a number or a boolean
+/// (nothing a script can word), else none: for feedback that names it.
+fn number_or_bool(completion: &Value) -> Option<String> {
+    match ScriptOutput::read(completion.clone()) {
+        Ok(ScriptOutput::FinalResult { value, .. }) if value.is_number() || value.is_boolean() => {
+            Some(value.to_string())
         }
         _ => None,
     }
@@ -525,6 +547,7 @@ impl Conversation {
             ids_seen: Vec::new(),
             held_ids: false,
             held_whole_map: false,
+            held_made_up_filter: false,
             prompts: Prompts::default(),
         }
     }
@@ -911,6 +934,34 @@ impl Conversation {
             );
             let message = format!(
                 "the final result was held back: it is the ids `{tool}` returned, and the task does not ask for an id"
+            );
+            self.step_tool_results.clear();
+            let next = self.script_error(text, message.clone(), logs);
+            return (self.decide(next), ScriptOutput::Error { message });
+        }
+        if let Ok(value) = completion
+            && let Some(found) = self.made_up_filter_to_hold(&script, value)
+        {
+            let text = self.prompts.render(
+                "feedback/made_up_filter",
+                context! {
+                    value => number_or_bool(value),
+                    tool => &found.tool,
+                    argument => &found.argument,
+                    empty => found.empty,
+                    empty_word => match found.empty {
+                        "[]" => "an empty list",
+                        "{}" => "an empty map",
+                        "\"\"" => "an empty text",
+                        _ => "`null`",
+                    },
+                    line_number => found.rewritten.as_ref().map(|(n, _)| *n),
+                    line => found.rewritten.as_ref().map(|(_, line)| line.as_str()),
+                },
+            );
+            let message = format!(
+                "the final result was held back: `{}` returned {} for a `{}` found nowhere in the task",
+                found.tool, found.empty, found.argument
             );
             self.step_tool_results.clear();
             let next = self.script_error(text, message.clone(), logs);
@@ -1409,6 +1460,47 @@ impl Conversation {
         }
         self.held_ids = true;
         Some((value, tool.clone(), calls))
+    }
+
+    /// The made-up filter a final result is held back once for: see
+    /// [`LoopConfig::hold_results_from_made_up_filters`].
+    fn made_up_filter_to_hold(
+        &mut self,
+        script: &str,
+        value: &Value,
+    ) -> Option<made_up_filters::MadeUpFilter> {
+        if !self.config.hold_results_from_made_up_filters
+            || self.held_made_up_filter
+            || self.step_tool_results.is_empty()
+            || !matches!(
+                ScriptOutput::read(value.clone()),
+                Ok(ScriptOutput::FinalResult { .. })
+            )
+        {
+            return None;
+        }
+        let seen: Vec<String> = self
+            .progress
+            .messages
+            .iter()
+            .filter(|message| message.role != Role::Assistant)
+            .map(|message| message.joined_text())
+            .collect();
+        let helpers = script_notes::HELPERS.len();
+        let signatures: Vec<(String, String)> = self.provided_names[helpers..]
+            .iter()
+            .cloned()
+            .zip(self.tool_signatures.iter().cloned())
+            .collect();
+        let found = made_up_filters::made_up_filter(
+            script,
+            &self.step_tool_results,
+            &seen,
+            &signatures,
+            self.language(),
+        )?;
+        self.held_made_up_filter = true;
+        Some(found)
     }
 
     /// The key a whole-map final result is held back once for: see
@@ -3025,6 +3117,51 @@ Fn(\"f\")
         assert_eq!(
             kept, "The answer:\nfinal_result(3)",
             "a reply that says more is kept as written"
+        );
+    }
+
+    #[test]
+    fn a_count_from_an_empty_list_a_made_up_filter_gave_is_held_back_once_with_the_line_without_it()
+    {
+        let mut c = Conversation::new(
+            "How many orders have an amount above 20 euros? Return the count.",
+            &["rhai"],
+            LoopConfig::default(),
+        )
+        .with_tools([(
+            "list_orders".to_string(),
+            "list_orders(#{customer?: string})".to_string(),
+        )]);
+        let script = "let orders = list_orders(#{customer: \"John\"})\nlet count = 0\nfor o in orders { if o.amount > 20 { count += 1 } }\nfinal_result(count)";
+        let run = |c: &mut Conversation| {
+            c.on_reply(&reply(&format!("```rhai\n{script}\n```")));
+            c.note_tool_results(vec![seen(
+                "list_orders",
+                json!({"customer": "John"}),
+                json!([]),
+            )]);
+            c.on_completion(
+                &Ok(json!({"type": "final_result", "value": 0})),
+                &LogBuffer::new(10),
+            )
+            .0
+        };
+        let first = run(&mut c);
+        assert!(matches!(first.next, Next::CallModel), "{:?}", first.next);
+        let text = last_feedback(&c);
+        assert!(
+            text.contains("Your result 0 comes from an empty list: `list_orders` returned `[]` for the `customer` your script made up"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Leave `customer` out, it is optional: write line 1 as `let orders = list_orders(#{})`."),
+            "{text}"
+        );
+        let again = run(&mut c);
+        assert!(
+            matches!(again.next, Next::CheckResult { .. }),
+            "{:?}",
+            again.next
         );
     }
 

@@ -350,6 +350,28 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("feedback/made_up_filter", {
+            let mut c = Conversation::new(
+                "How many orders have an amount above 20 euros? Return the count.",
+                &["rhai"],
+                LoopConfig::default(),
+            )
+            .with_tools([(
+                "list_orders".to_string(),
+                "list_orders(#{customer?: string})".to_string(),
+            )]);
+            c.on_reply(&reply(
+                "```rhai\nlet orders = list_orders(#{customer: \"John\"})\nfinal_result(orders.len())\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                tool: "list_orders".to_string(),
+                args: json!({"customer": "John"}),
+                value: json!([]),
+            }]);
+            c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
+            fed_back(&c)
+        }),
         ("feedback/misread_data", {
             let mut c = Conversation::new(
                 "What is Lena Ortiz's email?",

@@ -196,6 +196,10 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "[42,43]", tool => "find_user", many => true, calls => vec!["tools.get_user({user_id: 42})", "tools.get_order({order_id: integer, full: boolean})"] },
     ]),
     builtin!("feedback/whole_map", || vec![context! { key => "email" },]),
+    builtin!("feedback/made_up_filter", || vec![
+        context! { value => "0", tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => 1, line => "let orders = list_orders(#{})" },
+        context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
+    ]),
     builtin!("feedback/misread_data", || vec![
         context! { kind => "number", name => "ids", item_of => None::<&str>, part => false, tool => "find_user", at => "ids[0]", number => "42", wanted => "email", id_tools => vec!["tools.get_user({user_id: integer})"] },
         context! { kind => "number", name => "user", item_of => None::<&str>, part => true, tool => "find_user", at => "user", number => "42", wanted => "email", id_tools => Vec::<&str>::new() },
