@@ -99,10 +99,12 @@ pub struct LoopConfig {
     /// and another tool takes one: the feedback writes the call with the id
     /// (`get_user(user_id=42)`). Sent again, it is accepted. Default: true.
     pub hold_ids_as_results: bool,
-    /// Whether a final result that is a whole map is held back once when the
+    /// Whether a final result that is a whole map a tool returned (the
+    /// result, or an item of a list it returned) is held back once when the
     /// task names exactly one of its keys ("What is the email of …?"
-    /// answered with the whole user) and does not ask for a map. Sent again,
-    /// it is accepted. Default: true.
+    /// answered with the whole user) and does not ask for a map. A map the
+    /// script built itself is its own answer. Sent again, it is accepted.
+    /// Default: true.
     pub hold_whole_maps: bool,
     /// Whether a final result is held back once when its script's tool call
     /// returned nothing (`[]`, `{}`, `""`, `null`) for its one argument, an
@@ -427,6 +429,9 @@ pub struct Conversation {
     /// Whether a final result was held back already as a whole map (once a
     /// run).
     held_whole_map: bool,
+    /// The maps the run's tools returned (results, and items of listed
+    /// results), at most [`RECORDS_KEPT`] of at most [`RECORD_BYTES`] each.
+    records_seen: Vec<Value>,
     /// Whether a final result was held back already for a made-up filter
     /// (once a run).
     held_made_up_filter: bool,
@@ -438,6 +443,11 @@ pub struct Conversation {
 /// [`LoopConfig::hold_results_in_other_units`]: a run past it is not checked
 /// against the later ones.
 const NUMBERS_KEPT: usize = 1_000;
+
+/// Maps from the run's tool results kept for [`LoopConfig::hold_whole_maps`],
+/// and the size (as JSON) past which one is not kept.
+const RECORDS_KEPT: usize = 200;
+const RECORD_BYTES: usize = 4_096;
 
 /// A list of more integers than this is not read as ids by
 /// [`LoopConfig::hold_ids_as_results`].
@@ -547,6 +557,7 @@ impl Conversation {
             ids_seen: Vec::new(),
             held_ids: false,
             held_whole_map: false,
+            records_seen: Vec::new(),
             held_made_up_filter: false,
             prompts: Prompts::default(),
         }
@@ -824,6 +835,19 @@ impl Conversation {
     /// [`on_completion`](Self::on_completion).
     pub fn note_tool_results(&mut self, results: Vec<feedback::ToolResultSeen>) {
         for result in &results {
+            let maps: Vec<&Value> = match &result.value {
+                Value::Object(_) => vec![&result.value],
+                Value::Array(items) => items.iter().filter(|item| item.is_object()).collect(),
+                _ => Vec::new(),
+            };
+            for map in maps {
+                if self.records_seen.len() < RECORDS_KEPT
+                    && map.to_string().len() <= RECORD_BYTES
+                    && !self.records_seen.contains(map)
+                {
+                    self.records_seen.push(map.clone());
+                }
+            }
             if ids_in(&result.value).is_some() && self.ids_seen.len() < NUMBERS_KEPT {
                 self.ids_seen
                     .push((result.tool.clone(), result.value.clone()));
@@ -1512,6 +1536,9 @@ impl Conversation {
         let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
             return None;
         };
+        if !self.records_seen.contains(&value) {
+            return None;
+        }
         let key = answer_shape::asked_key(&self.turn_task()?, &value)?;
         self.held_whole_map = true;
         Some(key)
@@ -3067,6 +3094,13 @@ Fn(\"f\")
             &["python"],
             LoopConfig::default(),
         );
+        c.note_tool_results(vec![seen("get_user", json!({"user_id": 42}), user.clone())]);
+        let built = final_result_of(&mut c, json!({"email": "l@example.com", "name": "L"}));
+        assert!(
+            matches!(built.next, Next::CheckResult { .. }),
+            "a map the script built is its own answer: {:?}",
+            built.next
+        );
         let first = final_result_of(&mut c, user.clone());
         assert!(matches!(first.next, Next::CallModel), "{:?}", first.next);
         let text = last_feedback(&c);
@@ -3088,6 +3122,7 @@ Fn(\"f\")
                 ..LoopConfig::default()
             },
         );
+        off.note_tool_results(vec![seen("get_user", json!({"user_id": 42}), user.clone())]);
         let decision = final_result_of(&mut off, user);
         assert!(
             matches!(decision.next, Next::CheckResult { .. }),

@@ -344,6 +344,11 @@ fn sections() -> Vec<(&'static str, String)> {
                 "```python\nfinal_result(get_user(user_id=42))\n```",
                 StopReason::EndTurn,
             ));
+            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                tool: "get_user".to_string(),
+                args: json!({"user_id": 42}),
+                value: json!({"email": "lena@example.com", "name": "Lena Ortiz"}),
+            }]);
             c.on_completion(
                 &Ok(json!({"type": "final_result", "value": {"email": "lena@example.com", "name": "Lena Ortiz"}})),
                 &none,
