@@ -792,21 +792,6 @@ impl Conversation {
             if !removed.is_empty() {
                 code = kept;
             }
-            // An import of a network module fails the whole script on its
-            // first line, and the model sent it again after being told to
-            // delete it: the host runs the script without it.
-            let (kept, imports) = script_notes::without_network_imports(&code);
-            if !imports.is_empty() {
-                let tools = &self.provided_names[helpers..];
-                for module in &imports {
-                    let note = self.prompts.render(
-                        "notes/import_removed",
-                        context! { module => module, tools => tools },
-                    );
-                    self.pending_notes.push(note);
-                }
-                code = kept;
-            }
         }
         for name in script_notes::redefined_names(&code, &self.provided_names) {
             let index = self

@@ -548,19 +548,6 @@ fn sections() -> Vec<(&'static str, String)> {
             python.on_completion(&Ok(json!({"type": "observation", "value": 4})), &none);
             fed_back(&python)
         }),
-        ("notes/import_removed", {
-            let mut python = Conversation::new("task", &["python"], LoopConfig::default())
-                .with_tools([(
-                    "get_weather".to_string(),
-                    "get_weather(city=string)".to_string(),
-                )]);
-            python.on_reply(&reply(
-                "```python\nimport requests\nobservation(get_weather(city=\"Oslo\"))\n```",
-                StopReason::EndTurn,
-            ));
-            python.on_completion(&Ok(json!({"type": "observation", "value": 4})), &none);
-            fed_back(&python)
-        }),
         (
             "notes/cut_off_after_code",
             after_script(

@@ -243,58 +243,6 @@ pub fn without_python_defs(script: &str, names: &[&str]) -> (String, Vec<String>
     (kept.join("\n"), removed)
 }
 
-/// Python modules for the network, which no sandbox here has and none could
-/// use (there is no network): a script importing one fails on its first line.
-const NETWORK_MODULES: &[&str] = &[
-    "requests",
-    "httpx",
-    "aiohttp",
-    "urllib3",
-    "bs4",
-    "selenium",
-    "websocket",
-    "websockets",
-];
-
-/// `script` (Python) with each line that only imports a network module
-/// (`import requests`, `import httpx as h`, `from bs4 import BeautifulSoup`)
-/// made a `pass` at its indentation (so a block it was alone in still parses),
-/// and the modules so taken out. A line importing anything else too is kept.
-pub fn without_network_imports(script: &str) -> (String, Vec<String>) {
-    let mut removed: Vec<String> = Vec::new();
-    let lines: Vec<String> = script
-        .lines()
-        .map(|line| {
-            let trimmed = line.trim_start();
-            let indent = &line[..line.len() - trimmed.len()];
-            let module = trimmed
-                .strip_prefix("import ")
-                .map(|rest| rest.split(" as ").next().unwrap_or(rest))
-                .or_else(|| {
-                    trimmed
-                        .strip_prefix("from ")
-                        .and_then(|rest| rest.split(" import ").next())
-                })
-                .map(str::trim)
-                .filter(|module| !module.contains(','));
-            let network = module.filter(|module| {
-                NETWORK_MODULES.contains(&module.split('.').next().unwrap_or(module))
-            });
-            match network {
-                Some(module) => {
-                    let package = module.split('.').next().unwrap_or(module).to_string();
-                    if !removed.contains(&package) {
-                        removed.push(package);
-                    }
-                    format!("{indent}pass")
-                }
-                None => line.to_string(),
-            }
-        })
-        .collect();
-    (lines.join("\n"), removed)
-}
-
 /// Whether a short piece of a script can stand in the host's own words, quoted as
 /// code: at most 60 characters of names, numbers, operators, brackets, dots,
 /// commas, `=` and quotes, with no two words side by side (so it cannot carry a
@@ -1014,22 +962,6 @@ mod tests {
         ] {
             assert!(!takes_an_id(signature), "{signature}");
         }
-    }
-
-    #[test]
-    fn a_network_modules_import_becomes_a_pass_and_other_imports_stay() {
-        let script = "import requests\nimport json\ntry:\n    from bs4 import BeautifulSoup\nexcept ImportError:\n    pass\nimport httpx as h\nimport os, requests";
-        let (kept, removed) = without_network_imports(script);
-        assert_eq!(
-            kept,
-            "pass\nimport json\ntry:\n    pass\nexcept ImportError:\n    pass\npass\nimport os, requests"
-        );
-        assert_eq!(removed, ["requests", "bs4", "httpx"]);
-        let (kept, removed) = without_network_imports("import requests_cache\nx = 1");
-        assert_eq!(
-            (kept.as_str(), removed.len()),
-            ("import requests_cache\nx = 1", 0)
-        );
     }
 
     #[test]

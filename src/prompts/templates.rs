@@ -272,10 +272,6 @@ static BUILTINS: &[Builtin] = &[
     builtin!("reply/no_code", || vec![context! { fence => "rhai" }]),
     builtin!("notes/cut_off_after_code", || vec![context! {}]),
     builtin!("notes/stub_removed", || vec![context! { name => "add" }]),
-    builtin!("notes/import_removed", || vec![
-        context! { module => "requests", tools => vec!["get_weather"] },
-        context! { module => "httpx", tools => Vec::<&str>::new() },
-    ]),
     builtin!("notes/redefined", || vec![
         context! { name => "add", signature => "add(a, b)" },
         context! { name => "final_result", signature => None::<&str> },
