@@ -7,21 +7,20 @@ use codeact_runtime::LogBuffer;
 use minijinja::context;
 use serde_json::Value;
 
-use super::answer_shape;
 use super::data_paths;
 use super::events::Event;
 use super::extract::{self, Extraction, extract_code};
 use super::feedback;
-use super::made_up_filters;
 pub use super::outcome::Outcome;
 use super::script_notes;
-use super::units;
 use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
 use crate::output::final_output::DEFAULT_CONTENT_CAP;
 use crate::output::script_output::{Malformed, NotAnOutput, ScriptOutput};
 use crate::output::spec::{Check, refusal_text};
 use crate::prompts::Prompts;
 use codeact_runtime::ScriptError;
+
+mod holds;
 
 /// The loop's rules, with their defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -415,14 +414,14 @@ pub struct Conversation {
     held_unfounded: bool,
     /// The tools' descriptions, by name, for the units they name.
     tool_descriptions: Vec<(String, String)>,
-    /// Numbers the run's tools returned (at most [`NUMBERS_KEPT`]), for a final
+    /// Numbers the run's tools returned (at most [`holds::NUMBERS_KEPT`]), for a final
     /// result that is one of them in another unit than the task asks for.
-    numbers_seen: Vec<units::NumberSeen>,
+    numbers_seen: Vec<super::units::NumberSeen>,
     /// Whether a final result was held back already as in another unit (once
     /// a run).
     held_other_unit: bool,
     /// The run's tool results that are ids (an integer, or a list of at most
-    /// [`IDS_LISTED`]), by tool, at most [`NUMBERS_KEPT`].
+    /// [`holds::IDS_LISTED`]), by tool, at most [`holds::NUMBERS_KEPT`].
     ids_seen: Vec<(String, Value)>,
     /// Whether a final result was held back already as ids (once a run).
     held_ids: bool,
@@ -430,50 +429,14 @@ pub struct Conversation {
     /// run).
     held_whole_map: bool,
     /// The maps the run's tools returned (results, and items of listed
-    /// results), at most [`RECORDS_KEPT`] of at most [`RECORD_BYTES`] each.
+    /// results), at most [`holds::RECORDS_KEPT`] of at most
+    /// [`holds::RECORD_BYTES`] each.
     records_seen: Vec<Value>,
     /// Whether a final result was held back already for a made-up filter
     /// (once a run).
     held_made_up_filter: bool,
     /// The templates of everything fed back.
     prompts: Prompts,
-}
-
-/// Numbers from the run's tool results kept for
-/// [`LoopConfig::hold_results_in_other_units`]: a run past it is not checked
-/// against the later ones.
-const NUMBERS_KEPT: usize = 1_000;
-
-/// Maps from the run's tool results kept for [`LoopConfig::hold_whole_maps`],
-/// and the size (as JSON) past which one is not kept.
-const RECORDS_KEPT: usize = 200;
-const RECORD_BYTES: usize = 4_096;
-
-/// A list of more integers than this is not read as ids by
-/// [`LoopConfig::hold_ids_as_results`].
-const IDS_LISTED: usize = 10;
-
-/// The integers of a value that may be ids: an integer, or a list of 1 to
-/// [`IDS_LISTED`] integers.
-fn ids_in(value: &Value) -> Option<Vec<i64>> {
-    match value {
-        Value::Number(number) => number.as_i64().map(|id| vec![id]),
-        Value::Array(items) if (1..=IDS_LISTED).contains(&items.len()) => {
-            items.iter().map(Value::as_i64).collect()
-        }
-        _ => None,
-    }
-}
-
-/// A final result's value as JSON writes it when it is a number or a boolean
-/// (nothing a script can word), else none: for feedback that names it.
-fn number_or_bool(completion: &Value) -> Option<String> {
-    match ScriptOutput::read(completion.clone()) {
-        Ok(ScriptOutput::FinalResult { value, .. }) if value.is_number() || value.is_boolean() => {
-            Some(value.to_string())
-        }
-        _ => None,
-    }
 }
 
 /// How a reply was read: a step to take, or an error of the reply itself (its
@@ -819,31 +782,7 @@ impl Conversation {
     /// ([`LoopConfig::tool_results_on_error`]). Call before
     /// [`on_completion`](Self::on_completion).
     pub fn note_tool_results(&mut self, results: Vec<feedback::ToolResultSeen>) {
-        for result in &results {
-            let maps: Vec<&Value> = match &result.value {
-                Value::Object(_) => vec![&result.value],
-                Value::Array(items) => items.iter().filter(|item| item.is_object()).collect(),
-                _ => Vec::new(),
-            };
-            for map in maps {
-                if self.records_seen.len() < RECORDS_KEPT
-                    && map.to_string().len() <= RECORD_BYTES
-                    && !self.records_seen.contains(map)
-                {
-                    self.records_seen.push(map.clone());
-                }
-            }
-            if ids_in(&result.value).is_some() && self.ids_seen.len() < NUMBERS_KEPT {
-                self.ids_seen
-                    .push((result.tool.clone(), result.value.clone()));
-            }
-            let room = NUMBERS_KEPT.saturating_sub(self.numbers_seen.len());
-            self.numbers_seen.extend(
-                units::numbers_of(&result.tool, &result.value)
-                    .into_iter()
-                    .take(room),
-            );
-        }
+        self.remember_results(&results);
         self.step_tool_results = results;
     }
 
@@ -875,119 +814,9 @@ impl Conversation {
         let limit = self.config.feedback_limit;
         let script = self.current_script.clone().unwrap_or_default();
         if let Ok(value) = completion
-            && let Some(pitfall) = self.pitfall_to_hold(&script, value)
+            && let Some(held) = self.held_back(&script, value, logs)
         {
-            let text = self.prompts.render(
-                "feedback/pitfall",
-                context! { line_number => pitfall.line, account => &pitfall.account },
-            );
-            let message = format!("the final result was held back: {}", pitfall.account);
-            let next = self.script_error(text, message.clone(), logs);
-            return (self.decide(next), ScriptOutput::Error { message });
-        }
-        if let Ok(value) = completion
-            && let Some(words) = self.unfounded_words(&script, value)
-        {
-            let text = self.prompts.render(
-                "feedback/unfounded_result",
-                context! { signatures => &self.tool_signatures },
-            );
-            let message = format!(
-                "the final result was held back: no tool was called, and it holds words found nowhere in the conversation ({})",
-                words.join(", ")
-            );
-            let next = self.script_error(text, message.clone(), logs);
-            return (self.decide(next), ScriptOutput::Error { message });
-        }
-        if let Ok(value) = completion
-            && let Some((number, found)) = self.other_unit_to_hold(value)
-        {
-            let converters: Vec<&str> = self
-                .tool_descriptions
-                .iter()
-                .filter(|(name, description)| {
-                    *name != found.tool
-                        && (name.to_lowercase().contains("convert")
-                            || description.to_lowercase().contains("convert"))
-                })
-                .filter_map(|(name, _)| self.signature_of(name))
-                .collect();
-            let text = self.prompts.render(
-                "feedback/other_unit",
-                context! {
-                    value => number.to_string(),
-                    tool => &found.tool,
-                    given => found.given.name,
-                    asked => found.asked.name,
-                    from_code => found.given.code.unwrap_or_default(),
-                    to_code => found.asked.code.unwrap_or_default(),
-                    converters => converters,
-                },
-            );
-            let message = format!(
-                "the final result was held back: it is what `{}` returned, in {}, and the task asks for {}",
-                found.tool, found.given.name, found.asked.name
-            );
-            // The tools' data is not in question here: only its unit.
-            self.step_tool_results.clear();
-            let next = self.script_error(text, message.clone(), logs);
-            return (self.decide(next), ScriptOutput::Error { message });
-        }
-        if let Ok(value) = completion
-            && let Some((number, tool, calls)) = self.ids_to_hold(value)
-        {
-            let many = ids_in(&number).is_some_and(|ids| ids.len() > 1);
-            let text = self.prompts.render(
-                "feedback/ids_as_result",
-                context! { value => number.to_string(), tool => &tool, many, calls },
-            );
-            let message = format!(
-                "the final result was held back: it is the ids `{tool}` returned, and the task does not ask for an id"
-            );
-            self.step_tool_results.clear();
-            let next = self.script_error(text, message.clone(), logs);
-            return (self.decide(next), ScriptOutput::Error { message });
-        }
-        if let Ok(value) = completion
-            && let Some(found) = self.made_up_filter_to_hold(&script, value)
-        {
-            let text = self.prompts.render(
-                "feedback/made_up_filter",
-                context! {
-                    value => number_or_bool(value),
-                    tool => &found.tool,
-                    argument => &found.argument,
-                    empty => found.empty,
-                    empty_word => match found.empty {
-                        "[]" => "an empty list",
-                        "{}" => "an empty map",
-                        "\"\"" => "an empty text",
-                        _ => "`null`",
-                    },
-                    line_number => found.rewritten.as_ref().map(|(n, _)| *n),
-                    line => found.rewritten.as_ref().map(|(_, line)| line.as_str()),
-                },
-            );
-            let message = format!(
-                "the final result was held back: `{}` returned {} for a `{}` found nowhere in the task",
-                found.tool, found.empty, found.argument
-            );
-            self.step_tool_results.clear();
-            let next = self.script_error(text, message.clone(), logs);
-            return (self.decide(next), ScriptOutput::Error { message });
-        }
-        if let Ok(value) = completion
-            && let Some(key) = self.asked_key_to_hold(value)
-        {
-            let text = self
-                .prompts
-                .render("feedback/whole_map", context! { key => &key });
-            let message = format!(
-                "the final result was held back: it is a whole map, and the task asks only for its `{key}`"
-            );
-            self.step_tool_results.clear();
-            let next = self.script_error(text, message.clone(), logs);
-            return (self.decide(next), ScriptOutput::Error { message });
+            return held;
         }
         let (next, output) = match completion {
             Ok(Value::Null) | Err(ScriptError::NoValue { .. }) => {
@@ -1383,208 +1212,6 @@ impl Conversation {
         self.last_error_feedback = Some(text.clone());
         self.push_feedback(text);
         self.last_error = Some(message.to_string());
-    }
-
-    /// The words of a final result found nowhere in the conversation but typed
-    /// into the `script` itself, when the result is to be held back as
-    /// unfounded: see [`LoopConfig::hold_unfounded_results`]. Only words of its
-    /// strings count (numbers are computed), and only words the script wrote
-    /// (a word it computed, `"tcaedoc"` from `"codeact"`, is not invented
-    /// data). Not with the file tools: Python's `open` reads the working
-    /// directory without a tool call. At most five are returned, for the error
-    /// event.
-    fn unfounded_words(&mut self, script: &str, value: &Value) -> Option<Vec<String>> {
-        if !self.config.hold_unfounded_results
-            || self.held_unfounded
-            || self.tool_signatures.is_empty()
-            || self.tool_calls_made > 0
-            || self
-                .provided_names
-                .iter()
-                .any(|name| name == crate::files::READ_TEXT_TOOL)
-        {
-            return None;
-        }
-        let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
-            return None;
-        };
-        let seen: String = self
-            .progress
-            .messages
-            .iter()
-            .filter(|message| message.role != Role::Assistant)
-            .map(|message| message.joined_text().to_lowercase())
-            .collect::<Vec<_>>()
-            .join("\n");
-        let typed = script.to_lowercase();
-        let words: Vec<String> = script_notes::unseen_words(&value, &seen)
-            .into_iter()
-            .filter(|word| typed.contains(word.as_str()))
-            .collect();
-        if words.is_empty() {
-            return None;
-        }
-        self.held_unfounded = true;
-        Some(words.into_iter().take(5).collect())
-    }
-
-    /// A final result to hold back once as ids (see
-    /// [`LoopConfig::hold_ids_as_results`]): the result, the tool that returned
-    /// it, and the calls of the tools that take an id, with the first id put
-    /// in where the tool has no other argument.
-    fn ids_to_hold(&mut self, value: &Value) -> Option<(Value, String, Vec<String>)> {
-        if !self.config.hold_ids_as_results || self.held_ids {
-            return None;
-        }
-        let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
-            return None;
-        };
-        let first_id = *ids_in(&value)?.first()?;
-        let (tool, _) = self.ids_seen.iter().find(|(_, seen)| *seen == value)?;
-        let names_ids = |text: &str| {
-            text.to_lowercase()
-                .split(|c: char| !c.is_alphanumeric())
-                .any(|word| matches!(word, "id" | "ids" | "identifier" | "identifiers"))
-        };
-        // The tool must say it returns ids: a count or a price is no id.
-        let described = self
-            .tool_descriptions
-            .iter()
-            .any(|(name, description)| name == tool && names_ids(description));
-        let task = self.turn_task()?;
-        if !described || names_ids(&task) {
-            return None;
-        }
-        let helpers = script_notes::HELPERS.len();
-        let calls: Vec<String> = self.provided_names[helpers..]
-            .iter()
-            .zip(&self.tool_signatures)
-            .filter(|(name, signature)| *name != tool && script_notes::takes_an_id(signature))
-            .map(|(_, signature)| {
-                script_notes::call_with_id(signature, first_id).unwrap_or_else(|| signature.clone())
-            })
-            .collect();
-        if calls.is_empty() {
-            return None;
-        }
-        self.held_ids = true;
-        Some((value, tool.clone(), calls))
-    }
-
-    /// The made-up filter a final result is held back once for: see
-    /// [`LoopConfig::hold_results_from_made_up_filters`].
-    fn made_up_filter_to_hold(
-        &mut self,
-        script: &str,
-        value: &Value,
-    ) -> Option<made_up_filters::MadeUpFilter> {
-        if !self.config.hold_results_from_made_up_filters
-            || self.held_made_up_filter
-            || self.step_tool_results.is_empty()
-            || !matches!(
-                ScriptOutput::read(value.clone()),
-                Ok(ScriptOutput::FinalResult { .. })
-            )
-        {
-            return None;
-        }
-        let seen: Vec<String> = self
-            .progress
-            .messages
-            .iter()
-            .filter(|message| message.role != Role::Assistant)
-            .map(|message| message.joined_text())
-            .collect();
-        let helpers = script_notes::HELPERS.len();
-        let signatures: Vec<(String, String)> = self.provided_names[helpers..]
-            .iter()
-            .cloned()
-            .zip(self.tool_signatures.iter().cloned())
-            .collect();
-        let found = made_up_filters::made_up_filter(
-            script,
-            &self.step_tool_results,
-            &seen,
-            &signatures,
-            self.language(),
-        )?;
-        self.held_made_up_filter = true;
-        Some(found)
-    }
-
-    /// The key a whole-map final result is held back once for: see
-    /// [`LoopConfig::hold_whole_maps`].
-    fn asked_key_to_hold(&mut self, value: &Value) -> Option<String> {
-        if !self.config.hold_whole_maps || self.held_whole_map {
-            return None;
-        }
-        let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
-            return None;
-        };
-        if !self.records_seen.contains(&value) {
-            return None;
-        }
-        let key = answer_shape::asked_key(&self.turn_task()?, &value)?;
-        self.held_whole_map = true;
-        Some(key)
-    }
-
-    /// The message that started the run, or the chat turn: the task the
-    /// result answers.
-    fn turn_task(&self) -> Option<String> {
-        let at = self.progress.turn_starts.last().copied().unwrap_or(0);
-        self.progress.messages.get(at).map(Message::joined_text)
-    }
-
-    /// The signature the card shows for the tool `name`.
-    fn signature_of(&self, name: &str) -> Option<&str> {
-        let helpers = script_notes::HELPERS.len();
-        self.provided_names[helpers..]
-            .iter()
-            .position(|tool| tool == name)
-            .map(|index| self.tool_signatures[index].as_str())
-    }
-
-    /// A final result (with its number) to hold back once as a tool's number
-    /// in another unit than the task asks for: see
-    /// [`LoopConfig::hold_results_in_other_units`]. The task is the message
-    /// that started the run, or the chat turn.
-    fn other_unit_to_hold(&mut self, value: &Value) -> Option<(Value, units::OtherUnit)> {
-        if !self.config.hold_results_in_other_units || self.held_other_unit {
-            return None;
-        }
-        let Ok(ScriptOutput::FinalResult { value, .. }) = ScriptOutput::read(value.clone()) else {
-            return None;
-        };
-        let task = self.turn_task()?;
-        let found = units::other_unit(&task, &value, &self.numbers_seen, &self.tool_descriptions)?;
-        self.held_other_unit = true;
-        Some((value, found))
-    }
-
-    /// The first Rhai pitfall of a Rhai script that ended with a final result,
-    /// unless a result was held back for it already (then it is taken to be
-    /// meant): the result is held back once, as an error naming it, since a
-    /// small model repeats its script after any gentler note.
-    fn pitfall_to_hold(
-        &mut self,
-        script: &str,
-        value: &Value,
-    ) -> Option<script_notes::RhaiPitfall> {
-        if !self.config.hold_rhai_pitfalls
-            || self.fence_tags.first().map(String::as_str) != Some("rhai")
-            || !matches!(
-                ScriptOutput::read(value.clone()),
-                Ok(ScriptOutput::FinalResult { .. })
-            )
-        {
-            return None;
-        }
-        let pitfall = script_notes::rhai_pitfalls(script)
-            .into_iter()
-            .find(|p| !self.flagged_pitfalls.contains(&p.written))?;
-        self.flagged_pitfalls.push(pitfall.written.clone());
-        Some(pitfall)
     }
 
     /// Puts before "Fix the script" (after the error, its line and the tool
