@@ -435,6 +435,9 @@ pub struct Conversation {
     /// Whether a final result was held back already for a made-up filter
     /// (once a run).
     held_made_up_filter: bool,
+    /// Sections for the feedback of the step in progress that go last, just
+    /// before "Fix the script", where a small model acts on them.
+    closing_sections: Vec<String>,
     /// The templates of everything fed back.
     prompts: Prompts,
 }
@@ -522,6 +525,7 @@ impl Conversation {
             held_whole_map: false,
             records_seen: Vec::new(),
             held_made_up_filter: false,
+            closing_sections: Vec::new(),
             prompts: Prompts::default(),
         }
     }
@@ -897,15 +901,22 @@ impl Conversation {
                         text,
                         meant.as_deref().unwrap_or("array"),
                     )
-                    .map(|(name, example)| (name, meant.clone(), example))
                 });
+                // Said last, just before "Fix the script": placed above the
+                // tool results, the model sent the same script again.
+                if let Some((method, example)) = &bare_method {
+                    let section = self.prompts.render(
+                        "feedback/bare_method",
+                        context! { method => method, array => &meant, example => example },
+                    );
+                    self.closing_sections.push(section);
+                }
                 let hints = feedback::ErrorHints {
                     line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
                     values,
                     undefined_name: script_notes::undefined_name(message).is_some()
                         && unit_call.is_none()
                         && bare_method.is_none(),
-                    bare_method,
                     called_on_unit: unit_call.map(|name| {
                         let method = line
                             .as_ref()
@@ -1195,6 +1206,9 @@ impl Conversation {
         self.show_tool_results(&mut text, &results);
         self.account_for_failed_calls(&mut text, message, script.as_deref(), &failed, &results);
         self.account_for_misread_data(&mut text, message, script.as_deref(), &results);
+        for section in std::mem::take(&mut self.closing_sections) {
+            self.insert_before_fix_it(&mut text, &section);
+        }
         self.repeated = false;
         if let (Some(script), Some(failed)) = (&script, &self.failed_script)
             && script_notes::same_script(script, failed)
@@ -2695,6 +2709,13 @@ Fn(\"f\")
         assert!(
             !text.contains("does not exist in this session"),
             "the method exists: {text}"
+        );
+        let said = text.find("`reduce` is a method").expect("said");
+        assert!(
+            text.find("`list_orders` returned")
+                .is_some_and(|results| results < said)
+                && text[said..].contains("Fix the script"),
+            "said last, after the tool results and before the request to fix: {text}"
         );
     }
 

@@ -138,11 +138,6 @@ pub struct ErrorHints<'a> {
     /// The error is an index one past an array's end or further: the index and
     /// the array's length, as the engine gave them (digits only).
     pub out_of_bounds: Option<(u64, u64)>,
-    /// Rhai: a method of arrays called without its array, the array the
-    /// script most likely meant (a name set from a tool's list, if one), and
-    /// the failing line rewritten to call it on that array when it can be
-    /// quoted (see `script_notes::bare_array_method`).
-    pub bare_method: Option<(String, Option<String>, Option<String>)>,
     /// The error is about an import: the host's tools, to use instead.
     pub import: Option<&'a [String]>,
     /// The line the error points at only loads a module, so deleting it is the
@@ -198,9 +193,6 @@ pub fn error_at(
             condition_negated => hints.unit_condition.as_ref().and_then(|c| c.as_ref()).is_some_and(|(_, _, negated)| *negated),
             index => hints.out_of_bounds.map(|(index, _)| index),
             length => hints.out_of_bounds.map(|(_, length)| length),
-            bare_method => hints.bare_method.as_ref().map(|(name, _, _)| name.as_str()),
-            method_array => hints.bare_method.as_ref().and_then(|(_, array, _)| array.as_deref()),
-            method_example => hints.bare_method.as_ref().and_then(|(_, _, example)| example.as_deref()),
             imports => hints.import.is_some(),
             import_line => hints.import.is_some() && hints.import_line && hints.line.is_some(),
             tools => hints.import.unwrap_or_default(),

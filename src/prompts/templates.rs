@@ -109,9 +109,6 @@ static BUILTINS: &[Builtin] = &[
             condition_negated => true,
             index => 14,
             length => 14,
-            bare_method => "reduce",
-            method_array => "orders",
-            method_example => "let total = orders.reduce(...)",
             imports => true,
             import_line => true,
             tools => vec!["add"],
@@ -132,9 +129,6 @@ static BUILTINS: &[Builtin] = &[
             condition_negated => false,
             index => None::<u64>,
             length => None::<u64>,
-            bare_method => None::<&str>,
-            method_array => None::<&str>,
-            method_example => None::<&str>,
             imports => true,
             import_line => false,
             tools => Vec::<&str>::new(),
@@ -199,6 +193,10 @@ static BUILTINS: &[Builtin] = &[
     builtin!("feedback/made_up_filter", || vec![
         context! { value => "0", tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => 1, line => "let orders = list_orders(#{})" },
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
+    ]),
+    builtin!("feedback/bare_method", || vec![
+        context! { method => "reduce", array => "orders", example => "let total = orders.reduce(...)" },
+        context! { method => "map", array => None::<&str>, example => None::<&str> },
     ]),
     builtin!("feedback/misread_data", || vec![
         context! { kind => "number", name => "ids", item_of => None::<&str>, part => false, tool => "find_user", at => "ids[0]", number => "42", wanted => "email", id_tools => vec!["tools.get_user({user_id: integer})"] },
