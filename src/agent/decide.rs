@@ -1228,6 +1228,17 @@ impl Conversation {
         self.last_error = Some(message.to_string());
     }
 
+    /// The texts of the conversation the model did not write (the task, the
+    /// host's feedback with what it quotes): where a value it passes or
+    /// answers with could have come from.
+    fn texts_the_model_read(&self) -> impl Iterator<Item = String> + '_ {
+        self.progress
+            .messages
+            .iter()
+            .filter(|message| message.role != Role::Assistant)
+            .map(Message::joined_text)
+    }
+
     /// Puts before "Fix the script" (after the error, its line and the tool
     /// results) what was wrong with the arguments of the calls the tools failed:
     /// required ones left out, or else values made up (found nowhere in the
@@ -1259,11 +1270,7 @@ impl Conversation {
             return;
         }
         let seen: Vec<String> = self
-            .progress
-            .messages
-            .iter()
-            .filter(|message| message.role != Role::Assistant)
-            .map(|message| message.joined_text())
+            .texts_the_model_read()
             .chain(results.iter().map(|result| match &result.value {
                 Value::String(text) => text.clone(),
                 other => other.to_string(),

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{Conversation, Decision};
 use crate::agent::{answer_shape, feedback, made_up_filters, script_notes, units};
-use crate::chat::{Message, Role};
+use crate::chat::Message;
 use crate::output::script_output::ScriptOutput;
 
 /// Numbers from the run's tool results kept for
@@ -261,11 +261,8 @@ impl Conversation {
             return None;
         }
         let seen: String = self
-            .progress
-            .messages
-            .iter()
-            .filter(|message| message.role != Role::Assistant)
-            .map(|message| message.joined_text().to_lowercase())
+            .texts_the_model_read()
+            .map(|text| text.to_lowercase())
             .collect::<Vec<_>>()
             .join("\n");
         let typed = script.to_lowercase();
@@ -343,13 +340,7 @@ impl Conversation {
         {
             return None;
         }
-        let seen: Vec<String> = self
-            .progress
-            .messages
-            .iter()
-            .filter(|message| message.role != Role::Assistant)
-            .map(|message| message.joined_text())
-            .collect();
+        let seen: Vec<String> = self.texts_the_model_read().collect();
         let helpers = script_notes::HELPERS.len();
         let signatures: Vec<(String, String)> = self.provided_names[helpers..]
             .iter()
