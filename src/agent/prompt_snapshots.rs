@@ -377,6 +377,26 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
             fed_back(&c)
         }),
+        ("feedback/bare_method", {
+            let mut c =
+                Conversation::new("Total of mia's orders?", &["rhai"], LoopConfig::default());
+            c.on_reply(&reply(
+                "```rhai\nlet orders = list_orders(#{customer: \"mia\"})\nlet total = reduce(|sum, order| sum + order.amount, 0)\nfinal_result(total)\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                tool: "list_orders".to_string(),
+                args: json!({"customer": "mia"}),
+                value: json!([{"amount": 23.5}]),
+            }]);
+            c.on_completion(
+                &Err(thrown(
+                    "Function not found: reduce (Fn, i64) (line 2, position 13)",
+                )),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/misread_data", {
             let mut c = Conversation::new(
                 "What is Lena Ortiz's email?",
