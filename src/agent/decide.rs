@@ -890,10 +890,15 @@ impl Conversation {
                     ScriptError::Thrown { values, .. } if line.is_some() => values.as_slice(),
                     _ => &[],
                 };
-                let lists = data_paths::list_names(&script, &self.step_tool_results);
-                let meant = match lists.as_slice() {
-                    [only] => Some(only.clone()),
-                    _ => None,
+                // The scripts' lists are looked for only for a missing
+                // function, the one error the bare-method hint answers.
+                let meant = if message.contains("Function not found: ") {
+                    match data_paths::list_names(&script, &self.step_tool_results).as_slice() {
+                        [only] => Some(only.clone()),
+                        _ => None,
+                    }
+                } else {
+                    None
                 };
                 let bare_method = line.as_ref().and_then(|(_, text)| {
                     script_notes::bare_array_method(
@@ -1226,6 +1231,14 @@ impl Conversation {
         self.last_error_feedback = Some(text.clone());
         self.push_feedback(text);
         self.last_error = Some(message.to_string());
+    }
+
+    /// The host's tools, by name, with the signature the card shows for each.
+    fn tools(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.provided_names[script_notes::HELPERS.len()..]
+            .iter()
+            .zip(&self.tool_signatures)
+            .map(|(name, signature)| (name.as_str(), signature.as_str()))
     }
 
     /// The texts of the conversation the model did not write (the task, the

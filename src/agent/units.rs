@@ -159,20 +159,25 @@ const TEXT_READ: usize = 4_000;
 /// The units `text` names, each once, in the order of [`UNITS`]. Spellings
 /// match whole words (`eur` not in `europe`), longest first, so `canadian
 /// dollars` is not also read as US dollars.
-pub fn named_in(text: &str) -> Vec<&'static Unit> {
-    let mut text: String = text
-        .chars()
-        .take(TEXT_READ)
-        .collect::<String>()
-        .to_lowercase();
+/// Every spelling of [`UNITS`] once, longest first: sorted once per process.
+static SPELLINGS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
     let mut spellings: Vec<&'static str> = UNITS
         .iter()
         .flat_map(|unit| unit.spellings.iter().copied())
         .collect();
     spellings.sort_by(|a, b| b.chars().count().cmp(&a.chars().count()).then(a.cmp(b)));
     spellings.dedup();
+    spellings
+});
+
+pub fn named_in(text: &str) -> Vec<&'static Unit> {
+    let mut text: String = text
+        .chars()
+        .take(TEXT_READ)
+        .collect::<String>()
+        .to_lowercase();
     let mut found: Vec<&'static Unit> = Vec::new();
-    for spelling in spellings {
+    for &spelling in SPELLINGS.iter() {
         if blank_word(&mut text, spelling) {
             // A spelling shared by units (`pounds`) names each of them.
             for unit in UNITS

@@ -315,13 +315,12 @@ impl Conversation {
         if !described || names_ids(&task) {
             return None;
         }
-        let helpers = script_notes::HELPERS.len();
-        let calls: Vec<String> = self.provided_names[helpers..]
-            .iter()
-            .zip(&self.tool_signatures)
-            .filter(|(name, signature)| *name != tool && script_notes::takes_an_id(signature))
+        let calls: Vec<String> = self
+            .tools()
+            .filter(|(name, signature)| name != tool && script_notes::takes_an_id(signature))
             .map(|(_, signature)| {
-                script_notes::call_with_id(signature, first_id).unwrap_or_else(|| signature.clone())
+                script_notes::call_with_id(signature, first_id)
+                    .unwrap_or_else(|| signature.to_string())
             })
             .collect();
         if calls.is_empty() {
@@ -341,11 +340,9 @@ impl Conversation {
             return None;
         }
         let seen: Vec<String> = self.texts_the_model_read().collect();
-        let helpers = script_notes::HELPERS.len();
-        let signatures: Vec<(String, String)> = self.provided_names[helpers..]
-            .iter()
-            .cloned()
-            .zip(self.tool_signatures.iter().cloned())
+        let signatures: Vec<(String, String)> = self
+            .tools()
+            .map(|(name, signature)| (name.to_string(), signature.to_string()))
             .collect();
         let found = made_up_filters::made_up_filter(
             script,
@@ -381,10 +378,8 @@ impl Conversation {
 
     /// The signature the card shows for the tool `name`.
     fn signature_of(&self, name: &str) -> Option<&str> {
-        let helpers = script_notes::HELPERS.len();
-        self.provided_names[helpers..]
-            .iter()
-            .position(|tool| tool == name)
-            .map(|index| self.tool_signatures[index].as_str())
+        self.tools()
+            .find(|(tool, _)| *tool == name)
+            .map(|(_, signature)| signature)
     }
 }

@@ -100,6 +100,7 @@ impl Agent {
     /// A chat's conversation from `progress`, knowing the agent's transfer
     /// targets and tools.
     fn chat_conversation(&self, progress: Progress) -> Conversation {
+        let specs = codeact_runtime::ToolDispatch::specs(&*self.tools);
         Conversation::resumed(
             progress,
             self.runtime.info().fence_tags,
@@ -110,12 +111,12 @@ impl Agent {
             self.name.clone(),
         )
         .with_tools(
-            codeact_runtime::ToolDispatch::specs(&*self.tools)
+            specs
                 .iter()
                 .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
         )
         .with_tool_descriptions(
-            codeact_runtime::ToolDispatch::specs(&*self.tools)
+            specs
                 .iter()
                 .map(|spec| (spec.name.clone(), spec.description.clone())),
         )

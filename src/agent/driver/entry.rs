@@ -388,18 +388,19 @@ impl Agent {
                 Some(point),
             ),
         };
+        let specs = codeact_runtime::ToolDispatch::specs(&*self.tools);
         let mut conversation = conversation
             .with_transfer_targets(
                 targets.iter().map(|t| t.name.clone()).collect(),
                 self.name.clone(),
             )
             .with_tools(
-                codeact_runtime::ToolDispatch::specs(&*self.tools)
+                specs
                     .iter()
                     .map(|spec| (spec.name.clone(), self.runtime.tool_signature(spec))),
             )
             .with_tool_descriptions(
-                codeact_runtime::ToolDispatch::specs(&*self.tools)
+                specs
                     .iter()
                     .map(|spec| (spec.name.clone(), spec.description.clone())),
             )
