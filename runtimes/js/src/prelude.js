@@ -35,7 +35,7 @@
     }
   };
   const hostCall = (name, args) =>
-    parse(callTool(StringC(name), encode(args === undefined ? {} : args, 100, true, "args")));
+    callTool(StringC(name), encode(args === undefined ? {} : args, 100, true, "args"));
   const tools = new ProxyC({}, {
     get: (_, name) => (typeof name === "string" ? (args) => hostCall(name, args) : undefined),
   });

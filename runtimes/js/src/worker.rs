@@ -138,6 +138,42 @@ thread_local! {
     static CHANNELS: RefCell<Option<Channels>> = const { RefCell::new(None) };
     /// Set while a context driven in place runs a script; see [`InPlace`].
     static IN_PLACE: RefCell<Option<InPlace>> = const { RefCell::new(None) };
+    /// Bytes of tool replies handed to the engine since its last collection.
+    static REPLY_BYTES_UNCOLLECTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Tool replies the engine may hold uncollected before a tool call collects its
+/// garbage first: 4 MiB. Boa starts a collection by the bytes of its own objects
+/// only; a reply's text is counted nowhere, so a loop of calls with large replies
+/// kept each one (a 64 MiB guest filled after two 4 MB replies) until a collection
+/// that never came.
+const REPLY_BYTES_BEFORE_COLLECTING: usize = 4 << 20;
+
+/// About how many bytes `value` takes in the engine: its strings and keys, and 8
+/// for every other value (the figure only paces collections).
+fn reply_bytes(value: &Value) -> usize {
+    match value {
+        Value::String(text) => text.len(),
+        Value::Array(items) => items.iter().map(reply_bytes).sum::<usize>() + 8,
+        Value::Object(entries) => entries
+            .iter()
+            .map(|(key, value)| key.len() + reply_bytes(value))
+            .sum::<usize>()
+            .saturating_add(8),
+        _ => 8,
+    }
+}
+
+/// Collects the engine's garbage when the replies since the last collection pass
+/// [`REPLY_BYTES_BEFORE_COLLECTING`], then counts `reply_bytes`.
+fn collect_after_large_replies(reply_bytes: usize) {
+    REPLY_BYTES_UNCOLLECTED.with(|uncollected| {
+        if uncollected.get() >= REPLY_BYTES_BEFORE_COLLECTING {
+            boa_engine::gc::force_collect();
+            uncollected.set(0);
+        }
+        uncollected.set(uncollected.get() + reply_bytes);
+    });
 }
 
 /// A tool call made by a script driven in place: the tool's name and arguments in,
@@ -393,7 +429,7 @@ fn log(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<Js
     Ok(JsValue::undefined())
 }
 
-fn call_tool(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<JsValue> {
+fn call_tool(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let text = |i: usize| {
         args.get(i)
             .and_then(JsValue::as_string)
@@ -411,7 +447,12 @@ fn call_tool(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsRes
     match read_request() {
         Some(Request::ToolResult {
             ok: Some(value), ..
-        }) => Ok(JsValue::from(js_string!(value.to_string()))),
+        }) => {
+            collect_after_large_replies(reply_bytes(&value));
+            // Straight into the engine's values: a reply as JSON text, then a
+            // string, then parsed, held three copies of itself at once.
+            JsValue::from_json(&value, context)
+        }
         Some(Request::ToolResult {
             err: Some(message), ..
         }) => Err(thrown(format!("tool '{name}' failed: {message}"))),

@@ -122,6 +122,27 @@ fn a_loop_of_tool_calls_with_large_replies_ends_at_the_time_limit() {
     );
 }
 
+/// A tool's reply reaches the script without copies of itself as text, and the
+/// replies a script has dropped are collected: a dozen 4 MB replies, each kept
+/// until the next comes, fit in a 64 MiB guest (two filled it when every reply
+/// went through JSON text and Boa never counted the strings).
+#[test]
+fn a_dozen_large_tool_replies_fit_in_the_memory_limit() {
+    let mut session = session(Limits {
+        wall_time: Duration::from_secs(60),
+        max_memory_bytes: 64 << 20,
+        ..Limits::default()
+    });
+    let outcome = run(
+        &mut *session,
+        "let last; for (let i = 0; i < 12; i++) last = tools.blob({}); final_result(last.length)",
+    );
+    assert_eq!(
+        outcome.completion,
+        Ok(json!({"type": "final_result", "value": 4 << 20}))
+    );
+}
+
 /// Boa has no heap cap; the guest's linear memory has one.
 #[test]
 fn memory_bombs_stop_at_the_memory_limit_and_the_session_goes_on() {
