@@ -91,6 +91,7 @@ pub fn bare_value_refused(
 pub fn no_value(
     prompts: &Prompts,
     printed: Option<&str>,
+    uncalled: &[String],
     logs: &LogBuffer,
     limit: usize,
 ) -> String {
@@ -109,6 +110,7 @@ pub fn no_value(
         context! {
             expression => expression,
             fenced_call => fenced_call,
+            uncalled => uncalled,
             logs => fenced_logs(logs, limit),
         },
     )
@@ -791,7 +793,8 @@ fn shown(value: &Value) -> String {
     }
 }
 
-fn fenced(text: &str, limit: usize) -> String {
+/// `text` cut in the middle to `limit` characters, fenced.
+pub(crate) fn fenced(text: &str, limit: usize) -> String {
     fence(&UntrustedText::new(cut_middle(text, limit)))
 }
 

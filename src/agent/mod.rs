@@ -1,6 +1,7 @@
 //! The CodeAct loop: decisions in [`decide`], the async driver that does what they
 //! say (and only the I/O) in `driver`.
 
+pub(crate) mod absent_patterns;
 pub(crate) mod answer_shape;
 pub(crate) mod approval;
 pub(crate) mod data_paths;

@@ -377,6 +377,26 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
             fed_back(&c)
         }),
+        ("feedback/absent_pattern", {
+            let mut c = Conversation::new(
+                "The ERROR lines of server.log each carry an error code such as E17. Which code occurs most often?",
+                &["js"],
+                LoopConfig::default(),
+            );
+            c.on_reply(&reply(
+                "```js\nconst data = tools.read_file({name: 'server.log'});\nconst codes = data.split('\\n').filter(line => line.startsWith('ERROR:'));\nfinal_result(codes.length);\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                tool: "read_file".to_string(),
+                args: json!({"name": "server.log"}),
+                value: json!(
+                    "2026-11-30 10:00:01 INFO start\n2026-11-30 10:00:05 ERROR E42 disk full\n"
+                ),
+            }]);
+            c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
+            fed_back(&c)
+        }),
         ("feedback/bare_method", {
             let mut c =
                 Conversation::new("Total of mia's orders?", &["rhai"], LoopConfig::default());
@@ -508,15 +528,31 @@ fn sections() -> Vec<(&'static str, String)> {
         ),
         (
             "feedback/no_value (a plain print)",
-            feedback::no_value(&prompts, Some("total"), &logs, LIMIT),
+            feedback::no_value(&prompts, Some("total"), &[], &logs, LIMIT),
         ),
         (
             "feedback/no_value (a print that is not plain code)",
-            feedback::no_value(&prompts, Some("\"The answer is \" + total"), &none, LIMIT),
+            feedback::no_value(
+                &prompts,
+                Some("\"The answer is \" + total"),
+                &[],
+                &none,
+                LIMIT,
+            ),
         ),
         (
             "feedback/no_value (no print)",
-            feedback::no_value(&prompts, None, &none, LIMIT),
+            feedback::no_value(&prompts, None, &[], &none, LIMIT),
+        ),
+        (
+            "feedback/no_value (functions defined, none called)",
+            feedback::no_value(
+                &prompts,
+                None,
+                &["only_zero".to_string(), "main".to_string()],
+                &none,
+                LIMIT,
+            ),
         ),
         (
             "feedback/refusal",

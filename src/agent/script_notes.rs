@@ -243,6 +243,53 @@ pub fn without_python_defs(script: &str, names: &[&str]) -> (String, Vec<String>
     (kept.join("\n"), removed)
 }
 
+/// The functions a script defines when it only defines them: every line at
+/// the top level (not indented) is a definition, an import, a decorator, a
+/// comment or a closing brace, so nothing ran. Empty when the script does
+/// anything else, or defines nothing. Names are letters, digits and `_` only.
+///
+/// Why: the local 1.5B model wrote Python "libraries" (a `def` for the tool,
+/// one for the filter, one for `final_result`) and was told only that its
+/// script ended without a value; it then answered from memory.
+pub fn uncalled_definitions(script: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for line in script.lines() {
+        if line.trim().is_empty() || line.starts_with([' ', '\t']) {
+            continue;
+        }
+        let defined = [
+            "def ",
+            "async def ",
+            "function ",
+            "async function ",
+            "fn ",
+            "private fn ",
+        ]
+        .iter()
+        .find_map(|keyword| line.strip_prefix(keyword))
+        .map(|rest| rest.split('(').next().unwrap_or_default().trim());
+        match defined {
+            Some(name)
+                if !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_') =>
+            {
+                if !names.iter().any(|n| n == name) {
+                    names.push(name.to_string());
+                }
+            }
+            Some(_) => return Vec::new(),
+            None => {
+                let quiet = ["import ", "from ", "@", "#", "//", "}"]
+                    .iter()
+                    .any(|start| line.starts_with(start));
+                if !quiet {
+                    return Vec::new();
+                }
+            }
+        }
+    }
+    names
+}
+
 /// Whether a short piece of a script can stand in the host's own words, quoted as
 /// code: at most 60 characters of names, numbers, operators, brackets, dots,
 /// commas, `=` and quotes, with no two words side by side (so it cannot carry a
@@ -1069,5 +1116,24 @@ mod tests {
             None
         );
         assert_eq!(index_out_of_bounds("Variable not found: x"), None);
+    }
+
+    #[test]
+    fn a_script_of_definitions_only_names_them_and_one_that_calls_anything_names_none() {
+        let library = "import json\n\ndef only_zero(items):\n    return [i for i in items if i[\"stock\"] == 0]\n\n# done\ndef main():\n    pass\n";
+        assert_eq!(uncalled_definitions(library), vec!["only_zero", "main"]);
+        let js = "function total(xs) {\n  return xs.length;\n}\n";
+        assert_eq!(uncalled_definitions(js), vec!["total"]);
+        let rhai = "fn total(xs) {\n  xs.len()\n}";
+        assert_eq!(uncalled_definitions(rhai), vec!["total"]);
+        for called in [
+            "def main():\n    pass\n\nmain()",
+            "def main():\n    pass\nif __name__ == \"__main__\":\n    main()",
+            "function f() {}\nf();",
+            "x = 1",
+            "",
+        ] {
+            assert!(uncalled_definitions(called).is_empty(), "{called}");
+        }
     }
 }

@@ -194,6 +194,10 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "0", tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => 1, line => "let orders = list_orders(#{})" },
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
     ]),
+    builtin!("feedback/absent_pattern", || vec![
+        context! { held => true, value => "null", split => false, line_number => 2, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED },
+        context! { held => false, value => None::<&str>, split => true, line_number => 1, written => FENCED, tool => None::<&str>, near_word => None::<&str>, near_line => None::<&str> },
+    ]),
     builtin!("feedback/bare_method", || vec![
         context! { method => "reduce", array => "orders", example => "let total = orders.reduce(...)" },
         context! { method => "map", array => None::<&str>, example => None::<&str> },
@@ -227,9 +231,10 @@ static BUILTINS: &[Builtin] = &[
             .collect()
     }),
     builtin!("feedback/no_value", || vec![
-        context! { expression => "x", fenced_call => None::<&str>, logs => FENCED },
-        context! { expression => None::<&str>, fenced_call => FENCED, logs => "" },
-        context! { expression => None::<&str>, fenced_call => None::<&str>, logs => "" },
+        context! { expression => "x", fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), logs => FENCED },
+        context! { expression => None::<&str>, fenced_call => FENCED, uncalled => Vec::<&str>::new(), logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["main"], logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["load", "count"], logs => "" },
     ]),
     builtin!("feedback/refusal", || {
         let by = [

@@ -1,8 +1,9 @@
 //! Final results held back once, as an error that says why, when the host can
 //! tell from the run's own data that the answer is not what the task asked:
 //! a Rhai pitfall, words found nowhere, a tool's number in another unit, a
-//! tool's ids, an empty answer to a made-up filter, a whole record where the
-//! task names one of its keys. Each is on by default, off with its
+//! tool's ids, an empty answer to a made-up filter, an empty answer from a
+//! text the data does not hold, a whole record where the task names one of
+//! its keys. Each is on by default, off with its
 //! `LoopConfig::hold_…` switch, and holds a run's result at most once: sent
 //! again, the result is accepted, so an answer that meant it costs one step.
 
@@ -11,7 +12,7 @@ use minijinja::context;
 use serde_json::Value;
 
 use super::{Conversation, Decision};
-use crate::agent::{answer_shape, feedback, made_up_filters, script_notes, units};
+use crate::agent::{absent_patterns, answer_shape, feedback, made_up_filters, script_notes, units};
 use crate::chat::Message;
 use crate::output::script_output::ScriptOutput;
 
@@ -74,6 +75,7 @@ impl Conversation {
             .or_else(|| self.hold_for_other_unit(&value))
             .or_else(|| self.hold_as_ids(&value))
             .or_else(|| self.hold_for_made_up_filter(script, &value))
+            .or_else(|| self.hold_for_absent_pattern(script, &value))
             .or_else(|| self.hold_as_whole_map(&value))?;
         let next = self.script_error(held.text, held.message.clone(), logs);
         Some((
@@ -206,6 +208,30 @@ impl Conversation {
         let message = format!(
             "the final result was held back: `{}` returned {} for a `{}` found nowhere in the task",
             found.tool, found.empty, found.argument
+        );
+        self.step_tool_results.clear();
+        Some(Held { text, message })
+    }
+
+    fn hold_for_absent_pattern(&mut self, script: &str, value: &Value) -> Option<Held> {
+        if !self.config.hold_results_from_absent_patterns
+            || self.held_absent_pattern
+            || !absent_patterns::looks_like_nothing_found(value, script, &self.step_tool_results)
+        {
+            return None;
+        }
+        let found = absent_patterns::absent_pattern(script, &self.step_tool_results, false)?;
+        self.held_absent_pattern = true;
+        let shown = match value {
+            Value::Null => Some("null".to_string()),
+            Value::Array(items) if items.is_empty() => Some("[]".to_string()),
+            Value::Object(entries) if entries.is_empty() => Some("{}".to_string()),
+            other => number_or_bool(other),
+        };
+        let text = self.absent_pattern_account(&found, Some(shown));
+        let message = format!(
+            "the final result was held back: line {} of its script looks for a text that occurs nowhere in its data",
+            found.line
         );
         self.step_tool_results.clear();
         Some(Held { text, message })
