@@ -3133,7 +3133,7 @@ Fn(\"f\")
             "{text}"
         );
         assert!(
-            text.contains("`get_weather` returned a map of 1 keys:\n<untrusted>\nget_weather({\"city\":\"Paris\"}) returned:\n{\"temp_c\":18}\n</untrusted>"),
+            text.contains("`get_weather` returned a map of 1 key:\n<untrusted>\nget_weather({\"city\":\"Paris\"}) returned:\n{\"temp_c\":18}\n</untrusted>"),
             "{text}"
         );
         assert_eq!(

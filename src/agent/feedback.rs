@@ -768,10 +768,16 @@ fn kind_of(value: &Value) -> String {
         Value::Null => "null".to_string(),
         Value::Bool(_) => "a boolean".to_string(),
         Value::Number(_) => "a number".to_string(),
-        Value::String(text) => format!("a string of {} characters", text.chars().count()),
-        Value::Array(items) => format!("a list of {} items", items.len()),
-        Value::Object(fields) => format!("a map of {} keys", fields.len()),
+        Value::String(text) => counted("a string of", text.chars().count(), "character"),
+        Value::Array(items) => counted("a list of", items.len(), "item"),
+        Value::Object(fields) => counted("a map of", fields.len(), "key"),
     }
+}
+
+/// `what` and `count` of `noun`, plural unless one: "a list of 1 item".
+fn counted(what: &str, count: usize, noun: &str) -> String {
+    let plural = if count == 1 { "" } else { "s" };
+    format!("{what} {count} {noun}{plural}")
 }
 
 /// Whether `value` is a string holding a JSON list or map: text a script has
