@@ -12,6 +12,7 @@ use super::data_paths;
 use super::events::Event;
 use super::extract::{self, Extraction, extract_code};
 use super::feedback;
+use super::file_stubs;
 pub use super::outcome::Outcome;
 use super::script_notes;
 use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
@@ -767,9 +768,13 @@ impl Conversation {
                 .collect();
             let (kept, removed) = script_notes::without_python_defs(&code, &tools);
             for name in &removed {
-                let note = self
-                    .prompts
-                    .render("notes/stub_removed", context! { name => name });
+                let reading = self
+                    .stub_reading(&code, name)
+                    .map(|reading| feedback::fenced(&reading, self.config.feedback_limit));
+                let note = self.prompts.render(
+                    "notes/stub_removed",
+                    context! { name => name, reading => reading },
+                );
                 self.pending_notes.push(note);
             }
             if !removed.is_empty() {
@@ -795,6 +800,23 @@ impl Conversation {
             }
         }
         code
+    }
+
+    /// For a Python stub of the tool `name` in `code` that opened a file and
+    /// returned what it made of it, that reading over the tool's text (see
+    /// [`file_stubs`]): only for a tool whose description says it gives text.
+    fn stub_reading(&self, code: &str, name: &str) -> Option<String> {
+        let gives_text = self.tool_descriptions.iter().any(|(tool, description)| {
+            let description = description.to_lowercase();
+            tool == name
+                && ["text", "string", "content"]
+                    .iter()
+                    .any(|w| description.contains(w))
+        });
+        if !gives_text {
+            return None;
+        }
+        file_stubs::reading_in_place_of(code, name, self.signature_of(name)?)
     }
 
     /// What the tool calls of the script in progress returned, in order (calls

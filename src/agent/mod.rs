@@ -10,6 +10,7 @@ pub(crate) mod driver;
 pub(crate) mod events;
 pub(crate) mod extract;
 pub(crate) mod feedback;
+pub(crate) mod file_stubs;
 pub(crate) mod made_up_filters;
 pub(crate) mod outcome;
 #[cfg(test)]

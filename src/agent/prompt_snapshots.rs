@@ -604,6 +604,26 @@ fn sections() -> Vec<(&'static str, String)> {
             python.on_completion(&Ok(json!({"type": "observation", "value": 4})), &none);
             fed_back(&python)
         }),
+        ("notes/stub_removed (a stub that read a CSV file)", {
+            let mut python = Conversation::new("task", &["python"], LoopConfig::default())
+                .with_tools([(
+                    "read_file".to_string(),
+                    "read_file(name=string)".to_string(),
+                )])
+                .with_tool_descriptions([(
+                    "read_file".to_string(),
+                    "The text of a named file (a string).".to_string(),
+                )]);
+            python.on_reply(&reply(
+                "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))\n```",
+                StopReason::EndTurn,
+            ));
+            python.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 3, in <module>\nIndexError: string index out of range")),
+                &none,
+            );
+            fed_back(&python)
+        }),
         (
             "notes/cut_off_after_code",
             after_script(

@@ -274,7 +274,10 @@ static BUILTINS: &[Builtin] = &[
     ]),
     builtin!("reply/no_code", || vec![context! { fence => "rhai" }]),
     builtin!("notes/cut_off_after_code", || vec![context! {}]),
-    builtin!("notes/stub_removed", || vec![context! { name => "add" }]),
+    builtin!("notes/stub_removed", || vec![
+        context! { name => "add", reading => None::<&str> },
+        context! { name => "read_file", reading => FENCED },
+    ]),
     builtin!("notes/redefined", || vec![
         context! { name => "add", signature => "add(a, b)" },
         context! { name => "final_result", signature => None::<&str> },

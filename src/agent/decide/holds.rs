@@ -403,7 +403,7 @@ impl Conversation {
     }
 
     /// The signature the card shows for the tool `name`.
-    fn signature_of(&self, name: &str) -> Option<&str> {
+    pub(super) fn signature_of(&self, name: &str) -> Option<&str> {
         self.tools()
             .find(|(tool, _)| *tool == name)
             .map(|(_, signature)| signature)
