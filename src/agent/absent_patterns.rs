@@ -238,7 +238,7 @@ fn near_line(pattern: &str, texts: &[&str]) -> Option<(String, String)> {
     })
 }
 
-/// The strings of `value`, up to [`TEXTS_READ`] and [`TEXT_BYTES_READ`].
+/// The strings of `value` and its maps' keys, up to [`TEXTS_READ`] and [`TEXT_BYTES_READ`].
 fn strings_of<'a>(value: &'a Value, texts: &mut Vec<&'a str>, bytes: &mut usize) {
     if texts.len() >= TEXTS_READ || *bytes >= TEXT_BYTES_READ {
         return;
@@ -249,9 +249,11 @@ fn strings_of<'a>(value: &'a Value, texts: &mut Vec<&'a str>, bytes: &mut usize)
             texts.push(text);
         }
         Value::Array(items) => items.iter().for_each(|item| strings_of(item, texts, bytes)),
-        Value::Object(entries) => entries
-            .values()
-            .for_each(|item| strings_of(item, texts, bytes)),
+        // Keys count as text: `"total" in order` asks a map for its key.
+        Value::Object(entries) => entries.iter().for_each(|(key, item)| {
+            texts.push(key);
+            strings_of(item, texts, bytes);
+        }),
         _ => {}
     }
 }
@@ -560,6 +562,17 @@ mod tests {
                 "{value}"
             );
         }
+    }
+
+    #[test]
+    fn asking_a_tools_map_for_a_key_it_has_is_no_absent_pattern() {
+        let results = vec![ToolResultSeen {
+            tool: "get_order".into(),
+            args: json!({"id": 1}),
+            value: json!({"total": 12.5, "customer": "Mia Rossi of Milan"}),
+        }];
+        let script = "order = get_order(id=1)\nfinal_result(order[\"total\"] if \"total\" in order else None)";
+        assert_eq!(absent_pattern(script, &results, true), None);
     }
 
     #[test]
