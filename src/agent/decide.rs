@@ -15,6 +15,7 @@ use super::feedback;
 use super::file_stubs;
 pub use super::outcome::Outcome;
 use super::script_notes;
+use super::two_word_names;
 use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
 use crate::output::final_output::DEFAULT_CONTENT_CAP;
 use crate::output::script_output::{Malformed, NotAnOutput, ScriptOutput};
@@ -956,6 +957,9 @@ impl Conversation {
                     );
                     self.closing_sections.push(section);
                 }
+                if matches!(error, ScriptError::Syntax { .. }) {
+                    self.account_for_two_word_names(&script, line.as_ref().map(|(n, _)| *n));
+                }
                 let hints = feedback::ErrorHints {
                     line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
                     values,
@@ -1341,6 +1345,40 @@ impl Conversation {
                 feedback::made_up_arguments(&self.prompts, &made_up, &self.tool_signatures);
             self.insert_before_fix_it(text, &section);
         }
+    }
+
+    /// Adds, for just before "Fix the script", the lines of a script that
+    /// failed to parse which give a variable two names, rewritten (see
+    /// [`two_word_names`]), when the error is at one of them or at no known
+    /// line.
+    fn account_for_two_word_names(&mut self, script: &str, failing: Option<usize>) {
+        let rhai = self.language() == data_paths::Language::Rhai;
+        let Some((line_numbers, rewritten)) = two_word_names::rewritten(script, rhai) else {
+            return;
+        };
+        if failing.is_some_and(|number| !line_numbers.contains(&number)) {
+            return;
+        }
+        let Some(first) = script.lines().nth(line_numbers[0] - 1) else {
+            return;
+        };
+        let names = two_word_names::names(first);
+        let fields = rewritten.lines().nth(1).is_some_and(|line| {
+            names
+                .as_ref()
+                .is_some_and(|(a, b)| line.starts_with(&format!("{a}.{b} =")))
+        });
+        let Some((a, b)) = names else { return };
+        let section = self.prompts.render(
+            "feedback/two_names",
+            context! {
+                line_numbers => line_numbers,
+                names => format!("{a} {b}"),
+                fields => fields,
+                rewritten => feedback::fenced(&rewritten, self.config.feedback_limit),
+            },
+        );
+        self.closing_sections.push(section);
     }
 
     /// Puts before "Fix the script" a text the failed script looked for or

@@ -21,6 +21,7 @@ pub(crate) mod snapshots;
 pub(crate) mod spans;
 pub(crate) mod team;
 pub(crate) mod team_config;
+pub(crate) mod two_word_names;
 pub(crate) mod units;
 
 pub use approval::PendingApproval;

@@ -397,6 +397,24 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
             fed_back(&c)
         }),
+        ("feedback/two_names", {
+            let mut c = Conversation::new(
+                "What is the average temperature in Paris and Oslo?",
+                &["rhai"],
+                LoopConfig::default(),
+            );
+            c.on_reply(&reply(
+                "```rhai\nlet weather paris = get_weather(#{city: \"Paris\"})\nlet weather oslo = get_weather(#{city: \"Oslo\"})\nobservation((weather.paris.temp_c + weather.oslo.temp_c) / 2.0)\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Err(ScriptError::Syntax {
+                    message: "Syntax error: Expecting ';' to terminate this statement (line 1, position 13)".to_string(),
+                }),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/bare_method", {
             let mut c =
                 Conversation::new("Total of mia's orders?", &["rhai"], LoopConfig::default());

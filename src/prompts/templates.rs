@@ -198,6 +198,10 @@ static BUILTINS: &[Builtin] = &[
         context! { held => true, value => "null", split => false, line_number => 2, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED },
         context! { held => false, value => None::<&str>, split => true, line_number => 1, written => FENCED, tool => None::<&str>, near_word => None::<&str>, near_line => None::<&str> },
     ]),
+    builtin!("feedback/two_names", || vec![
+        context! { line_numbers => vec![1, 2], names => "weather paris", fields => true, rewritten => FENCED },
+        context! { line_numbers => vec![3], names => "total price", fields => false, rewritten => FENCED },
+    ]),
     builtin!("feedback/bare_method", || vec![
         context! { method => "reduce", array => "orders", example => "let total = orders.reduce(...)" },
         context! { method => "map", array => None::<&str>, example => None::<&str> },
