@@ -403,6 +403,10 @@ pub struct Conversation {
     current_script: Option<String>,
     /// The tools the script of the step in progress defines for itself.
     faked_tools: Vec<String>,
+    /// For the step in progress, what the Python stubs taken out made of
+    /// the files they opened, written over the host's tools
+    /// (`feedback/stub_reading`): said if the script fails.
+    stub_sections: Vec<String>,
     /// The script of the previous step, when it failed.
     failed_script: Option<String>,
     /// The feedback of the previous error, so the same text is never sent twice
@@ -526,6 +530,7 @@ impl Conversation {
             tool_signatures: Vec::new(),
             current_script: None,
             faked_tools: Vec::new(),
+            stub_sections: Vec::new(),
             failed_script: None,
             last_error_feedback: None,
             repeated: false,
@@ -757,6 +762,7 @@ impl Conversation {
     /// a final result resting on it is not accepted).
     fn prepare_script(&mut self, code: String, fence: &str) -> String {
         self.step_tool_results.clear();
+        self.stub_sections.clear();
         let helpers = script_notes::HELPERS.len();
         // A Python script that writes its own stub of a tool and then calls
         // it meant to call the tool: the stub is taken out (and the model
@@ -769,14 +775,20 @@ impl Conversation {
                 .collect();
             let (kept, removed) = script_notes::without_python_defs(&code, &tools);
             for name in &removed {
-                let reading = self
-                    .stub_reading(&code, name)
-                    .map(|reading| feedback::fenced(&reading, self.config.feedback_limit));
-                let note = self.prompts.render(
-                    "notes/stub_removed",
-                    context! { name => name, reading => reading },
-                );
+                let note = self
+                    .prompts
+                    .render("notes/stub_removed", context! { name => name });
                 self.pending_notes.push(note);
+                // Said just before "Fix the script" if the script fails:
+                // placed with the note above the error, it went unread.
+                if let Some(reading) = self.stub_reading(&code, name) {
+                    let reading = feedback::fenced(&reading, self.config.feedback_limit);
+                    let section = self.prompts.render(
+                        "feedback/stub_reading",
+                        context! { name => name, reading => reading },
+                    );
+                    self.stub_sections.push(section);
+                }
             }
             if !removed.is_empty() {
                 code = kept;
@@ -1257,7 +1269,11 @@ impl Conversation {
         if !self.account_for_misread_data(&mut text, message, script.as_deref(), &results) {
             self.account_for_absent_pattern(&mut text, script.as_deref(), &results);
         }
-        for section in std::mem::take(&mut self.closing_sections) {
+        let stub_sections = std::mem::take(&mut self.stub_sections);
+        for section in stub_sections
+            .iter()
+            .chain(&std::mem::take(&mut self.closing_sections))
+        {
             self.insert_before_fix_it(&mut text, &section);
         }
         self.repeated = false;

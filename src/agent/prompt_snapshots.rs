@@ -622,7 +622,7 @@ fn sections() -> Vec<(&'static str, String)> {
             python.on_completion(&Ok(json!({"type": "observation", "value": 4})), &none);
             fed_back(&python)
         }),
-        ("notes/stub_removed (a stub that read a CSV file)", {
+        ("feedback/stub_reading", {
             let mut python = Conversation::new("task", &["python"], LoopConfig::default())
                 .with_tools([(
                     "read_file".to_string(),

@@ -198,6 +198,9 @@ static BUILTINS: &[Builtin] = &[
         context! { held => true, value => "null", split => false, line_number => 2, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED },
         context! { held => false, value => None::<&str>, split => true, line_number => 1, written => FENCED, tool => None::<&str>, near_word => None::<&str>, near_line => None::<&str> },
     ]),
+    builtin!("feedback/stub_reading", || vec![
+        context! { name => "read_file", reading => FENCED },
+    ]),
     builtin!("feedback/two_names", || vec![
         context! { line_numbers => vec![1, 2], names => "weather paris", fields => true, rewritten => FENCED },
         context! { line_numbers => vec![3], names => "total price", fields => false, rewritten => FENCED },
@@ -278,10 +281,7 @@ static BUILTINS: &[Builtin] = &[
     ]),
     builtin!("reply/no_code", || vec![context! { fence => "rhai" }]),
     builtin!("notes/cut_off_after_code", || vec![context! {}]),
-    builtin!("notes/stub_removed", || vec![
-        context! { name => "add", reading => None::<&str> },
-        context! { name => "read_file", reading => FENCED },
-    ]),
+    builtin!("notes/stub_removed", || vec![context! { name => "add" }]),
     builtin!("notes/redefined", || vec![
         context! { name => "add", signature => "add(a, b)" },
         context! { name => "final_result", signature => None::<&str> },
