@@ -407,6 +407,8 @@ pub struct Conversation {
     /// the files they opened, written over the host's tools
     /// (`feedback/stub_reading`): said if the script fails.
     stub_sections: Vec<String>,
+    /// Those readings themselves (`json.loads(read_file(name="a.json"))`).
+    stub_readings: Vec<String>,
     /// The script of the previous step, when it failed.
     failed_script: Option<String>,
     /// The feedback of the previous error, so the same text is never sent twice
@@ -531,6 +533,7 @@ impl Conversation {
             current_script: None,
             faked_tools: Vec::new(),
             stub_sections: Vec::new(),
+            stub_readings: Vec::new(),
             failed_script: None,
             last_error_feedback: None,
             repeated: false,
@@ -763,6 +766,7 @@ impl Conversation {
     fn prepare_script(&mut self, code: String, fence: &str) -> String {
         self.step_tool_results.clear();
         self.stub_sections.clear();
+        self.stub_readings.clear();
         let helpers = script_notes::HELPERS.len();
         // A Python script that writes its own stub of a tool and then calls
         // it meant to call the tool: the stub is taken out (and the model
@@ -782,12 +786,13 @@ impl Conversation {
                 // Said just before "Fix the script" if the script fails:
                 // placed with the note above the error, it went unread.
                 if let Some(reading) = self.stub_reading(&code, name) {
-                    let reading = feedback::fenced(&reading, self.config.feedback_limit);
+                    let fenced = feedback::fenced(&reading, self.config.feedback_limit);
                     let section = self.prompts.render(
                         "feedback/stub_reading",
-                        context! { name => name, reading => reading },
+                        context! { name => name, reading => fenced },
                     );
                     self.stub_sections.push(section);
+                    self.stub_readings.push(reading);
                 }
             }
             if !removed.is_empty() {
@@ -813,6 +818,21 @@ impl Conversation {
             }
         }
         code
+    }
+
+    /// The last line to write for a script that only defined functions, when
+    /// it defined one: `final_result(f())` for one without parameters, or
+    /// `final_result(f(reading))` for one of one parameter when a stub of a
+    /// tool read a file (its reading, see [`file_stubs`]). Model code, so
+    /// quoted only fenced.
+    fn call_of_uncalled(&self, script: &str, uncalled: &[String]) -> Option<String> {
+        let [name] = uncalled else { return None };
+        let parameters = script_notes::parameter_count(script, name)?;
+        match (parameters, self.stub_readings.as_slice()) {
+            (0, _) => Some(format!("final_result({name}())")),
+            (1, [reading]) => Some(format!("final_result({name}({reading}))")),
+            _ => None,
+        }
     }
 
     /// For a Python stub of the tool `name` in `code` that opened a file and
@@ -876,9 +896,25 @@ impl Conversation {
         let (next, output) = match completion {
             Ok(Value::Null) | Err(ScriptError::NoValue { .. }) => {
                 let printed = script_notes::printed_expression(&script);
-                let uncalled = script_notes::uncalled_definitions(&script);
-                let text =
-                    feedback::no_value(&self.prompts, printed.as_deref(), &uncalled, logs, limit);
+                let uncalled: Vec<String> = script_notes::uncalled_definitions(&script)
+                    .into_iter()
+                    .filter(|name| !self.provided_names.contains(name))
+                    .collect();
+                let call = self
+                    .call_of_uncalled(&script, &uncalled)
+                    .map(|call| feedback::fenced(&call, limit));
+                if call.is_some() {
+                    // The call holds the stub's reading: said once, last.
+                    self.stub_sections.clear();
+                }
+                let text = feedback::no_value(
+                    &self.prompts,
+                    printed.as_deref(),
+                    &uncalled,
+                    call.as_deref(),
+                    logs,
+                    limit,
+                );
                 let message = "the script ended without a value".to_string();
                 let next = self.script_error(text, message.clone(), logs);
                 (next, ScriptOutput::Error { message })
@@ -1274,7 +1310,7 @@ impl Conversation {
             .iter()
             .chain(&std::mem::take(&mut self.closing_sections))
         {
-            self.insert_before_fix_it(&mut text, &section);
+            self.insert_before_fix_it(&mut text, section);
         }
         self.repeated = false;
         if let (Some(script), Some(failed)) = (&script, &self.failed_script)

@@ -92,6 +92,7 @@ pub fn no_value(
     prompts: &Prompts,
     printed: Option<&str>,
     uncalled: &[String],
+    call: Option<&str>,
     logs: &LogBuffer,
     limit: usize,
 ) -> String {
@@ -111,6 +112,7 @@ pub fn no_value(
             expression => expression,
             fenced_call => fenced_call,
             uncalled => uncalled,
+            call => call,
             logs => fenced_logs(logs, limit),
         },
     )

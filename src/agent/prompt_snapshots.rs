@@ -546,7 +546,7 @@ fn sections() -> Vec<(&'static str, String)> {
         ),
         (
             "feedback/no_value (a plain print)",
-            feedback::no_value(&prompts, Some("total"), &[], &logs, LIMIT),
+            feedback::no_value(&prompts, Some("total"), &[], None, &logs, LIMIT),
         ),
         (
             "feedback/no_value (a print that is not plain code)",
@@ -554,13 +554,14 @@ fn sections() -> Vec<(&'static str, String)> {
                 &prompts,
                 Some("\"The answer is \" + total"),
                 &[],
+                None,
                 &none,
                 LIMIT,
             ),
         ),
         (
             "feedback/no_value (no print)",
-            feedback::no_value(&prompts, None, &[], &none, LIMIT),
+            feedback::no_value(&prompts, None, &[], None, &none, LIMIT),
         ),
         (
             "feedback/no_value (functions defined, none called)",
@@ -568,6 +569,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 &prompts,
                 None,
                 &["only_zero".to_string(), "main".to_string()],
+                None,
                 &none,
                 LIMIT,
             ),
@@ -622,6 +624,31 @@ fn sections() -> Vec<(&'static str, String)> {
             python.on_completion(&Ok(json!({"type": "observation", "value": 4})), &none);
             fed_back(&python)
         }),
+        (
+            "feedback/no_value (a stub's reading and one function never called)",
+            {
+                let mut python = Conversation::new("task", &["python"], LoopConfig::default())
+                    .with_tools([(
+                        "read_file".to_string(),
+                        "read_file(name=string)".to_string(),
+                    )])
+                    .with_tool_descriptions([(
+                        "read_file".to_string(),
+                        "The text of a named file (a string).".to_string(),
+                    )]);
+                python.on_reply(&reply(
+                "```python\nimport json\n\ndef read_file(name=\"inventory.json\"):\n    with open(name, \"r\") as file:\n        return json.load(file)\n\ndef only_zero(items):\n    return [item[\"name\"] for item in items if item[\"stock\"] == 0]\n```",
+                StopReason::EndTurn,
+            ));
+                python.on_completion(
+                    &Err(ScriptError::NoValue {
+                        message: "no value".to_string(),
+                    }),
+                    &none,
+                );
+                fed_back(&python)
+            },
+        ),
         ("feedback/stub_reading", {
             let mut python = Conversation::new("task", &["python"], LoopConfig::default())
                 .with_tools([(

@@ -290,6 +290,31 @@ pub fn uncalled_definitions(script: &str) -> Vec<String> {
     names
 }
 
+/// How many parameters the function `name` that `script` defines takes
+/// (`def name(a, b):`, `function name(a)`, `fn name()`), when its
+/// definition's header is on one line.
+pub fn parameter_count(script: &str, name: &str) -> Option<usize> {
+    script.lines().find_map(|line| {
+        let rest = [
+            "def ",
+            "async def ",
+            "function ",
+            "async function ",
+            "fn ",
+            "private fn ",
+        ]
+        .iter()
+        .find_map(|keyword| line.strip_prefix(keyword))?;
+        let inside = rest.strip_prefix(name)?.trim_start().strip_prefix('(')?;
+        let inside = inside.split_once(')')?.0.trim();
+        Some(if inside.is_empty() {
+            0
+        } else {
+            inside.split(',').filter(|p| !p.trim().is_empty()).count()
+        })
+    })
+}
+
 /// Whether a short piece of a script can stand in the host's own words, quoted as
 /// code: at most 60 characters of names, numbers, operators, brackets, dots,
 /// commas, `=` and quotes, with no two words side by side (so it cannot carry a
@@ -1116,6 +1141,16 @@ mod tests {
             None
         );
         assert_eq!(index_out_of_bounds("Variable not found: x"), None);
+    }
+
+    #[test]
+    fn a_definitions_parameters_are_counted_from_its_header() {
+        let script =
+            "def only_zero(items):\n    pass\ndef main():\n    pass\nfunction add(a, b) {}";
+        assert_eq!(parameter_count(script, "only_zero"), Some(1));
+        assert_eq!(parameter_count(script, "main"), Some(0));
+        assert_eq!(parameter_count(script, "add"), Some(2));
+        assert_eq!(parameter_count(script, "only"), None);
     }
 
     #[test]

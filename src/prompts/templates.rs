@@ -238,10 +238,10 @@ static BUILTINS: &[Builtin] = &[
             .collect()
     }),
     builtin!("feedback/no_value", || vec![
-        context! { expression => "x", fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), logs => FENCED },
-        context! { expression => None::<&str>, fenced_call => FENCED, uncalled => Vec::<&str>::new(), logs => "" },
-        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["main"], logs => "" },
-        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["load", "count"], logs => "" },
+        context! { expression => "x", fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), call => None::<&str>, logs => FENCED },
+        context! { expression => None::<&str>, fenced_call => FENCED, uncalled => Vec::<&str>::new(), call => None::<&str>, logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["main"], call => FENCED, logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["load", "count"], call => None::<&str>, logs => "" },
     ]),
     builtin!("feedback/refusal", || {
         let by = [
