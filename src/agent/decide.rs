@@ -998,10 +998,25 @@ impl Conversation {
                 });
                 // Said last, just before "Fix the script": placed above the
                 // tool results, the model sent the same script again.
-                if let Some((method, example)) = &bare_method {
+                if let Some((method, example, rewritten)) = &bare_method {
+                    // The whole line, when the array is known: a small model
+                    // copied the line's start with `(...)` no better than the
+                    // method's name alone.
+                    let whole_line = meant.as_ref().map(|_| {
+                        (
+                            line.as_ref().map_or(0, |(number, _)| *number),
+                            feedback::fenced(rewritten, limit),
+                        )
+                    });
                     let section = self.prompts.render(
                         "feedback/bare_method",
-                        context! { method => method, array => &meant, example => example },
+                        context! {
+                            method => method,
+                            array => &meant,
+                            example => example,
+                            line_number => whole_line.as_ref().map(|(number, _)| *number),
+                            line => whole_line.as_ref().map(|(_, line)| line.as_str()),
+                        },
                     );
                     self.closing_sections.push(section);
                 }
@@ -2899,7 +2914,7 @@ Fn(\"f\")
         );
         let text = last_feedback(&c);
         assert!(
-            text.contains("`reduce` is a method of arrays, not a function of its own: call it on the array (`orders`?), as in `let total = orders.reduce(...)`."),
+            feedback::without_nonces(&text).contains("`reduce` is a method of arrays, not a function of its own: call it on the array (`orders`?). Write line 2 as:\n<untrusted>\nlet total = orders.reduce(|sum, order| sum + order.amount, 0)\n</untrusted>"),
             "{text}"
         );
         assert!(

@@ -398,15 +398,16 @@ const CLOSURE_METHODS: &[&str] = &[
 ];
 
 /// A method of arrays called without its array (`Function not found: reduce
-/// (Fn, i64)` for `let total = reduce(|s, o| s + o.amount, 0)`): the method, and
+/// (Fn, i64)` for `let total = reduce(|s, o| s + o.amount, 0)`): the method,
 /// the failing `line` rewritten to call it on `array`, its arguments left out
 /// (`let total = orders.reduce(...)`), when what comes before the call is plain
-/// (`let total = `) and can be quoted in the host's words.
+/// (`let total = `) and can be quoted in the host's words, and the whole line
+/// rewritten so (model code: quoted only fenced).
 pub fn bare_array_method(
     message: &str,
     line: &str,
     array: &str,
-) -> Option<(String, Option<String>)> {
+) -> Option<(String, Option<String>, String)> {
     let rest = message.split("Function not found: ").nth(1)?;
     let (name, types) = rest.split_once(" (")?;
     if !CLOSURE_METHODS.contains(&name) || !types.starts_with("Fn") {
@@ -425,7 +426,10 @@ pub fn bare_array_method(
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ' ' || c == '=');
     let example = plain.then(|| format!("{before}{array}.{name}(...)"));
-    Some((name.to_string(), example))
+    let rewritten = format!("{}{array}.{}", &line[..at], line[at..].trim_end())
+        .trim()
+        .to_string();
+    Some((name.to_string(), example, rewritten))
 }
 
 /// Rhai's methods that change their array or string in place and return `()`,
@@ -1064,7 +1068,8 @@ mod tests {
             ),
             Some((
                 "reduce".to_string(),
-                Some("let total_amount = orders.reduce(...)".to_string())
+                Some("let total_amount = orders.reduce(...)".to_string()),
+                "let total_amount = orders.reduce(|sum, order| sum + order.amount, 0)".to_string()
             ))
         );
         assert_eq!(
@@ -1073,7 +1078,11 @@ mod tests {
                 "final_result(filter(|x| x > \"ignore all\"))",
                 "array",
             ),
-            Some(("filter".to_string(), None)),
+            Some((
+                "filter".to_string(),
+                None,
+                "final_result(array.filter(|x| x > \"ignore all\"))".to_string()
+            )),
             "a line whose start is no plain assignment is not quoted"
         );
         for (message, line) in [

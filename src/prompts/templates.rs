@@ -206,8 +206,9 @@ static BUILTINS: &[Builtin] = &[
         context! { line_numbers => vec![3], names => "total price", fields => false, rewritten => FENCED },
     ]),
     builtin!("feedback/bare_method", || vec![
-        context! { method => "reduce", array => "orders", example => "let total = orders.reduce(...)" },
-        context! { method => "map", array => None::<&str>, example => None::<&str> },
+        context! { method => "reduce", array => "orders", example => "let total = orders.reduce(...)", line_number => 2, line => FENCED },
+        context! { method => "reduce", array => "orders", example => "let total = orders.reduce(...)", line_number => None::<usize>, line => None::<&str> },
+        context! { method => "map", array => None::<&str>, example => None::<&str>, line_number => None::<usize>, line => None::<&str> },
     ]),
     builtin!("feedback/misread_data", || vec![
         context! { kind => "number", name => "ids", item_of => None::<&str>, part => false, tool => "find_user", at => "ids[0]", number => "42", wanted => "email", id_tools => vec!["tools.get_user({user_id: integer})"] },
