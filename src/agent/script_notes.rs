@@ -243,6 +243,17 @@ pub fn without_python_defs(script: &str, names: &[&str]) -> (String, Vec<String>
     (kept.join("\n"), removed)
 }
 
+/// What starts a function's definition at the top level, in Python,
+/// JavaScript and Rhai.
+const DEFINING: &[&str] = &[
+    "def ",
+    "async def ",
+    "function ",
+    "async function ",
+    "fn ",
+    "private fn ",
+];
+
 /// The functions a script defines when it only defines them: every line at
 /// the top level (not indented) is a definition, an import, a decorator, a
 /// comment or a closing brace, so nothing ran. Empty when the script does
@@ -257,17 +268,10 @@ pub fn uncalled_definitions(script: &str) -> Vec<String> {
         if line.trim().is_empty() || line.starts_with([' ', '\t']) {
             continue;
         }
-        let defined = [
-            "def ",
-            "async def ",
-            "function ",
-            "async function ",
-            "fn ",
-            "private fn ",
-        ]
-        .iter()
-        .find_map(|keyword| line.strip_prefix(keyword))
-        .map(|rest| rest.split('(').next().unwrap_or_default().trim());
+        let defined = DEFINING
+            .iter()
+            .find_map(|keyword| line.strip_prefix(keyword))
+            .map(|rest| rest.split('(').next().unwrap_or_default().trim());
         match defined {
             Some(name)
                 if !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_') =>
@@ -295,16 +299,9 @@ pub fn uncalled_definitions(script: &str) -> Vec<String> {
 /// definition's header is on one line.
 pub fn parameter_count(script: &str, name: &str) -> Option<usize> {
     script.lines().find_map(|line| {
-        let rest = [
-            "def ",
-            "async def ",
-            "function ",
-            "async function ",
-            "fn ",
-            "private fn ",
-        ]
-        .iter()
-        .find_map(|keyword| line.strip_prefix(keyword))?;
+        let rest = DEFINING
+            .iter()
+            .find_map(|keyword| line.strip_prefix(keyword))?;
         let inside = rest.strip_prefix(name)?.trim_start().strip_prefix('(')?;
         let inside = inside.split_once(')')?.0.trim();
         Some(if inside.is_empty() {
