@@ -76,7 +76,25 @@ pub struct AbsentPattern {
     /// when a line of the text holds it, with that line: what the data holds
     /// instead.
     pub near: Option<(String, String)>,
+    /// For a regular expression, where it stops matching the near line: its
+    /// longest start that matches there, the rest of it, and what the line
+    /// holds after that start's match ([`where_it_stops`]).
+    pub stops: Option<Stop>,
 }
+
+/// Where a regular expression stops matching a line: `ERROR (\d+)` over
+/// `… ERROR E42 disk full` matches up to `ERROR `, and then `(\d+)` meets
+/// `E42 disk full`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stop {
+    pub matched: String,
+    pub rest: String,
+    pub then: String,
+}
+
+/// The longest characters of a line's text after the part that matched that
+/// [`Stop::then`] keeps.
+const THEN_CHARS: usize = 30;
 
 /// A pattern written in a script, before it is tried.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,12 +159,17 @@ pub fn absent_pattern(
         }
         let tool = one_text_tool(results);
         let near = near_line(&pattern.text, &subjects);
+        let stops = near
+            .as_ref()
+            .filter(|_| pattern.regex)
+            .and_then(|(_, line)| where_it_stops(&pattern.text, line, folds_case));
         Some(AbsentPattern {
             written: pattern.text,
             usage: pattern.usage,
             line: pattern.line,
             tool,
             near,
+            stops,
         })
     })
 }
@@ -209,6 +232,43 @@ fn occurs(pattern: &Written, texts: &[&str], folds_case: bool) -> Option<bool> {
             .iter()
             .any(|text| text.contains(pattern.text.as_str())),
     )
+}
+
+/// Where `pattern`, a regular expression that matches nowhere in `line`,
+/// stops matching it: its longest start (cut at a character) that is a
+/// regular expression of its own, holds a letter or a digit, and matches in
+/// `line`. None when no start does, or the pattern reads as no regular
+/// expression this crate knows.
+///
+/// Why: told that `ERROR (\d+)` occurs nowhere in a log of `ERROR E42` lines,
+/// shown such a line, the local 1.5B model sent the same pattern back in
+/// every runtime: it never saw that the codes start with a letter.
+pub fn where_it_stops(pattern: &str, line: &str, folds_case: bool) -> Option<Stop> {
+    let build = |text: &str| {
+        RegexBuilder::new(text)
+            .case_insensitive(folds_case)
+            .size_limit(1 << 20)
+            .build()
+            .ok()
+    };
+    if build(pattern)?.is_match(line) {
+        return None;
+    }
+    let mut cuts: Vec<usize> = pattern.char_indices().map(|(at, _)| at).skip(1).collect();
+    cuts.reverse();
+    cuts.into_iter().find_map(|cut| {
+        let (start, rest) = pattern.split_at(cut);
+        if !start.chars().any(char::is_alphanumeric) {
+            return None;
+        }
+        let found = build(start)?.find(line)?;
+        let then: String = line[found.end()..].chars().take(THEN_CHARS).collect();
+        Some(Stop {
+            matched: start.to_string(),
+            rest: rest.to_string(),
+            then,
+        })
+    })
 }
 
 /// The name of the one tool that returned text, if one did.
@@ -483,9 +543,40 @@ mod tests {
         let found = absent_pattern(absent, &read(LOG), true).expect("found");
         assert_eq!(found.written, "ERROR (\\d+)");
         assert_eq!(found.line, 2);
+        assert_eq!(
+            found.stops,
+            Some(Stop {
+                matched: "ERROR ".into(),
+                rest: "(\\d+)".into(),
+                then: "E42 disk full".into(),
+            })
+        );
         let present =
             "import re\ncodes = re.findall(r\"ERROR (E\\d+)\", read_file(name=\"server.log\"))";
         assert_eq!(absent_pattern(present, &read(LOG), true), None);
+    }
+
+    #[test]
+    fn a_regex_stops_where_its_longest_matching_start_ends() {
+        let line = "2026-11-30 10:00:05 ERROR E42 disk full";
+        let stop = where_it_stops(r"ERROR: (E\d+)", line, false).expect("stops");
+        assert_eq!(
+            (stop.matched.as_str(), stop.rest.as_str()),
+            ("ERROR", r": (E\d+)")
+        );
+        assert_eq!(stop.then, " E42 disk full");
+        // What follows the match is cut, at a character, not a byte.
+        let long = format!("ERROR {}", "é".repeat(100));
+        let stop = where_it_stops(r"ERROR \d", &long, false).expect("stops");
+        assert_eq!(stop.then.chars().count(), THEN_CHARS);
+        // A pattern that matches, one whose every start lacks a letter or
+        // fails to match, and one that is no regular expression: nothing.
+        assert_eq!(where_it_stops(r"E\d+", line, false), None);
+        assert_eq!(where_it_stops(r"^WARN", line, false), None);
+        assert_eq!(where_it_stops(r"ERROR (?<", line, false), None);
+        // Case folded as the script folds it.
+        let folded = where_it_stops(r"error (\d+)", line, true).expect("stops");
+        assert_eq!(folded.matched, "error ");
     }
 
     #[test]

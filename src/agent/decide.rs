@@ -772,16 +772,42 @@ impl Conversation {
         // it meant to call the tool: the stub is taken out (and the model
         // told), so the call reaches the host's tool with real data.
         let mut code = code;
+        // One-line definitions that call a tool with a stub's defaults, put in
+        // after the check for redefined names: they are the host's, not the
+        // model's.
+        let mut shims: Vec<(usize, String)> = Vec::new();
         if matches!(fence, "python" | "py") {
             let tools: Vec<&str> = self.provided_names[helpers..]
                 .iter()
                 .map(String::as_str)
                 .collect();
-            let (kept, removed) = script_notes::without_python_defs(&code, &tools);
-            for name in &removed {
-                let note = self
-                    .prompts
-                    .render("notes/stub_removed", context! { name => name });
+            let stubs = script_notes::without_python_defs(&code, &tools);
+            let mut defaults_of: Vec<(&str, String)> = Vec::new();
+            for (line, name, header) in &stubs.headers {
+                let Some(tool) = tools.iter().position(|tool| tool == name) else {
+                    continue;
+                };
+                let parameters = script_notes::signature_parameters(&self.tool_signatures[tool]);
+                if let Some((shim, defaults)) =
+                    script_notes::stub_with_defaults(header, name, &parameters)
+                {
+                    shims.push((*line, shim));
+                    if !defaults_of.iter().any(|(of, _)| of == name) {
+                        defaults_of.push((name, defaults));
+                    }
+                }
+            }
+            for (index, name) in stubs.removed.iter().enumerate() {
+                // The imports only the stubs used are said once, with the first.
+                let imports = if index == 0 { &stubs.imports[..] } else { &[] };
+                let defaults = defaults_of
+                    .iter()
+                    .find(|(of, _)| of == name)
+                    .map(|(_, defaults)| defaults.as_str());
+                let note = self.prompts.render(
+                    "notes/stub_removed",
+                    context! { name => name, imports => imports, defaults => defaults },
+                );
                 self.pending_notes.push(note);
                 // Said just before "Fix the script" if the script fails:
                 // placed with the note above the error, it went unread.
@@ -795,8 +821,8 @@ impl Conversation {
                     self.stub_readings.push(reading);
                 }
             }
-            if !removed.is_empty() {
-                code = kept;
+            if !stubs.removed.is_empty() {
+                code = stubs.code;
             }
         }
         for name in script_notes::redefined_names(&code, &self.provided_names) {
@@ -816,6 +842,15 @@ impl Conversation {
             if index >= helpers {
                 self.faked_tools.push(name.to_string());
             }
+        }
+        if !shims.is_empty() {
+            let mut lines: Vec<&str> = code.lines().collect();
+            for (line, shim) in &shims {
+                if let Some(slot) = lines.get_mut(*line) {
+                    *slot = shim;
+                }
+            }
+            code = lines.join("\n");
         }
         code
     }
@@ -1267,7 +1302,11 @@ impl Conversation {
         }
     }
 
-    fn observed(&mut self, text: String, value: &Value, logs: &LogBuffer) {
+    fn observed(&mut self, mut text: String, value: &Value, logs: &LogBuffer) {
+        if let Some(note) = self.made_up_filter_note() {
+            text.push_str("\n\n");
+            text.push_str(&note);
+        }
         self.step_tool_results.clear();
         self.step_failed_calls.clear();
         self.repeated = false;
@@ -1486,6 +1525,9 @@ impl Conversation {
                 tool => &found.tool,
                 near_word => found.near.as_ref().map(|(word, _)| word.as_str()),
                 near_line => found.near.as_ref().map(|(_, line)| fenced(line)),
+                matched => found.stops.as_ref().map(|stop| fenced(&stop.matched)),
+                rest => found.stops.as_ref().map(|stop| fenced(&stop.rest)),
+                then => found.stops.as_ref().map(|stop| fenced(&stop.then)),
             },
         )
     }
@@ -2485,7 +2527,7 @@ Fn(\"f\")
         assert_eq!(
             next,
             Next::RunScript {
-                code: "observation(list_orders(customer='mia'))".into()
+                code: "\n\n\nobservation(list_orders(customer='mia'))".into()
             }
         );
         c.on_completion(&Ok(json!({"type": "observation", "value": [2]})), &logs());
@@ -2494,6 +2536,52 @@ Fn(\"f\")
         assert!(
             !text.contains("do not define it, call it as"),
             "one note, not two: {text}"
+        );
+    }
+
+    #[test]
+    fn a_python_stub_with_a_default_becomes_a_call_of_the_tool_with_that_default() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "read_file".to_string(),
+            "read_file(name=string)".to_string(),
+        )]);
+        let next = c.on_reply(&reply(
+            "```python\ndef read_file(name=\"server.log\"):\n    with open(name) as f:\n        return f.read()\n\nfinal_result(len(read_file()))\n```",
+        )).next;
+        assert_eq!(
+            next,
+            Next::RunScript {
+                code: "def read_file(name=\"server.log\", _host_tool=read_file): return _host_tool(name=name)\n\n\n\nfinal_result(len(read_file()))".into()
+            }
+        );
+        let (Decision { next, .. }, _) =
+            c.on_completion(&Ok(json!({"type": "final_result", "value": 120})), &logs());
+        assert!(
+            matches!(next, Next::CheckResult { .. }),
+            "the host's definition fakes nothing: {next:?}"
+        );
+    }
+
+    #[test]
+    fn a_python_stubs_own_import_goes_with_it_and_the_note_says_so() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
+        let next = c.on_reply(&reply(
+            "```python\nimport requests\n\ndef get_weather(city):\n    return requests.get(city).json()\n\nresult = get_weather(\"Paris\")\nobservation(result)\n```",
+        )).next;
+        assert_eq!(
+            next,
+            Next::RunScript {
+                code: "\n\n\n\n\nresult = get_weather(\"Paris\")\nobservation(result)".into()
+            }
+        );
+        c.on_completion(&Ok(json!({"type": "observation", "value": 12})), &logs());
+        let text = last_feedback(&c);
+        assert!(
+            text.starts_with("Note: your script defined `get_weather`, which the host already provides, so the host ran your script without that definition and without the imports only it used (`import requests`)"),
+            "{text}"
         );
     }
 
@@ -3042,6 +3130,54 @@ Fn(\"f\")
             "{:?}",
             again.next
         );
+    }
+
+    #[test]
+    fn an_observation_of_the_empty_list_a_made_up_filter_gave_says_so_once() {
+        let mut c = Conversation::new(
+            "How many orders have an amount above 20 euros? Return the count.",
+            &["python"],
+            LoopConfig::default(),
+        )
+        .with_tools([(
+            "list_orders".to_string(),
+            "list_orders(customer=string|None)".to_string(),
+        )]);
+        let script = "result = list_orders(customer=\"Alice\")\nobservation(result)";
+        let observe = |c: &mut Conversation| {
+            c.on_reply(&reply(&format!("```python\n{script}\n```")));
+            c.note_tool_results(vec![seen(
+                "list_orders",
+                json!({"customer": "Alice"}),
+                json!([]),
+            )]);
+            c.on_completion(
+                &Ok(json!({"type": "observation", "value": []})),
+                &LogBuffer::new(10),
+            );
+            last_feedback(c)
+        };
+        let first = observe(&mut c);
+        assert!(
+            first.ends_with("Note: `list_orders` returned `[]` for the `customer` your script made up (it appears nowhere in the task), so this says nothing about the task. Leave `customer` out, it is optional: write line 1 as `result = list_orders()`."),
+            "{first}"
+        );
+        let second = observe(&mut c);
+        assert!(
+            !second.contains("your script made up"),
+            "once a run: {second}"
+        );
+        // A filter the task names is no made-up one.
+        let mut named = Conversation::new(
+            "How many orders has Alice? Return the count.",
+            &["python"],
+            LoopConfig::default(),
+        )
+        .with_tools([(
+            "list_orders".to_string(),
+            "list_orders(customer=string|None)".to_string(),
+        )]);
+        assert!(!observe(&mut named).contains("made up"));
     }
 
     const LOG: &str = "2026-11-30 10:00:01 INFO start\n2026-11-30 10:00:05 ERROR E42 disk full\n2026-11-30 10:02:00 ERROR E17 timeout\n";

@@ -377,6 +377,28 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
             fed_back(&c)
         }),
+        ("feedback/made_up_filter_seen", {
+            let mut c = Conversation::new(
+                "How many orders have an amount above 20 euros? Return the count.",
+                &["python"],
+                LoopConfig::default(),
+            )
+            .with_tools([(
+                "list_orders".to_string(),
+                "list_orders(customer=string|None)".to_string(),
+            )]);
+            c.on_reply(&reply(
+                "```python\nresult = list_orders(customer=\"Alice\")\nobservation(result)\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                tool: "list_orders".to_string(),
+                args: json!({"customer": "Alice"}),
+                value: json!([]),
+            }]);
+            c.on_completion(&Ok(json!({"type": "observation", "value": []})), &none);
+            fed_back(&c)
+        }),
         ("feedback/absent_pattern", {
             let mut c = Conversation::new(
                 "The ERROR lines of server.log each carry an error code such as E17. Which code occurs most often?",
@@ -664,7 +686,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 StopReason::EndTurn,
             ));
             python.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 3, in <module>\nIndexError: string index out of range")),
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    final_result(sum(float(row[1]) for row in sales[1:]))\n  File \"<script>\", line 10, in <genexpr>\nIndexError: string index out of range")),
                 &none,
             );
             fed_back(&python)

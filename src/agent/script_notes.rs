@@ -208,17 +208,42 @@ pub fn without_thinking(reply: &str) -> String {
     out
 }
 
-/// `script` (Python) without its `def` blocks for any of `names`, and the names
-/// whose definitions were taken out. A block is the `def` line and every line
-/// after it that is blank or indented deeper.
-pub fn without_python_defs(script: &str, names: &[&str]) -> (String, Vec<String>) {
+/// A Python script with the host's tools' stubs taken out
+/// ([`without_python_defs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WithoutStubs {
+    /// The script to run: the stubs' lines are blank, so every other line
+    /// keeps its number.
+    pub code: String,
+    /// The tools whose definitions were taken out.
+    pub removed: Vec<String>,
+    /// The import lines taken out with them (`import requests`): only the
+    /// stubs used what they import.
+    pub imports: Vec<String>,
+    /// Each stub's `def` line, by its index in `code`'s lines, and the tool.
+    pub headers: Vec<(usize, String, String)>,
+}
+
+/// `script` (Python) without its `def` blocks for any of `names`, and without
+/// the top-level imports that only those blocks used. A block is the `def`
+/// line and every line after it that is blank or indented deeper.
+///
+/// Why the imports: the local 1.5B model's stub of `get_weather` called
+/// `requests.get`; with the stub gone, `import requests` alone failed the
+/// script, and the model sent it back unchanged until its errors ran out.
+pub fn without_python_defs(script: &str, names: &[&str]) -> WithoutStubs {
     let mut kept: Vec<&str> = Vec::new();
     let mut removed: Vec<String> = Vec::new();
+    let mut headers = Vec::new();
+    let mut removed_text = String::new();
     let mut skipping: Option<usize> = None;
     for line in script.lines() {
         let indent = line.len() - line.trim_start().len();
         if let Some(depth) = skipping {
             if line.trim().is_empty() || indent > depth {
+                removed_text.push_str(line);
+                removed_text.push('\n');
+                kept.push("");
                 continue;
             }
             skipping = None;
@@ -236,11 +261,248 @@ pub fn without_python_defs(script: &str, names: &[&str]) -> (String, Vec<String>
                 if !removed.iter().any(|r| r == name) {
                     removed.push(name.to_string());
                 }
+                headers.push((kept.len(), name.to_string(), line.to_string()));
+                kept.push("");
             }
             None => kept.push(line),
         }
     }
-    (kept.join("\n"), removed)
+    let mut imports = Vec::new();
+    if !removed.is_empty() {
+        let only_the_stubs_use = |index: usize, bound: &[&str]| {
+            let elsewhere = |name: &str| {
+                kept.iter()
+                    .enumerate()
+                    .any(|(at, line)| at != index && uses_bare_name(line, name))
+            };
+            !bound.is_empty()
+                && bound
+                    .iter()
+                    .all(|name| uses_bare_name(&removed_text, name) && !elsewhere(name))
+        };
+        let dropped: Vec<usize> = (0..kept.len())
+            .filter(|&index| {
+                let line = kept[index];
+                !line.starts_with([' ', '\t'])
+                    && imported_names(line).is_some_and(|bound| only_the_stubs_use(index, &bound))
+            })
+            .collect();
+        for index in dropped {
+            imports.push(kept[index].trim().to_string());
+            kept[index] = "";
+        }
+    }
+    WithoutStubs {
+        code: kept.join("\n"),
+        removed,
+        imports,
+        headers,
+    }
+}
+
+/// A one-line definition to stand where a Python stub of a tool was, when the
+/// stub gave its parameters defaults (`def read_file(name="sales.csv"):`): it
+/// calls the host's tool with the script's arguments, or the stub's defaults
+/// (`def read_file(name="sales.csv", _host_tool=read_file): return
+/// _host_tool(name=name)`), and the defaults as the stub wrote them, for the
+/// note. None when the stub has no default, a default that is not a plain
+/// string or number, or a parameter the tool's `parameters` lack.
+///
+/// Why: the local 1.5B model's stubs of `read_file` named their file only in
+/// the default and called `read_file()`; with the stub taken out, the host's
+/// tool got no name, and the model sent the script back unchanged until its
+/// errors ran out.
+pub fn stub_with_defaults(
+    header: &str,
+    tool: &str,
+    parameters: &[&str],
+) -> Option<(String, String)> {
+    let indent = &header[..header.len() - header.trim_start().len()];
+    let inside = header
+        .trim()
+        .strip_prefix("def ")?
+        .strip_prefix(tool)?
+        .trim_start()
+        .strip_prefix('(')?;
+    let close = closing_paren(inside)?;
+    let after = inside[close + 1..].trim_start();
+    if !(after.starts_with(':') || after.starts_with("->")) {
+        return None;
+    }
+    let inside = &inside[..close];
+    let mut names = Vec::new();
+    let mut defaults = Vec::new();
+    for param in split_top_level(inside) {
+        let param = param.trim();
+        if param.is_empty() {
+            continue;
+        }
+        let (name_part, default) = match param.split_once('=') {
+            Some((name, default)) => (name, Some(default.trim())),
+            None => (param, None),
+        };
+        let name = name_part.split(':').next().unwrap_or_default().trim();
+        if !is_plain_name(name) || !parameters.contains(&name) {
+            return None;
+        }
+        if let Some(default) = default {
+            if !is_plain_literal(default) {
+                return None;
+            }
+            defaults.push(format!("{name}={default}"));
+        }
+        names.push((name, default));
+    }
+    if defaults.is_empty() {
+        return None;
+    }
+    let own: Vec<String> = names
+        .iter()
+        .map(|(name, default)| match default {
+            Some(default) => format!("{name}={default}"),
+            None => name.to_string(),
+        })
+        .collect();
+    let passed: Vec<String> = names
+        .iter()
+        .map(|(name, _)| format!("{name}={name}"))
+        .collect();
+    let shim = format!(
+        "{indent}def {tool}({}, _host_tool={tool}): return _host_tool({})",
+        own.join(", "),
+        passed.join(", ")
+    );
+    Some((shim, defaults.join(", ")))
+}
+
+/// The parameter names of a tool's card signature (`read_file(name=string)`,
+/// `list_orders(customer=string|None)`).
+pub fn signature_parameters(signature: &str) -> Vec<&str> {
+    let Some(inside) = signature
+        .split_once('(')
+        .and_then(|(_, rest)| rest.rsplit_once(')'))
+        .map(|(inside, _)| inside)
+    else {
+        return Vec::new();
+    };
+    inside
+        .split(',')
+        .map(|part| {
+            part.split(['=', ':', '?'])
+                .next()
+                .unwrap_or_default()
+                .trim()
+        })
+        .filter(|name| is_plain_name(name))
+        .collect()
+}
+
+/// The offset of the `)` that closes the bracket just before `text`.
+fn closing_paren(text: &str) -> Option<usize> {
+    let (mut depth, mut quote) = (0usize, None::<char>);
+    for (at, c) in text.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' if depth == 0 => return Some(at),
+                ')' | ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    None
+}
+
+/// `text` split at the commas outside brackets and quotes.
+fn split_top_level(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut quote, mut start) = (0usize, None::<char>, 0usize);
+    for (at, c) in text.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth = depth.saturating_sub(1),
+                ',' if depth == 0 => {
+                    parts.push(&text[start..at]);
+                    start = at + 1;
+                }
+                _ => {}
+            },
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+fn is_plain_name(text: &str) -> bool {
+    !text.is_empty()
+        && !text.starts_with(|c: char| c.is_ascii_digit())
+        && text.chars().all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// A short Python string or number literal, with nothing a note could not
+/// quote: `"sales.csv"`, `'EUR'`, `20`, `-1.5`.
+fn is_plain_literal(text: &str) -> bool {
+    let quoted = ['"', '\''].iter().any(|&q| {
+        text.len() >= 2
+            && text.starts_with(q)
+            && text.ends_with(q)
+            && text[1..text.len() - 1]
+                .chars()
+                .all(|c| c != q && c != '\\' && c != '`' && !c.is_control())
+    });
+    let number = text.trim_start_matches('-').parse::<f64>().is_ok()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '.' || c == '-');
+    text.len() <= 60 && (quoted || number)
+}
+
+/// The names a Python import line binds: `import a.b as c` binds `c`,
+/// `import a.b` binds `a`, `from m import x, y as z` binds `x` and `z`. None
+/// for any other line, and for `from m import *`, which binds names no one
+/// can list.
+fn imported_names(line: &str) -> Option<Vec<&str>> {
+    let line = line.trim();
+    let list = if let Some(rest) = line.strip_prefix("import ") {
+        rest
+    } else {
+        let rest = line.strip_prefix("from ")?;
+        rest.split_once(" import ")?.1
+    };
+    let list = list.trim().trim_start_matches('(').trim_end_matches(')');
+    let mut bound = Vec::new();
+    for item in list.split(',') {
+        let item = item.trim();
+        let name = match item.rsplit_once(" as ") {
+            Some((_, alias)) => alias.trim(),
+            None if line.starts_with("import ") => item.split('.').next()?.trim(),
+            None => item,
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            return None;
+        }
+        bound.push(name);
+    }
+    Some(bound)
+}
+
+/// Whether `text` uses `name` as a whole name, not an attribute (`x.name`)
+/// nor part of a longer name (`name_2`).
+fn uses_bare_name(text: &str, name: &str) -> bool {
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + name.len()..].chars().next();
+        before.is_none_or(|c| !is_name_char(c) && c != '.')
+            && after.is_none_or(|c| !is_name_char(c))
+    })
 }
 
 /// What starts a function's definition at the top level, in Python,
@@ -895,16 +1157,121 @@ mod tests {
     #[test]
     fn a_python_def_of_a_tool_is_taken_out_with_its_body_and_the_rest_stays() {
         let script = "import json\n\ndef list_orders(customer=\"mia\"):\n    # fake\n    return [\n        {\"a\": 1}\n    ]\n\nresult = list_orders(customer=\"mia\")\nobservation(result)";
-        let (code, removed) = without_python_defs(script, &["list_orders"]);
+        let stubs = without_python_defs(script, &["list_orders"]);
         assert_eq!(
-            code,
-            "import json\n\nresult = list_orders(customer=\"mia\")\nobservation(result)"
+            stubs.code,
+            "import json\n\n\n\n\n\n\n\nresult = list_orders(customer=\"mia\")\nobservation(result)",
+            "the stub's lines are blank, so the others keep their numbers"
         );
-        assert_eq!(removed, vec!["list_orders"]);
-        let (same, none) =
-            without_python_defs("def helper(x):\n    return x\nhelper(1)", &["list_orders"]);
-        assert_eq!(same, "def helper(x):\n    return x\nhelper(1)");
-        assert!(none.is_empty());
+        assert_eq!(stubs.removed, vec!["list_orders"]);
+        assert!(stubs.imports.is_empty(), "json is used by no one: it stays");
+        let same = without_python_defs("def helper(x):\n    return x\nhelper(1)", &["list_orders"]);
+        assert_eq!(same.code, "def helper(x):\n    return x\nhelper(1)");
+        assert!(same.removed.is_empty());
+    }
+
+    #[test]
+    fn the_imports_only_a_stub_used_go_with_it_and_the_others_stay() {
+        let script = "import requests\nimport json, math\nfrom urllib.parse import quote as q\nimport os.path\n\ndef get_weather(city):\n    url = f\"http://x/{q(city)}\"\n    data = json.loads(requests.get(url).text)\n    return os.path.join(data)\n\nresult = get_weather(\"Paris\")\nobservation(json.dumps(result))";
+        let stubs = without_python_defs(script, &["get_weather"]);
+        assert_eq!(
+            stubs.code,
+            "\nimport json, math\n\n\n\n\n\n\n\n\nresult = get_weather(\"Paris\")\nobservation(json.dumps(result))"
+        );
+        assert_eq!(
+            stubs.imports,
+            vec![
+                "import requests",
+                "from urllib.parse import quote as q",
+                "import os.path"
+            ]
+        );
+        // Without a stub taken out, no import is touched, used or not.
+        let untouched = without_python_defs("import requests\nobservation(1)", &["get_weather"]);
+        assert_eq!(untouched.code, "import requests\nobservation(1)");
+        assert!(untouched.imports.is_empty());
+        // An indented import (inside the script's own function) stays, and a
+        // name used elsewhere keeps its import.
+        let kept = without_python_defs(
+            "import requests\ndef get_weather(c):\n    return requests.get(c)\ndef mine():\n    import math\n    return requests\nobservation(1)",
+            &["get_weather"],
+        );
+        assert_eq!(
+            kept.code,
+            "import requests\n\n\ndef mine():\n    import math\n    return requests\nobservation(1)"
+        );
+        assert!(kept.imports.is_empty());
+    }
+
+    #[test]
+    fn a_stubs_defaults_stay_in_a_definition_that_calls_the_tool() {
+        let script = "import csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name) as f:\n        return list(csv.reader(f))\n\nrows = read_file()";
+        let stubs = without_python_defs(script, &["read_file"]);
+        assert_eq!(
+            stubs.headers,
+            vec![(
+                2,
+                "read_file".to_string(),
+                "def read_file(name=\"sales.csv\"):".to_string()
+            )]
+        );
+        assert_eq!(
+            stub_with_defaults(&stubs.headers[0].2, "read_file", &["name"]),
+            Some((
+                "def read_file(name=\"sales.csv\", _host_tool=read_file): return _host_tool(name=name)".to_string(),
+                "name=\"sales.csv\"".to_string()
+            ))
+        );
+        // Annotations, a return type, a parameter without a default, indentation.
+        assert_eq!(
+            stub_with_defaults(
+                "    def convert(amount, to_currency: str = 'USD') -> float: return 1.0",
+                "convert",
+                &["amount", "from_currency", "to_currency"]
+            ),
+            Some((
+                "    def convert(amount, to_currency='USD', _host_tool=convert): return _host_tool(amount=amount, to_currency=to_currency)".to_string(),
+                "to_currency='USD'".to_string()
+            ))
+        );
+        for (header, why) in [
+            ("def read_file(name):", "no default: nothing to keep"),
+            (
+                "def read_file(path=\"a.csv\"):",
+                "a parameter the tool lacks",
+            ),
+            ("def read_file(name=None):", "None is no plain default"),
+            (
+                "def read_file(name=open('x').read()):",
+                "code, not a literal",
+            ),
+            (
+                "def read_file(name=\"a`b\"):",
+                "a backtick cannot be quoted",
+            ),
+            ("def read_file(*args, name=\"a\"):", "a star parameter"),
+            ("def read_file(name=\"a\")", "no colon: not a definition"),
+        ] {
+            assert_eq!(
+                stub_with_defaults(header, "read_file", &["name"]),
+                None,
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cards_signature_gives_its_parameter_names() {
+        assert_eq!(signature_parameters("read_file(name=string)"), vec!["name"]);
+        assert_eq!(
+            signature_parameters("list_orders(customer=string|None, limit=integer)"),
+            vec!["customer", "limit"]
+        );
+        assert_eq!(
+            signature_parameters("list_orders(#{customer?: string})"),
+            Vec::<&str>::new()
+        );
+        assert_eq!(signature_parameters("today()"), Vec::<&str>::new());
     }
 
     #[test]

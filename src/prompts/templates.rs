@@ -194,8 +194,13 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "0", tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => 1, line => "let orders = list_orders(#{})" },
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
     ]),
+    builtin!("feedback/made_up_filter_seen", || vec![
+        context! { tool => "list_orders", argument => "customer", empty => "[]", line_number => 1, line => "result = list_orders()" },
+        context! { tool => "list_orders", argument => "customer", empty => "[]", line_number => None::<usize>, line => None::<&str> },
+    ]),
     builtin!("feedback/absent_pattern", || vec![
-        context! { held => true, value => "null", split => false, line_number => 2, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED },
+        context! { held => true, value => "null", split => false, line_number => 2, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED, matched => None::<&str>, rest => None::<&str>, then => None::<&str> },
+        context! { held => false, value => None::<&str>, split => false, line_number => 4, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED, matched => FENCED, rest => FENCED, then => FENCED },
         context! { held => false, value => None::<&str>, split => true, line_number => 1, written => FENCED, tool => None::<&str>, near_word => None::<&str>, near_line => None::<&str> },
     ]),
     builtin!("feedback/stub_reading", || vec![
@@ -282,7 +287,11 @@ static BUILTINS: &[Builtin] = &[
     ]),
     builtin!("reply/no_code", || vec![context! { fence => "rhai" }]),
     builtin!("notes/cut_off_after_code", || vec![context! {}]),
-    builtin!("notes/stub_removed", || vec![context! { name => "add" }]),
+    builtin!("notes/stub_removed", || vec![
+        context! { name => "add", imports => Vec::<&str>::new(), defaults => None::<&str> },
+        context! { name => "get_weather", imports => vec!["import requests"], defaults => None::<&str> },
+        context! { name => "read_file", imports => Vec::<&str>::new(), defaults => "name=\"sales.csv\"" },
+    ]),
     builtin!("notes/redefined", || vec![
         context! { name => "add", signature => "add(a, b)" },
         context! { name => "final_result", signature => None::<&str> },

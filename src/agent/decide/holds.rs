@@ -381,6 +381,29 @@ impl Conversation {
         Some(found)
     }
 
+    /// What to say under an observation whose script got an empty value for
+    /// a filter it made up (`list_orders(customer="Alice")` returned `[]`):
+    /// the same account as a held result's, said where the empty value is
+    /// first seen, once a run (`LoopConfig::hold_results_from_made_up_filters`).
+    ///
+    /// Why: the local 1.5B model (CPython) observed the empty list its own
+    /// customer gave, then answered `final_result(0)` in a script that called
+    /// no tool, which no hold can check.
+    pub(super) fn made_up_filter_note(&mut self) -> Option<String> {
+        let script = self.current_script.clone()?;
+        let found = self.made_up_filter_to_hold(&script)?;
+        Some(self.prompts.render(
+            "feedback/made_up_filter_seen",
+            context! {
+                tool => &found.tool,
+                argument => &found.argument,
+                empty => found.empty,
+                line_number => found.rewritten.as_ref().map(|(n, _)| *n),
+                line => found.rewritten.as_ref().map(|(_, line)| line.as_str()),
+            },
+        ))
+    }
+
     /// The key a whole-map final result is held back once for: see
     /// `LoopConfig::hold_whole_maps`.
     fn asked_key_to_hold(&mut self, value: &Value) -> Option<String> {
