@@ -417,6 +417,10 @@ pub struct Conversation {
     /// Whether the last reply repeated a failure word for word, so the next
     /// model call should sample more freely.
     repeated: bool,
+    /// The script of the previous step and the value it showed, when it
+    /// ended with an observation: the same script showing the same value
+    /// again gets `hints/same_observation`.
+    last_observation: Option<(String, Value)>,
     /// What the tool calls of the step in progress returned, for its error's
     /// feedback ([`note_tool_results`](Self::note_tool_results)).
     step_tool_results: Vec<feedback::ToolResultSeen>,
@@ -537,6 +541,7 @@ impl Conversation {
             failed_script: None,
             last_error_feedback: None,
             repeated: false,
+            last_observation: None,
             step_tool_results: Vec::new(),
             step_failed_calls: Vec::new(),
             flagged_pitfalls: Vec::new(),
@@ -783,10 +788,27 @@ impl Conversation {
                 .collect();
             let stubs = script_notes::without_python_defs(&code, &tools);
             let mut defaults_of: Vec<(&str, String)> = Vec::new();
+            let mut kept_readings: Vec<&str> = Vec::new();
+            let mut imports = stubs.imports.clone();
             for (line, name, header) in &stubs.headers {
                 let Some(tool) = tools.iter().position(|tool| tool == name) else {
                     continue;
                 };
+                // A stub that read a file stays as what it made of the file,
+                // read through the tool; else its defaults stay.
+                let with_reading = self
+                    .stub_reading(&code, name, true)
+                    .and_then(|reading| script_notes::stub_with_reading(header, name, &reading));
+                if let Some(shim) = with_reading {
+                    imports.retain(|(_, import)| !script_notes::uses_import(import, &shim));
+                    shims.push((*line, shim));
+                    kept_readings.push(name);
+                    continue;
+                }
+                // The imports the reading to suggest uses stay too.
+                if let Some(reading) = self.stub_reading(&code, name, false) {
+                    imports.retain(|(_, import)| !script_notes::uses_import(import, &reading));
+                }
                 let parameters = script_notes::signature_parameters(&self.tool_signatures[tool]);
                 if let Some((shim, defaults)) =
                     script_notes::stub_with_defaults(header, name, &parameters)
@@ -797,21 +819,44 @@ impl Conversation {
                     }
                 }
             }
+            // The imports a kept reading uses stay where they were.
+            for (index, import) in &stubs.imports {
+                if !imports.iter().any(|(dropped, _)| dropped == index) {
+                    shims.push((*index, import.clone()));
+                }
+            }
+            let dropped: Vec<&str> = imports.iter().map(|(_, line)| line.as_str()).collect();
             for (index, name) in stubs.removed.iter().enumerate() {
                 // The imports only the stubs used are said once, with the first.
-                let imports = if index == 0 { &stubs.imports[..] } else { &[] };
+                let imports = if index == 0 { &dropped[..] } else { &[] };
                 let defaults = defaults_of
                     .iter()
                     .find(|(of, _)| of == name)
                     .map(|(_, defaults)| defaults.as_str());
+                let kept_reading = kept_readings.contains(&name.as_str());
                 let note = self.prompts.render(
                     "notes/stub_removed",
-                    context! { name => name, imports => imports, defaults => defaults },
+                    context! {
+                        name => name,
+                        imports => imports,
+                        defaults => defaults,
+                        kept_reading => kept_reading,
+                    },
                 );
                 self.pending_notes.push(note);
+                if kept_reading {
+                    // What to pass a function the script never called: the
+                    // stub itself, when its defaults name the file.
+                    if stubs.headers.iter().any(|(_, of, header)| {
+                        of == name && script_notes::all_parameters_defaulted(header, name)
+                    }) {
+                        self.stub_readings.push(format!("{name}()"));
+                    }
+                    continue;
+                }
                 // Said just before "Fix the script" if the script fails:
                 // placed with the note above the error, it went unread.
-                if let Some(reading) = self.stub_reading(&code, name) {
+                if let Some(reading) = self.stub_reading(&code, name, false) {
                     let fenced = feedback::fenced(&reading, self.config.feedback_limit);
                     let section = self.prompts.render(
                         "feedback/stub_reading",
@@ -872,8 +917,10 @@ impl Conversation {
 
     /// For a Python stub of the tool `name` in `code` that opened a file and
     /// returned what it made of it, that reading over the tool's text (see
-    /// [`file_stubs`]): only for a tool whose description says it gives text.
-    fn stub_reading(&self, code: &str, name: &str) -> Option<String> {
+    /// [`file_stubs`]), the tool given the stub's default (or, with
+    /// `pass_parameter`, its parameter): only for a tool whose description
+    /// says it gives text.
+    fn stub_reading(&self, code: &str, name: &str, pass_parameter: bool) -> Option<String> {
         let gives_text = self.tool_descriptions.iter().any(|(tool, description)| {
             let description = description.to_lowercase();
             tool == name
@@ -884,7 +931,12 @@ impl Conversation {
         if !gives_text {
             return None;
         }
-        file_stubs::reading_in_place_of(code, name, self.signature_of(name)?)
+        let signature = self.signature_of(name)?;
+        if pass_parameter {
+            file_stubs::reading_of_parameter(code, name, signature)
+        } else {
+            file_stubs::reading_in_place_of(code, name, signature)
+        }
     }
 
     /// What the tool calls of the script in progress returned, in order (calls
@@ -1307,9 +1359,21 @@ impl Conversation {
             text.push_str("\n\n");
             text.push_str(&note);
         }
+        // The same script showing the same value again: at temperature 0 a
+        // small model looked at the same list up to its step limit.
+        let script = self.current_script.clone().unwrap_or_default();
+        let again = self
+            .last_observation
+            .as_ref()
+            .is_some_and(|(last, shown)| *last == script && shown == value);
+        if again {
+            text.push_str("\n\n");
+            text.push_str(&self.prompts.render("hints/same_observation", context! {}));
+        }
+        self.repeated = again;
+        self.last_observation = Some((script, value.clone()));
         self.step_tool_results.clear();
         self.step_failed_calls.clear();
-        self.repeated = false;
         self.failed_script = None;
         self.last_error_feedback = None;
         self.push_feedback(text);
@@ -1380,6 +1444,7 @@ impl Conversation {
             text.push_str(&self.prompts.render("hints/same_error", context! {}));
         }
         self.failed_script = script;
+        self.last_observation = None;
         self.last_error_feedback = Some(text.clone());
         self.push_feedback(text);
         self.last_error = Some(message.to_string());
@@ -2563,6 +2628,35 @@ Fn(\"f\")
     }
 
     #[test]
+    fn a_python_stub_that_read_a_file_stays_as_its_reading_of_the_tools_text() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default())
+            .with_tools([(
+                "read_file".to_string(),
+                "read_file(name=string)".to_string(),
+            )])
+            .with_tool_descriptions([(
+                "read_file".to_string(),
+                "The text of a named file (a string).".to_string(),
+            )]);
+        let next = c.on_reply(&reply(
+            "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        return list(csv.reader(file))\n\nrows = read_file()\nfinal_result(len(rows))\n```",
+        )).next;
+        assert_eq!(
+            next,
+            Next::RunScript {
+                code: "import csv\n\ndef read_file(name=\"sales.csv\", _host_tool=read_file): return list(csv.reader(_host_tool(name=name).splitlines()))\n\n\n\nrows = read_file()\nfinal_result(len(rows))".into()
+            }
+        );
+        c.on_completion(&thrown("IndexError: list index out of range"), &logs());
+        let text = last_feedback(&c);
+        assert!(
+            text.starts_with("Note: your script defined `read_file`, which the host already provides, so the host ran your definition with its `read_file` in place of `open`"),
+            "{text}"
+        );
+        assert!(!text.contains("did not run"), "{text}");
+    }
+
+    #[test]
     fn a_python_stubs_own_import_goes_with_it_and_the_note_says_so() {
         let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
             "get_weather".to_string(),
@@ -3130,6 +3224,29 @@ Fn(\"f\")
             "{:?}",
             again.next
         );
+    }
+
+    #[test]
+    fn the_same_script_showing_the_same_value_again_is_told_to_finish_from_it() {
+        let mut c = conversation(LoopConfig::default());
+        let observe = |c: &mut Conversation, script: &str, value: Value| {
+            c.on_reply(&reply(&format!("```rhai\n{script}\n```")));
+            c.on_completion(&Ok(json!({"type": "observation", "value": value})), &logs());
+            last_feedback(c)
+        };
+        let hint = "This is the same script as your last one, and it showed the same value";
+        assert!(!observe(&mut c, "observation(list_orders())", json!([1, 2])).contains(hint));
+        let again = observe(&mut c, "observation(list_orders())", json!([1, 2]));
+        assert!(again.contains(hint), "{again}");
+        assert_eq!(
+            c.temperature(Some(0.0)),
+            Some(0.7),
+            "and samples more freely"
+        );
+        // Another value, or another script, is no repeat.
+        assert!(!observe(&mut c, "observation(list_orders())", json!([3])).contains(hint));
+        assert!(!observe(&mut c, "observation(count())", json!([3])).contains(hint));
+        assert_eq!(c.temperature(Some(0.0)), Some(0.0));
     }
 
     #[test]

@@ -18,6 +18,18 @@
 /// card's (`read_file(name=string)`): the tool must take exactly one argument.
 /// The text is the model's code rewritten, so it is quoted only fenced.
 pub fn reading_in_place_of(script: &str, tool: &str, signature: &str) -> Option<String> {
+    reading(script, tool, signature, false)
+}
+
+/// The same reading with the tool given the stub's parameter rather than its
+/// default (`list(csv.reader(read_file(name=name).splitlines()))`): the body
+/// of a definition that stands in for the stub and does what it did, with
+/// the host's tool in place of `open`.
+pub fn reading_of_parameter(script: &str, tool: &str, signature: &str) -> Option<String> {
+    reading(script, tool, signature, true)
+}
+
+fn reading(script: &str, tool: &str, signature: &str, pass_parameter: bool) -> Option<String> {
     let argument = only_argument(signature)?;
     let block = def_block(script, tool)?;
     let mut lines = block.lines();
@@ -37,7 +49,10 @@ pub fn reading_in_place_of(script: &str, tool: &str, signature: &str) -> Option<
         let (name, value) = param.split_once('=')?;
         (name.trim() == opened).then(|| value.trim())
     });
-    let passed = default.unwrap_or(opened.as_str());
+    let passed = match default {
+        Some(default) if !pass_parameter => default,
+        _ => opened.as_str(),
+    };
     let text = format!("{tool}({argument}={passed})");
     let expression = match &body[1..] {
         [last] => last.strip_prefix("return ")?.trim().to_string(),

@@ -671,6 +671,29 @@ fn sections() -> Vec<(&'static str, String)> {
                 fed_back(&python)
             },
         ),
+        (
+            "notes/stub_removed (a stub that read a file, kept as its reading)",
+            {
+                let mut python = Conversation::new("task", &["python"], LoopConfig::default())
+                    .with_tools([(
+                        "read_file".to_string(),
+                        "read_file(name=string)".to_string(),
+                    )])
+                    .with_tool_descriptions([(
+                        "read_file".to_string(),
+                        "The text of a named file (a string).".to_string(),
+                    )]);
+                python.on_reply(&reply(
+                "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))\n```",
+                StopReason::EndTurn,
+            ));
+                python.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    final_result(sum(float(row[1]) for row in sales[1:]))\n  File \"<script>\", line 10, in <genexpr>\nIndexError: string index out of range")),
+                &none,
+            );
+                fed_back(&python)
+            },
+        ),
         ("feedback/stub_reading", {
             let mut python = Conversation::new("task", &["python"], LoopConfig::default())
                 .with_tools([(
@@ -682,7 +705,7 @@ fn sections() -> Vec<(&'static str, String)> {
                     "The text of a named file (a string).".to_string(),
                 )]);
             python.on_reply(&reply(
-                "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))\n```",
+                "```python\nimport csv\n\nFILE = \"sales.csv\"\ndef read_file(name=FILE):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))\n```",
                 StopReason::EndTurn,
             ));
             python.on_completion(
@@ -708,6 +731,17 @@ fn sections() -> Vec<(&'static str, String)> {
             ),
         ),
         ("hints/same_script", fed_back(&repeated)),
+        ("hints/same_observation", {
+            let mut c = conversation();
+            for _ in 0..2 {
+                c.on_reply(&reply(
+                    "```rhai\nobservation(list_orders())\n```",
+                    StopReason::EndTurn,
+                ));
+                c.on_completion(&Ok(json!({"type": "observation", "value": [7]})), &none);
+            }
+            fed_back(&c)
+        }),
         ("hints/same_error", {
             let mut c = conversation();
             for _ in 0..2 {

@@ -217,9 +217,9 @@ pub struct WithoutStubs {
     pub code: String,
     /// The tools whose definitions were taken out.
     pub removed: Vec<String>,
-    /// The import lines taken out with them (`import requests`): only the
-    /// stubs used what they import.
-    pub imports: Vec<String>,
+    /// The import lines taken out with them (`import requests`), by their
+    /// index in `code`'s lines: only the stubs used what they import.
+    pub imports: Vec<(usize, String)>,
     /// Each stub's `def` line, by its index in `code`'s lines, and the tool.
     pub headers: Vec<(usize, String, String)>,
 }
@@ -288,7 +288,7 @@ pub fn without_python_defs(script: &str, names: &[&str]) -> WithoutStubs {
             })
             .collect();
         for index in dropped {
-            imports.push(kept[index].trim().to_string());
+            imports.push((index, kept[index].trim().to_string()));
             kept[index] = "";
         }
     }
@@ -317,7 +317,71 @@ pub fn stub_with_defaults(
     tool: &str,
     parameters: &[&str],
 ) -> Option<(String, String)> {
+    let stub = stub_parameters(header, tool)?;
+    if stub.iter().any(|(name, _)| !parameters.contains(name)) {
+        return None;
+    }
+    let defaults: Vec<String> = stub
+        .iter()
+        .filter_map(|(name, default)| default.map(|default| format!("{name}={default}")))
+        .collect();
+    if defaults.is_empty() {
+        return None;
+    }
+    let passed: Vec<String> = stub
+        .iter()
+        .map(|(name, _)| format!("{name}={name}"))
+        .collect();
+    let body = format!("_host_tool({})", passed.join(", "));
+    Some((stub_shim(header, tool, &stub, &body), defaults.join(", ")))
+}
+
+/// A one-line definition to stand where a Python stub of a tool that read a
+/// file was: it returns `reading` (the stub's own expression with the host's
+/// tool in place of `open`, from `file_stubs::reading_of_parameter`), with
+/// the stub's parameters and defaults. None when a parameter is not a plain
+/// name with at most a plain default.
+///
+/// Why: told to write `list(csv.reader(read_file(name="sales.csv")
+/// .splitlines()))` in place of its calls, the local 1.5B model sent its stub
+/// back each time, and its rows were the file's characters.
+pub fn stub_with_reading(header: &str, tool: &str, reading: &str) -> Option<String> {
+    let stub = stub_parameters(header, tool)?;
+    let call = format!("{tool}(");
+    let at = reading.find(&call)?;
+    let body = format!(
+        "{}_host_tool({}",
+        &reading[..at],
+        &reading[at + call.len()..]
+    );
+    Some(stub_shim(header, tool, &stub, &body))
+}
+
+/// Whether every parameter of a stub's plain `def` line has a default, so
+/// calling it without arguments does what the script meant.
+pub fn all_parameters_defaulted(header: &str, tool: &str) -> bool {
+    stub_parameters(header, tool)
+        .is_some_and(|stub| stub.iter().all(|(_, default)| default.is_some()))
+}
+
+/// `def TOOL(PARAMS, _host_tool=TOOL): return BODY` at the header's indent.
+fn stub_shim(header: &str, tool: &str, stub: &[(&str, Option<&str>)], body: &str) -> String {
     let indent = &header[..header.len() - header.trim_start().len()];
+    let mut own: Vec<String> = stub
+        .iter()
+        .map(|(name, default)| match default {
+            Some(default) => format!("{name}={default}"),
+            None => name.to_string(),
+        })
+        .collect();
+    own.push(format!("_host_tool={tool}"));
+    format!("{indent}def {tool}({}): return {body}", own.join(", "))
+}
+
+/// The parameters of a stub's `def` line, by name, with their defaults: None
+/// unless each is a plain name with at most a plain literal default (an
+/// annotation aside), and the line is a definition of `tool`.
+fn stub_parameters<'a>(header: &'a str, tool: &str) -> Option<Vec<(&'a str, Option<&'a str>)>> {
     let inside = header
         .trim()
         .strip_prefix("def ")?
@@ -329,10 +393,8 @@ pub fn stub_with_defaults(
     if !(after.starts_with(':') || after.starts_with("->")) {
         return None;
     }
-    let inside = &inside[..close];
-    let mut names = Vec::new();
-    let mut defaults = Vec::new();
-    for param in split_top_level(inside) {
+    let mut stub = Vec::new();
+    for param in split_top_level(&inside[..close]) {
         let param = param.trim();
         if param.is_empty() {
             continue;
@@ -342,37 +404,12 @@ pub fn stub_with_defaults(
             None => (param, None),
         };
         let name = name_part.split(':').next().unwrap_or_default().trim();
-        if !is_plain_name(name) || !parameters.contains(&name) {
+        if !is_plain_name(name) || default.is_some_and(|default| !is_plain_literal(default)) {
             return None;
         }
-        if let Some(default) = default {
-            if !is_plain_literal(default) {
-                return None;
-            }
-            defaults.push(format!("{name}={default}"));
-        }
-        names.push((name, default));
+        stub.push((name, default));
     }
-    if defaults.is_empty() {
-        return None;
-    }
-    let own: Vec<String> = names
-        .iter()
-        .map(|(name, default)| match default {
-            Some(default) => format!("{name}={default}"),
-            None => name.to_string(),
-        })
-        .collect();
-    let passed: Vec<String> = names
-        .iter()
-        .map(|(name, _)| format!("{name}={name}"))
-        .collect();
-    let shim = format!(
-        "{indent}def {tool}({}, _host_tool={tool}): return _host_tool({})",
-        own.join(", "),
-        passed.join(", ")
-    );
-    Some((shim, defaults.join(", ")))
+    Some(stub)
 }
 
 /// The parameter names of a tool's card signature (`read_file(name=string)`,
@@ -462,6 +499,11 @@ fn is_plain_literal(text: &str) -> bool {
             .chars()
             .all(|c| c.is_ascii_digit() || c == '.' || c == '-');
     text.len() <= 60 && (quoted || number)
+}
+
+/// Whether `code` uses a name the Python import `line` binds.
+pub fn uses_import(line: &str, code: &str) -> bool {
+    imported_names(line).is_some_and(|bound| bound.iter().any(|name| uses_bare_name(code, name)))
 }
 
 /// The names a Python import line binds: `import a.b as c` binds `c`,
@@ -1181,11 +1223,16 @@ mod tests {
         assert_eq!(
             stubs.imports,
             vec![
-                "import requests",
-                "from urllib.parse import quote as q",
-                "import os.path"
+                (0, "import requests".to_string()),
+                (2, "from urllib.parse import quote as q".to_string()),
+                (3, "import os.path".to_string())
             ]
         );
+        assert!(uses_import(
+            "from urllib.parse import quote as q",
+            "x = q(1)"
+        ));
+        assert!(!uses_import("import os.path", "x = path(1)"));
         // Without a stub taken out, no import is touched, used or not.
         let untouched = without_python_defs("import requests\nobservation(1)", &["get_weather"]);
         assert_eq!(untouched.code, "import requests\nobservation(1)");

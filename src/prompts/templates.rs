@@ -288,15 +288,17 @@ static BUILTINS: &[Builtin] = &[
     builtin!("reply/no_code", || vec![context! { fence => "rhai" }]),
     builtin!("notes/cut_off_after_code", || vec![context! {}]),
     builtin!("notes/stub_removed", || vec![
-        context! { name => "add", imports => Vec::<&str>::new(), defaults => None::<&str> },
-        context! { name => "get_weather", imports => vec!["import requests"], defaults => None::<&str> },
-        context! { name => "read_file", imports => Vec::<&str>::new(), defaults => "name=\"sales.csv\"" },
+        context! { name => "add", imports => Vec::<&str>::new(), defaults => None::<&str>, kept_reading => false },
+        context! { name => "get_weather", imports => vec!["import requests"], defaults => None::<&str>, kept_reading => false },
+        context! { name => "read_file", imports => Vec::<&str>::new(), defaults => "name=\"sales.csv\"", kept_reading => false },
+        context! { name => "read_file", imports => Vec::<&str>::new(), defaults => None::<&str>, kept_reading => true },
     ]),
     builtin!("notes/redefined", || vec![
         context! { name => "add", signature => "add(a, b)" },
         context! { name => "final_result", signature => None::<&str> },
     ]),
     builtin!("hints/same_script", || vec![context! {}]),
+    builtin!("hints/same_observation", || vec![context! {}]),
     builtin!("hints/same_error", || vec![context! {}]),
     builtin!("transfer/valid_names", || vec![
         context! { targets => vec!["billing", "support"] },
