@@ -1368,7 +1368,16 @@ impl Conversation {
             .is_some_and(|(last, shown)| *last == script && shown == value);
         if again {
             text.push_str("\n\n");
-            text.push_str(&self.prompts.render("hints/same_observation", context! {}));
+            // The task, quoted: after a few observations the local 1.5B
+            // model listed the data again rather than answer it.
+            let task = self
+                .turn_task()
+                .map(|task| feedback::fenced(&task, self.config.feedback_limit));
+            text.push_str(
+                &self
+                    .prompts
+                    .render("hints/same_observation", context! { task => task }),
+            );
         }
         self.repeated = again;
         self.last_observation = Some((script, value.clone()));

@@ -298,7 +298,10 @@ static BUILTINS: &[Builtin] = &[
         context! { name => "final_result", signature => None::<&str> },
     ]),
     builtin!("hints/same_script", || vec![context! {}]),
-    builtin!("hints/same_observation", || vec![context! {}]),
+    builtin!("hints/same_observation", || vec![
+        context! { task => FENCED },
+        context! { task => None::<&str> },
+    ]),
     builtin!("hints/same_error", || vec![context! {}]),
     builtin!("transfer/valid_names", || vec![
         context! { targets => vec!["billing", "support"] },

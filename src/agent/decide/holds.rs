@@ -420,7 +420,7 @@ impl Conversation {
 
     /// The message that started the run, or the chat turn: the task the
     /// result answers.
-    fn turn_task(&self) -> Option<String> {
+    pub(super) fn turn_task(&self) -> Option<String> {
         let at = self.progress.turn_starts.last().copied().unwrap_or(0);
         self.progress.messages.get(at).map(Message::joined_text)
     }
