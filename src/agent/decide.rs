@@ -776,100 +776,11 @@ impl Conversation {
         // A Python script that writes its own stub of a tool and then calls
         // it meant to call the tool: the stub is taken out (and the model
         // told), so the call reaches the host's tool with real data.
-        let mut code = code;
-        // One-line definitions that call a tool with a stub's defaults, put in
-        // after the check for redefined names: they are the host's, not the
-        // model's.
-        let mut shims: Vec<(usize, String)> = Vec::new();
-        if matches!(fence, "python" | "py") {
-            let tools: Vec<&str> = self.provided_names[helpers..]
-                .iter()
-                .map(String::as_str)
-                .collect();
-            let stubs = script_notes::without_python_defs(&code, &tools);
-            let mut defaults_of: Vec<(&str, String)> = Vec::new();
-            let mut kept_readings: Vec<&str> = Vec::new();
-            let mut imports = stubs.imports.clone();
-            for (line, name, header) in &stubs.headers {
-                let Some(tool) = tools.iter().position(|tool| tool == name) else {
-                    continue;
-                };
-                // A stub that read a file stays as what it made of the file,
-                // read through the tool; else its defaults stay.
-                let with_reading = self
-                    .stub_reading(&code, name, true)
-                    .and_then(|reading| script_notes::stub_with_reading(header, name, &reading));
-                if let Some(shim) = with_reading {
-                    imports.retain(|(_, import)| !script_notes::uses_import(import, &shim));
-                    shims.push((*line, shim));
-                    kept_readings.push(name);
-                    continue;
-                }
-                // The imports the reading to suggest uses stay too.
-                if let Some(reading) = self.stub_reading(&code, name, false) {
-                    imports.retain(|(_, import)| !script_notes::uses_import(import, &reading));
-                }
-                let parameters = script_notes::signature_parameters(&self.tool_signatures[tool]);
-                if let Some((shim, defaults)) =
-                    script_notes::stub_with_defaults(header, name, &parameters)
-                {
-                    shims.push((*line, shim));
-                    if !defaults_of.iter().any(|(of, _)| of == name) {
-                        defaults_of.push((name, defaults));
-                    }
-                }
-            }
-            // The imports a kept reading uses stay where they were.
-            for (index, import) in &stubs.imports {
-                if !imports.iter().any(|(dropped, _)| dropped == index) {
-                    shims.push((*index, import.clone()));
-                }
-            }
-            let dropped: Vec<&str> = imports.iter().map(|(_, line)| line.as_str()).collect();
-            for (index, name) in stubs.removed.iter().enumerate() {
-                // The imports only the stubs used are said once, with the first.
-                let imports = if index == 0 { &dropped[..] } else { &[] };
-                let defaults = defaults_of
-                    .iter()
-                    .find(|(of, _)| of == name)
-                    .map(|(_, defaults)| defaults.as_str());
-                let kept_reading = kept_readings.contains(&name.as_str());
-                let note = self.prompts.render(
-                    "notes/stub_removed",
-                    context! {
-                        name => name,
-                        imports => imports,
-                        defaults => defaults,
-                        kept_reading => kept_reading,
-                    },
-                );
-                self.pending_notes.push(note);
-                if kept_reading {
-                    // What to pass a function the script never called: the
-                    // stub itself, when its defaults name the file.
-                    if stubs.headers.iter().any(|(_, of, header)| {
-                        of == name && script_notes::all_parameters_defaulted(header, name)
-                    }) {
-                        self.stub_readings.push(format!("{name}()"));
-                    }
-                    continue;
-                }
-                // Said just before "Fix the script" if the script fails:
-                // placed with the note above the error, it went unread.
-                if let Some(reading) = self.stub_reading(&code, name, false) {
-                    let fenced = feedback::fenced(&reading, self.config.feedback_limit);
-                    let section = self.prompts.render(
-                        "feedback/stub_reading",
-                        context! { name => name, reading => fenced },
-                    );
-                    self.stub_sections.push(section);
-                    self.stub_readings.push(reading);
-                }
-            }
-            if !stubs.removed.is_empty() {
-                code = stubs.code;
-            }
-        }
+        let (mut code, lines_to_put_back) = if matches!(fence, "python" | "py") {
+            self.take_out_python_stubs(code)
+        } else {
+            (code, Vec::new())
+        };
         for name in script_notes::redefined_names(&code, &self.provided_names) {
             let index = self
                 .provided_names
@@ -888,16 +799,121 @@ impl Conversation {
                 self.faked_tools.push(name.to_string());
             }
         }
-        if !shims.is_empty() {
+        // Put back after the check for redefined names: these lines are the
+        // host's, not the model's.
+        if !lines_to_put_back.is_empty() {
             let mut lines: Vec<&str> = code.lines().collect();
-            for (line, shim) in &shims {
+            for (line, text) in &lines_to_put_back {
                 if let Some(slot) = lines.get_mut(*line) {
-                    *slot = shim;
+                    *slot = text;
                 }
             }
             code = lines.join("\n");
         }
         code
+    }
+
+    /// `code` (Python) without its stubs of the host's tools and the imports
+    /// only they used, their lines left blank, with a note for each stub
+    /// (`notes/stub_removed`); and the lines to put in their place once the
+    /// script is checked for redefined names, by index: a one-line
+    /// definition that makes the same of the tool's text as a stub made of
+    /// the file it opened, or that calls the tool with a stub's defaults, and
+    /// the imports such a line uses.
+    fn take_out_python_stubs(&mut self, code: String) -> (String, Vec<(usize, String)>) {
+        let helpers = script_notes::HELPERS.len();
+        let mut put_back: Vec<(usize, String)> = Vec::new();
+        let tools: Vec<&str> = self.provided_names[helpers..]
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let stubs = script_notes::without_python_defs(&code, &tools);
+        let mut defaults_of: Vec<(&str, String)> = Vec::new();
+        let mut kept_readings: Vec<&str> = Vec::new();
+        let mut dropped_imports = stubs.imports.clone();
+        for (line, name, header) in &stubs.headers {
+            let Some(tool) = tools.iter().position(|tool| tool == name) else {
+                continue;
+            };
+            // A stub that read a file stays as what it made of the file,
+            // read through the tool; else its defaults stay.
+            let with_reading = self
+                .stub_reading(&code, name, true)
+                .and_then(|reading| script_notes::stub_with_reading(header, name, &reading));
+            if let Some(shim) = with_reading {
+                dropped_imports.retain(|(_, import)| !script_notes::uses_import(import, &shim));
+                put_back.push((*line, shim));
+                kept_readings.push(name);
+                continue;
+            }
+            // The imports the reading to suggest uses stay too.
+            if let Some(reading) = self.stub_reading(&code, name, false) {
+                dropped_imports.retain(|(_, import)| !script_notes::uses_import(import, &reading));
+            }
+            let parameters = script_notes::signature_parameters(&self.tool_signatures[tool]);
+            if let Some((shim, defaults)) =
+                script_notes::stub_with_defaults(header, name, &parameters)
+            {
+                put_back.push((*line, shim));
+                if !defaults_of.iter().any(|(of, _)| of == name) {
+                    defaults_of.push((name, defaults));
+                }
+            }
+        }
+        // The imports a kept reading uses stay where they were.
+        for (index, import) in &stubs.imports {
+            if !dropped_imports.iter().any(|(dropped, _)| dropped == index) {
+                put_back.push((*index, import.clone()));
+            }
+        }
+        let dropped: Vec<&str> = dropped_imports
+            .iter()
+            .map(|(_, line)| line.as_str())
+            .collect();
+        for (index, name) in stubs.removed.iter().enumerate() {
+            // The imports only the stubs used are said once, with the first.
+            let imports = if index == 0 { &dropped[..] } else { &[] };
+            let defaults = defaults_of
+                .iter()
+                .find(|(of, _)| of == name)
+                .map(|(_, defaults)| defaults.as_str());
+            let kept_reading = kept_readings.contains(&name.as_str());
+            let note = self.prompts.render(
+                "notes/stub_removed",
+                context! {
+                    name => name,
+                    imports => imports,
+                    defaults => defaults,
+                    kept_reading => kept_reading,
+                },
+            );
+            self.pending_notes.push(note);
+            if kept_reading {
+                // What to pass a function the script never called: the
+                // stub itself, when its defaults name the file.
+                if stubs.headers.iter().any(|(_, of, header)| {
+                    of == name && script_notes::all_parameters_defaulted(header, name)
+                }) {
+                    self.stub_readings.push(format!("{name}()"));
+                }
+                continue;
+            }
+            // Said just before "Fix the script" if the script fails:
+            // placed with the note above the error, it went unread.
+            if let Some(reading) = self.stub_reading(&code, name, false) {
+                let fenced = feedback::fenced(&reading, self.config.feedback_limit);
+                let section = self.prompts.render(
+                    "feedback/stub_reading",
+                    context! { name => name, reading => fenced },
+                );
+                self.stub_sections.push(section);
+                self.stub_readings.push(reading);
+            }
+        }
+        if stubs.removed.is_empty() {
+            return (code, Vec::new());
+        }
+        (stubs.code, put_back)
     }
 
     /// The last line to write for a script that only defined functions, when
