@@ -13,6 +13,7 @@ use super::events::Event;
 use super::extract::{self, Extraction, extract_code};
 use super::feedback;
 use super::file_stubs;
+use super::map_as_number;
 pub use super::outcome::Outcome;
 use super::script_notes;
 use super::two_word_names;
@@ -1445,7 +1446,9 @@ impl Conversation {
         let failed = std::mem::take(&mut self.step_failed_calls);
         self.show_tool_results(&mut text, &results);
         self.account_for_failed_calls(&mut text, message, script.as_deref(), &failed, &results);
-        if !self.account_for_misread_data(&mut text, message, script.as_deref(), &results) {
+        if !self.account_for_misread_data(&mut text, message, script.as_deref(), &results)
+            && !self.account_for_map_as_number(&mut text, message, script.as_deref(), &results)
+        {
             self.account_for_absent_pattern(&mut text, script.as_deref(), &results);
         }
         let stub_sections = std::mem::take(&mut self.stub_sections);
@@ -1620,6 +1623,38 @@ impl Conversation {
                 then => found.stops.as_ref().map(|stop| fenced(&stop.then)),
             },
         )
+    }
+
+    /// Puts before "Fix the script" the failing line rewritten with the one
+    /// number of a tool's maps taken out of each call, when the script did
+    /// arithmetic on the maps ([`map_as_number`]); whether it did.
+    fn account_for_map_as_number(
+        &self,
+        text: &mut String,
+        message: &str,
+        script: Option<&str>,
+        results: &[feedback::ToolResultSeen],
+    ) -> bool {
+        let Some((number, line)) =
+            script.and_then(|script| script_notes::failing_line(message, script))
+        else {
+            return false;
+        };
+        let Some(found) = map_as_number::map_as_number(message, &line, results, self.language())
+        else {
+            return false;
+        };
+        let section = self.prompts.render(
+            "feedback/map_as_number",
+            context! {
+                tool => &found.tool,
+                key => &found.key,
+                line_number => number,
+                line => feedback::fenced(&found.rewritten, self.config.feedback_limit),
+            },
+        );
+        self.insert_before_fix_it(text, &section);
+        true
     }
 
     /// Puts before "Fix the script" how the failed script misread what its
@@ -3248,6 +3283,48 @@ Fn(\"f\")
             matches!(again.next, Next::CheckResult { .. }),
             "{:?}",
             again.next
+        );
+    }
+
+    #[test]
+    fn added_tool_maps_are_answered_with_the_line_taking_their_one_number() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
+        c.on_reply(&reply(
+            "```python\nresult = get_weather(\"Paris\") + get_weather(\"Oslo\")\nfinal_result(result / 2)\n```",
+        ));
+        c.note_tool_results(vec![
+            seen(
+                "get_weather",
+                json!({"city": "Paris"}),
+                json!({"city": "Paris", "temp_c": 14.5}),
+            ),
+            seen(
+                "get_weather",
+                json!({"city": "Oslo"}),
+                json!({"city": "Oslo", "temp_c": 3.0}),
+            ),
+        ]);
+        c.on_completion(
+            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'"),
+            &logs(),
+        );
+        let text = last_feedback(&c);
+        assert!(
+            text.contains("`get_weather` returns a map, not a number: the number in it is under `temp_c`. Write line 1 as:\n<untrusted-"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "result = get_weather(\"Paris\")[\"temp_c\"] + get_weather(\"Oslo\")[\"temp_c\"]"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("Fix the script and reply with a corrected one."),
+            "{text}"
         );
     }
 

@@ -377,6 +377,32 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
             fed_back(&c)
         }),
+        ("feedback/map_as_number", {
+            let mut c =
+                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+                    "get_weather".to_string(),
+                    "get_weather(city=string)".to_string(),
+                )]);
+            c.on_reply(&reply(
+                "```python\nresult = get_weather(\"Paris\") + get_weather(\"Oslo\")\nfinal_result(result / 2)\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(
+                ["Paris", "Oslo"]
+                    .iter()
+                    .map(|city| crate::agent::feedback::ToolResultSeen {
+                        tool: "get_weather".to_string(),
+                        args: json!({"city": city}),
+                        value: json!({"city": city, "condition": "snow", "temp_c": 3.0}),
+                    })
+                    .collect(),
+            );
+            c.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'")),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/made_up_filter_seen", {
             let mut c = Conversation::new(
                 "How many orders have an amount above 20 euros? Return the count.",

@@ -194,6 +194,9 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "0", tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => 1, line => "let orders = list_orders(#{})" },
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
     ]),
+    builtin!("feedback/map_as_number", || vec![
+        context! { tool => "get_weather", key => "temp_c", line_number => 9, line => FENCED },
+    ]),
     builtin!("feedback/made_up_filter_seen", || vec![
         context! { tool => "list_orders", argument => "customer", empty => "[]", line_number => 1, line => "result = list_orders()" },
         context! { tool => "list_orders", argument => "customer", empty => "[]", line_number => None::<usize>, line => None::<&str> },
