@@ -1448,6 +1448,7 @@ impl Conversation {
         self.account_for_failed_calls(&mut text, message, script.as_deref(), &failed, &results);
         if !self.account_for_misread_data(&mut text, message, script.as_deref(), &results)
             && !self.account_for_map_as_number(&mut text, message, script.as_deref(), &results)
+            && !self.account_for_missing_file(&mut text, message, script.as_deref())
         {
             self.account_for_absent_pattern(&mut text, script.as_deref(), &results);
         }
@@ -1623,6 +1624,57 @@ impl Conversation {
                 then => found.stops.as_ref().map(|stop| fenced(&stop.then)),
             },
         )
+    }
+
+    /// Puts before "Fix the script", for a Python script whose `open` found
+    /// no file while a tool reads files (its description names a file and
+    /// text, and it takes one argument), that the tool reads them, with the
+    /// failing `with open(…)` block written over it when it is one
+    /// assignment ([`file_stubs::open_in_place_of`]); whether it did.
+    fn account_for_missing_file(
+        &self,
+        text: &mut String,
+        message: &str,
+        script: Option<&str>,
+    ) -> bool {
+        if self.language() != data_paths::Language::Python || !message.contains("FileNotFoundError")
+        {
+            return false;
+        }
+        let reads_files = |name: &str| {
+            self.tool_descriptions.iter().any(|(tool, description)| {
+                let description = description.to_lowercase();
+                tool == name
+                    && description.contains("file")
+                    && ["text", "string", "content"]
+                        .iter()
+                        .any(|word| description.contains(word))
+            })
+        };
+        let mut readers = self
+            .tools()
+            .filter(|(name, signature)| reads_files(name) && signature.matches('=').count() == 1);
+        let (Some((tool, signature)), None) = (readers.next(), readers.next()) else {
+            return false;
+        };
+        let rewritten = script.and_then(|script| {
+            let (number, _) = script_notes::failing_line(message, script)?;
+            file_stubs::open_in_place_of(script, number, tool, signature)
+        });
+        let section = self.prompts.render(
+            "feedback/open_file",
+            context! {
+                tool => tool,
+                signature => signature,
+                first => rewritten.as_ref().map(|(first, _, _)| *first),
+                last => rewritten.as_ref().map(|(_, last, _)| *last),
+                rewritten => rewritten
+                    .as_ref()
+                    .map(|(_, _, line)| feedback::fenced(line, self.config.feedback_limit)),
+            },
+        );
+        self.insert_before_fix_it(text, &section);
+        true
     }
 
     /// Puts before "Fix the script" the failing line rewritten with the one
@@ -3284,6 +3336,52 @@ Fn(\"f\")
             "{:?}",
             again.next
         );
+    }
+
+    #[test]
+    fn a_file_python_could_not_open_is_read_through_the_tool_that_reads_files() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default())
+            .with_tools([
+                (
+                    "read_file".to_string(),
+                    "read_file(name=string)".to_string(),
+                ),
+                (
+                    "get_weather".to_string(),
+                    "get_weather(city=string)".to_string(),
+                ),
+            ])
+            .with_tool_descriptions([
+                (
+                    "read_file".to_string(),
+                    "The text of a named file (a string).".to_string(),
+                ),
+                (
+                    "get_weather".to_string(),
+                    "A city's weather, as a map.".to_string(),
+                ),
+            ]);
+        c.on_reply(&reply(
+            "```python\nimport re\nwith open('server.log', 'r') as file:\n    log = file.read()\nfinal_result(len(log))\n```",
+        ));
+        c.on_completion(
+            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 2, in <module>\n    with open('server.log', 'r') as file:\nFileNotFoundError: [Errno 44] No such file or directory: 'server.log'"),
+            &logs(),
+        );
+        let text = last_feedback(&c);
+        assert!(
+            text.contains("Scripts here have no files of their own, so `open` finds none: the host's `read_file` reads them. Write lines 2 to 3 as:\n<untrusted-"),
+            "{text}"
+        );
+        assert!(
+            text.contains("log = read_file(name='server.log')"),
+            "{text}"
+        );
+        // Without a tool that reads files, nothing is said.
+        let mut plain = Conversation::new("task", &["python"], LoopConfig::default());
+        plain.on_reply(&reply("```python\nopen('a').read()\n```"));
+        plain.on_completion(&thrown("FileNotFoundError: 'a'"), &logs());
+        assert!(!last_feedback(&plain).contains("no files of their own"));
     }
 
     #[test]

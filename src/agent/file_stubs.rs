@@ -70,18 +70,90 @@ fn reading(script: &str, tool: &str, signature: &str, pass_parameter: bool) -> O
     if !mentions(&expression, &file) {
         return None;
     }
+    let read = over_tool_text(&expression, &file, &text);
+    (read != text).then_some(read)
+}
+
+/// A `with open("server.log") as file:` block of one assignment, at 1-based
+/// line `line` of `script` (where Python said the file was not found),
+/// written over the host's `tool` instead: the block's first and last line
+/// and the line to write in their place (`log_content =
+/// read_file(name="server.log")`, at the block's indent). `signature` is
+/// the card's: the tool must take exactly one argument. Model code
+/// rewritten: quoted only fenced.
+///
+/// Why: the local 1.5B model's CPython scripts opened the task's file
+/// directly in one data task of five, told only `FileNotFoundError` at that
+/// line, sent the same script until its errors ran out.
+pub fn open_in_place_of(
+    script: &str,
+    line: usize,
+    tool: &str,
+    signature: &str,
+) -> Option<(usize, usize, String)> {
+    let argument = only_argument(signature)?;
+    let lines: Vec<&str> = script.lines().collect();
+    let index = line.checked_sub(1)?;
+    let header = *lines.get(index)?;
+    let indent = header.len() - header.trim_start().len();
+    let rest = header.trim().strip_prefix("with open(")?;
+    let opened = rest.split([',', ')']).next()?.trim();
+    let plain_literal = opened.len() >= 2
+        && ['"', '\''].iter().any(|&q| {
+            opened.starts_with(q)
+                && opened.ends_with(q)
+                && !opened[1..opened.len() - 1].contains([q, '\\'])
+        });
+    if !(plain_literal || is_name(opened)) {
+        return None;
+    }
+    let file = rest.rsplit_once(" as ")?.1.strip_suffix(':')?.trim();
+    if !is_name(file) {
+        return None;
+    }
+    let mut body = Vec::new();
+    let mut last = index;
+    for (at, text) in lines.iter().enumerate().skip(index + 1) {
+        let blank = text.trim().is_empty() || text.trim_start().starts_with('#');
+        if !blank && text.len() - text.trim_start().len() <= indent {
+            break;
+        }
+        if !blank {
+            body.push(text.trim());
+            last = at;
+        }
+    }
+    let [assignment] = body.as_slice() else {
+        return None;
+    };
+    let (name, value) = assignment.split_once('=')?;
+    let (name, value) = (name.trim(), value.trim());
+    if !is_name(name) || value.starts_with('=') || !mentions(value, file) {
+        return None;
+    }
+    let text = format!("{tool}({argument}={opened})");
+    let read = over_tool_text(value, file, &text);
+    Some((
+        index + 1,
+        last + 1,
+        format!("{}{name} = {read}", &header[..indent]),
+    ))
+}
+
+/// `expression`, which reads the open file `file`, written over `text`, a
+/// call of the tool that gives that file's text.
+fn over_tool_text(expression: &str, file: &str, text: &str) -> String {
     let read = expression
         .replace(
             &format!("json.load({file})"),
             &format!("json.loads({text})"),
         )
-        .replace(&format!("{file}.read()"), &text)
+        .replace(&format!("{file}.read()"), text)
         .replace(
             &format!("{file}.readlines()"),
             &format!("{text}.splitlines()"),
         );
-    let read = replace_word(&read, &file, &format!("{text}.splitlines()"));
-    (read != text).then_some(read)
+    replace_word(&read, file, &format!("{text}.splitlines()"))
 }
 
 /// The one argument's name of a card's signature (`read_file(name=string)`).
@@ -155,6 +227,74 @@ fn replace_word(text: &str, word: &str, with: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_opened_file_is_read_through_the_tool_instead() {
+        let script = "import re\n\n# Read the log file\nwith open('server.log', 'r') as file:\n    log_content = file.read()\n\ncodes = re.findall(r'E\\d+', log_content)";
+        assert_eq!(
+            open_in_place_of(script, 4, "read_file", "read_file(name=string)"),
+            Some((
+                4,
+                5,
+                "log_content = read_file(name='server.log')".to_string()
+            ))
+        );
+        let rows = "def main():\n    with open(\"sales.csv\", newline='') as f:\n\n        rows = list(csv.DictReader(f))\n    return rows";
+        assert_eq!(
+            open_in_place_of(rows, 2, "read_file", "read_file(name=string)"),
+            Some((
+                2,
+                4,
+                "    rows = list(csv.DictReader(read_file(name=\"sales.csv\").splitlines()))"
+                    .to_string()
+            ))
+        );
+        let json = "with open(path) as f:\n    data = json.load(f)";
+        assert_eq!(
+            open_in_place_of(json, 1, "read_file", "read_file(name=string)"),
+            Some((1, 2, "data = json.loads(read_file(name=path))".to_string()))
+        );
+    }
+
+    #[test]
+    fn an_open_that_is_not_one_plain_assignment_is_left_alone() {
+        for (script, why) in [
+            (
+                "with open('a') as f:\n    a = f.read()\n    b = 2",
+                "two statements",
+            ),
+            (
+                "with open('a') as f:\n    for line in f:\n        x = 1",
+                "a loop",
+            ),
+            (
+                "with open('a' + b) as f:\n    a = f.read()",
+                "an expression opened",
+            ),
+            (
+                "with open('a\\'b') as f:\n    a = f.read()",
+                "an escape in the name",
+            ),
+            ("with open('a') as f:\n    a = 3", "the file unread"),
+            ("x = open('a').read()", "no with block"),
+        ] {
+            assert_eq!(
+                open_in_place_of(script, 1, "read_file", "read_file(name=string)"),
+                None,
+                "{why}"
+            );
+        }
+        assert_eq!(
+            open_in_place_of(
+                "with open('a') as f:\n    a = f.read()",
+                1,
+                "read_file",
+                "read_file(name=string, encoding=string)"
+            ),
+            None,
+            "a tool of two arguments"
+        );
+    }
 
     const SIGNATURE: &str = "read_file(name=string)";
 

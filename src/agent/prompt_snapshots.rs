@@ -377,6 +377,26 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
             fed_back(&c)
         }),
+        ("feedback/open_file", {
+            let mut c = Conversation::new("task", &["python"], LoopConfig::default())
+                .with_tools([(
+                    "read_file".to_string(),
+                    "read_file(name=string)".to_string(),
+                )])
+                .with_tool_descriptions([(
+                    "read_file".to_string(),
+                    "The text of a named file (a string).".to_string(),
+                )]);
+            c.on_reply(&reply(
+                "```python\nwith open('server.log') as file:\n    log = file.read()\nfinal_result(len(log))\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nFileNotFoundError: [Errno 44] No such file or directory: 'server.log'")),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/map_as_number", {
             let mut c =
                 Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(

@@ -194,6 +194,11 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "0", tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => 1, line => "let orders = list_orders(#{})" },
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
     ]),
+    builtin!("feedback/open_file", || vec![
+        context! { tool => "read_file", signature => "read_file(name=string)", first => 4, last => 5, rewritten => FENCED },
+        context! { tool => "read_file", signature => "read_file(name=string)", first => 4, last => 4, rewritten => FENCED },
+        context! { tool => "read_file", signature => "read_file(name=string)", first => None::<usize>, last => None::<usize>, rewritten => None::<&str> },
+    ]),
     builtin!("feedback/map_as_number", || vec![
         context! { tool => "get_weather", key => "temp_c", line_number => 9, line => FENCED },
     ]),
