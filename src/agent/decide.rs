@@ -1449,6 +1449,7 @@ impl Conversation {
         if !self.account_for_misread_data(&mut text, message, script.as_deref(), &results)
             && !self.account_for_map_as_number(&mut text, message, script.as_deref(), &results)
             && !self.account_for_missing_file(&mut text, message, script.as_deref())
+            && !self.account_for_uncaught_tool_error(&mut text, message, script.as_deref())
         {
             self.account_for_absent_pattern(&mut text, script.as_deref(), &results);
         }
@@ -1624,6 +1625,51 @@ impl Conversation {
                 then => found.stops.as_ref().map(|stop| fenced(&stop.then)),
             },
         )
+    }
+
+    /// Puts before "Fix the script", for a Python script that failed on a
+    /// tool's `ToolError` at a line assigning the tool's result, which the
+    /// script then tests for `None`, that line written to catch the error
+    /// ([`script_notes::catching_tool_error`]); whether it did.
+    fn account_for_uncaught_tool_error(
+        &self,
+        text: &mut String,
+        message: &str,
+        script: Option<&str>,
+    ) -> bool {
+        if self.language() != data_paths::Language::Python || !message.contains("ToolError") {
+            return false;
+        }
+        let Some(script) = script else {
+            return false;
+        };
+        // The line as written, indent and all: the catch goes where it was.
+        let Some(number) = script_notes::failing_line(message, script).map(|(number, _)| number)
+        else {
+            return false;
+        };
+        let Some(line) = script.lines().nth(number - 1) else {
+            return false;
+        };
+        let tools: Vec<&str> = self.tools().map(|(name, _)| name).collect();
+        let Some(caught) = script_notes::catching_tool_error(line, script, &tools) else {
+            return false;
+        };
+        let tool = line
+            .split_once('=')
+            .and_then(|(_, value)| value.split('(').next())
+            .map(str::trim)
+            .unwrap_or_default();
+        let section = self.prompts.render(
+            "feedback/catch_tool_error",
+            context! {
+                tool => tool,
+                line_number => number,
+                caught => feedback::fenced(&caught, self.config.feedback_limit),
+            },
+        );
+        self.insert_before_fix_it(text, &section);
+        true
     }
 
     /// Puts before "Fix the script", for a Python script whose `open` found
@@ -3335,6 +3381,30 @@ Fn(\"f\")
             matches!(again.next, Next::CheckResult { .. }),
             "{:?}",
             again.next
+        );
+    }
+
+    #[test]
+    fn a_tool_error_where_the_script_expects_none_is_answered_with_the_line_catching_it() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
+        c.on_reply(&reply(
+            "```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```",
+        ));
+        c.on_completion(
+            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'"),
+            &logs(),
+        );
+        let text = last_feedback(&c);
+        assert!(
+            text.contains("The host's `get_weather` raises `ToolError` when it fails; it never returns `None`. To go on without its value, write line 1 as:\n<untrusted-"),
+            "{text}"
+        );
+        assert!(
+            text.contains("except ToolError:\n    result = None"),
+            "{text}"
         );
     }
 

@@ -377,6 +377,22 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
             fed_back(&c)
         }),
+        ("feedback/catch_tool_error", {
+            let mut c =
+                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+                    "get_weather".to_string(),
+                    "get_weather(city=string)".to_string(),
+                )]);
+            c.on_reply(&reply(
+                "```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/open_file", {
             let mut c = Conversation::new("task", &["python"], LoopConfig::default())
                 .with_tools([(

@@ -208,6 +208,49 @@ pub fn without_thinking(reply: &str) -> String {
     out
 }
 
+/// A Python line that assigns a tool's result (`result = get_weather("Munich")`)
+/// written to catch the tool's error and assign `None` instead, at the line's
+/// indent, when `script` then tests that name for `None` (`if result is
+/// None:`, `if not result:`): the script was written for a tool that answers
+/// `None` when it fails. `tools` are the host's tools' names.
+///
+/// Why: the local 1.5B model's stub of `get_weather` returned `None` for an
+/// unknown city and its script then asked another; with the stub taken out,
+/// the host's tool raised `ToolError` at that line four times over.
+pub fn catching_tool_error(line: &str, script: &str, tools: &[&str]) -> Option<String> {
+    let indent = &line[..line.len() - line.trim_start().len()];
+    let (name, value) = line.trim().split_once('=')?;
+    let (name, value) = (name.trim(), value.trim());
+    if !is_plain_name(name) || value.starts_with('=') {
+        return None;
+    }
+    let called = value.split('(').next()?.trim();
+    if !tools.contains(&called) || !value.ends_with(')') {
+        return None;
+    }
+    let tests_none = [
+        format!("{name} is None"),
+        format!("not {name}"),
+        format!("{name} == None"),
+    ]
+    .iter()
+    .any(|test| {
+        script
+            .lines()
+            .any(|other| uses_bare_name(other, name) && other.contains(test.as_str()))
+    });
+    tests_none.then(|| {
+        format!(
+            "{indent}try:\n{indent}    {name} = {value}\n{indent}except ToolError:\n{indent}    {name} = None"
+        )
+    })
+}
+
+/// Scripts of more lines keep every import: each import is looked for in
+/// every line, so a script of many thousand (a model's, or an attacker's
+/// through it) would cost the host seconds per step.
+const IMPORTS_FOLLOWED_LINES: usize = 2_000;
+
 /// A Python script with the host's tools' stubs taken out
 /// ([`without_python_defs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,7 +311,7 @@ pub fn without_python_defs(script: &str, names: &[&str]) -> WithoutStubs {
         }
     }
     let mut imports = Vec::new();
-    if !removed.is_empty() {
+    if !removed.is_empty() && kept.len() <= IMPORTS_FOLLOWED_LINES {
         let only_the_stubs_use = |index: usize, bound: &[&str]| {
             let elsewhere = |name: &str| {
                 kept.iter()
@@ -1233,6 +1276,14 @@ mod tests {
             "x = q(1)"
         ));
         assert!(!uses_import("import os.path", "x = path(1)"));
+        // A script past the lines followed keeps its imports: no quadratic
+        // search over an attacker's many thousand lines.
+        let long = format!(
+            "import requests\ndef get_weather(c):\n    return requests.get(c)\n{}",
+            "x = 1\n".repeat(IMPORTS_FOLLOWED_LINES)
+        );
+        let long = without_python_defs(&long, &["get_weather"]);
+        assert!(long.imports.is_empty() && long.code.starts_with("import requests\n"));
         // Without a stub taken out, no import is touched, used or not.
         let untouched = without_python_defs("import requests\nobservation(1)", &["get_weather"]);
         assert_eq!(untouched.code, "import requests\nobservation(1)");
@@ -1301,6 +1352,62 @@ mod tests {
         ] {
             assert_eq!(
                 stub_with_defaults(header, "read_file", &["name"]),
+                None,
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tool_call_whose_none_the_script_tests_is_written_to_catch_the_error() {
+        let script = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")";
+        assert_eq!(
+            catching_tool_error("result = get_weather(\"Munich\")", script, &["get_weather"]),
+            Some(
+                "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            catching_tool_error(
+                "    t = get_weather(c)",
+                "    t = get_weather(c)\n    if not t: continue",
+                &["get_weather"]
+            ),
+            Some(
+                "    try:\n        t = get_weather(c)\n    except ToolError:\n        t = None"
+                    .to_string()
+            )
+        );
+        for (line, script, why) in [
+            (
+                "result = get_weather(\"M\")",
+                "result = get_weather(\"M\")\nobservation(result)",
+                "no test for None",
+            ),
+            (
+                "result = other(\"M\")",
+                "result = other(\"M\")\nif result is None: pass",
+                "not a tool",
+            ),
+            (
+                "a, b = get_weather(\"M\")",
+                "if a is None: pass",
+                "not one name",
+            ),
+            (
+                "r = get_weather(\"M\")[\"temp_c\"]",
+                "if r is None: pass",
+                "more than the call",
+            ),
+            (
+                "r == get_weather(\"M\")",
+                "if r is None: pass",
+                "a comparison",
+            ),
+        ] {
+            assert_eq!(
+                catching_tool_error(line, script, &["get_weather"]),
                 None,
                 "{why}"
             );

@@ -194,6 +194,9 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "0", tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => 1, line => "let orders = list_orders(#{})" },
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
     ]),
+    builtin!("feedback/catch_tool_error", || vec![
+        context! { tool => "get_weather", line_number => 12, caught => FENCED },
+    ]),
     builtin!("feedback/open_file", || vec![
         context! { tool => "read_file", signature => "read_file(name=string)", first => 4, last => 5, rewritten => FENCED },
         context! { tool => "read_file", signature => "read_file(name=string)", first => 4, last => 4, rewritten => FENCED },
