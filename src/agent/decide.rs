@@ -1652,7 +1652,8 @@ impl Conversation {
             return false;
         };
         let tools: Vec<&str> = self.tools().map(|(name, _)| name).collect();
-        let Some(caught) = script_notes::catching_tool_error(line, script, &tools) else {
+        let Some((last, caught)) = script_notes::catching_tool_error_at(number, script, &tools)
+        else {
             return false;
         };
         let tool = line
@@ -1665,6 +1666,7 @@ impl Conversation {
             context! {
                 tool => tool,
                 line_number => number,
+                last => last,
                 caught => feedback::fenced(&caught, self.config.feedback_limit),
             },
         );
@@ -3399,11 +3401,11 @@ Fn(\"f\")
         );
         let text = last_feedback(&c);
         assert!(
-            text.contains("The host's `get_weather` raises `ToolError` when it fails; it never returns `None`. To go on without its value, write line 1 as:\n<untrusted-"),
+            text.contains("The host's `get_weather` raises `ToolError` when it fails; it never returns `None`. To go on without its value, write lines 1 to 3 as:\n<untrusted-"),
             "{text}"
         );
         assert!(
-            text.contains("except ToolError:\n    result = None"),
+            text.contains("except ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\n</untrusted-"),
             "{text}"
         );
     }

@@ -246,6 +246,40 @@ pub fn catching_tool_error(line: &str, script: &str, tools: &[&str]) -> Option<S
     })
 }
 
+/// [`catching_tool_error`] for 1-based line `number` of `script`, with the
+/// `if` block that tests the name when it follows at once (shown the catch
+/// alone, the local model wrote it over its fallback to another city): the
+/// last line replaced and the lines to write in their place.
+pub fn catching_tool_error_at(
+    number: usize,
+    script: &str,
+    tools: &[&str],
+) -> Option<(usize, String)> {
+    let lines: Vec<&str> = script.lines().collect();
+    let line = *lines.get(number.checked_sub(1)?)?;
+    let mut caught = catching_tool_error(line, script, tools)?;
+    let indent = line.len() - line.trim_start().len();
+    let name = line.split_once('=')?.0.trim();
+    let mut last = number;
+    let test_follows = lines.get(number).is_some_and(|next| {
+        next.len() - next.trim_start().len() == indent
+            && next.trim_start().starts_with("if ")
+            && uses_bare_name(next, name)
+    });
+    if test_follows {
+        for (at, body) in lines.iter().enumerate().skip(number) {
+            let inside = body.len() - body.trim_start().len() > indent && !body.trim().is_empty();
+            if at > number && !inside {
+                break;
+            }
+            caught.push('\n');
+            caught.push_str(body);
+            last = at + 1;
+        }
+    }
+    Some((last, caught))
+}
+
 /// Scripts of more lines keep every import: each import is looked for in
 /// every line, so a script of many thousand (a model's, or an attacker's
 /// through it) would cost the host seconds per step.
@@ -1378,6 +1412,18 @@ mod tests {
                 "    try:\n        t = get_weather(c)\n    except ToolError:\n        t = None"
                     .to_string()
             )
+        );
+        assert_eq!(
+            catching_tool_error_at(
+                2,
+                &format!("x = 1\n{script}\nobservation(result)"),
+                &["get_weather"]
+            ),
+            Some((
+                4,
+                "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")".to_string()
+            )),
+            "the fallback that follows comes with the catch"
         );
         for (line, script, why) in [
             (

@@ -195,7 +195,8 @@ static BUILTINS: &[Builtin] = &[
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
     ]),
     builtin!("feedback/catch_tool_error", || vec![
-        context! { tool => "get_weather", line_number => 12, caught => FENCED },
+        context! { tool => "get_weather", line_number => 12, last => 14, caught => FENCED },
+        context! { tool => "get_weather", line_number => 12, last => 12, caught => FENCED },
     ]),
     builtin!("feedback/open_file", || vec![
         context! { tool => "read_file", signature => "read_file(name=string)", first => 4, last => 5, rewritten => FENCED },
