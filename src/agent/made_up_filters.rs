@@ -120,7 +120,7 @@ fn rewritten_line(
         _ => return None,
     };
     let open = line.find(&call)? + call.len();
-    let close = open + matching_paren(&line[open..])?;
+    let close = open + script_notes::closing_paren(&line[open..])?;
     let empty = match language {
         Language::Rhai => "#{}",
         Language::JavaScript => "{}",
@@ -133,26 +133,6 @@ fn rewritten_line(
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || " _.=()[]{}#;".contains(c));
     plain.then(|| (index + 1, rewritten.to_string()))
-}
-
-/// The offset of the `)` that closes a call whose arguments start `text`.
-fn matching_paren(text: &str) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    for (at, c) in text.char_indices() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None => match c {
-                '"' | '\'' | '`' => quote = Some(c),
-                '(' => depth += 1,
-                ')' if depth == 0 => return Some(at),
-                ')' => depth -= 1,
-                _ => {}
-            },
-        }
-    }
-    None
 }
 
 #[cfg(test)]

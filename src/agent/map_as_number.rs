@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::data_paths::Language;
 use super::feedback::ToolResultSeen;
+use super::script_notes;
 
 /// The longest key said in the host's words (letters, digits and `_` only).
 const KEY_CHARS: usize = 24;
@@ -106,7 +107,7 @@ fn after_each_call(line: &str, call: &str, access: &str) -> Option<String> {
         let before = rest[..at].chars().next_back();
         let whole = before.is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '.'));
         let open = at + call.len();
-        let close = open + closing_paren(&rest[open..])?;
+        let close = open + script_notes::closing_paren(&rest[open..])?;
         out.push_str(&rest[..=close]);
         let after = &rest[close + 1..];
         if whole && !after.starts_with(['[', '.']) {
@@ -116,25 +117,6 @@ fn after_each_call(line: &str, call: &str, access: &str) -> Option<String> {
     }
     out.push_str(rest);
     Some(out)
-}
-
-/// The offset of the `)` that closes a call whose arguments start `text`.
-fn closing_paren(text: &str) -> Option<usize> {
-    let (mut depth, mut quote) = (0usize, None::<char>);
-    for (at, c) in text.char_indices() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None => match c {
-                '"' | '\'' | '`' => quote = Some(c),
-                '(' | '[' | '{' => depth += 1,
-                ')' if depth == 0 => return Some(at),
-                ')' | ']' | '}' => depth = depth.saturating_sub(1),
-                _ => {}
-            },
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -511,15 +511,16 @@ pub fn signature_parameters(signature: &str) -> Vec<&str> {
         .collect()
 }
 
-/// The offset of the `)` that closes the bracket just before `text`.
-fn closing_paren(text: &str) -> Option<usize> {
+/// The offset of the `)` that closes the bracket just before `text` (a call's
+/// arguments), past nested brackets and quoted text (`"`, `'`, or a backtick).
+pub fn closing_paren(text: &str) -> Option<usize> {
     let (mut depth, mut quote) = (0usize, None::<char>);
     for (at, c) in text.char_indices() {
         match quote {
             Some(q) if c == q => quote = None,
             Some(_) => {}
             None => match c {
-                '"' | '\'' => quote = Some(c),
+                '"' | '\'' | '`' => quote = Some(c),
                 '(' | '[' | '{' => depth += 1,
                 ')' if depth == 0 => return Some(at),
                 ')' | ']' | '}' => depth = depth.saturating_sub(1),
