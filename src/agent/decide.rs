@@ -831,6 +831,9 @@ impl Conversation {
         let stubs = script_notes::without_python_defs(&code, &tools);
         let mut defaults_of: Vec<(&str, String)> = Vec::new();
         let mut kept_readings: Vec<&str> = Vec::new();
+        // The readings to suggest for stubs not kept, by tool: said if the
+        // script fails (`feedback/stub_reading`).
+        let mut suggested_readings: Vec<(&str, String)> = Vec::new();
         let mut dropped_imports = stubs.imports.clone();
         for (line, name, header) in &stubs.headers {
             let Some(tool) = tools.iter().position(|tool| tool == name) else {
@@ -850,6 +853,7 @@ impl Conversation {
             // The imports the reading to suggest uses stay too.
             if let Some(reading) = self.stub_reading(&code, name, false) {
                 dropped_imports.retain(|(_, import)| !script_notes::uses_import(import, &reading));
+                suggested_readings.push((name.as_str(), reading));
             }
             let parameters = script_notes::signature_parameters(&self.tool_signatures[tool]);
             if let Some((shim, defaults)) =
@@ -901,7 +905,8 @@ impl Conversation {
             }
             // Said just before "Fix the script" if the script fails:
             // placed with the note above the error, it went unread.
-            if let Some(reading) = self.stub_reading(&code, name, false) {
+            if let Some((_, reading)) = suggested_readings.iter().find(|(of, _)| of == name) {
+                let reading = reading.clone();
                 let fenced = feedback::fenced(&reading, self.config.feedback_limit);
                 let section = self.prompts.render(
                     "feedback/stub_reading",
