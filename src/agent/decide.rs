@@ -738,6 +738,24 @@ impl Conversation {
         let tags: Vec<&str> = fence_tags.iter().map(String::as_str).collect();
         let fence = tags.first().copied().unwrap_or("code");
         let problem = match extract_code(&text, &tags) {
+            // An empty block, most often after an observation that held the
+            // answer (the local model, JavaScript): said plainly, with the
+            // offer the observation made.
+            Extraction::Code { code, closed: true } if code.trim().is_empty() => {
+                let call = self
+                    .last_observation
+                    .as_ref()
+                    .and_then(|(script, value)| feedback::offered_call(value, script));
+                let message = self.prompts.render(
+                    "reply/empty_code",
+                    context! { fence => fence, call => call },
+                );
+                let text = self
+                    .prompts
+                    .render("feedback/reply_error", context! { problem => &message });
+                self.feed_back_error(text, &message);
+                return Reading::Failed(message);
+            }
             Extraction::Code { code, closed } if closed || !truncated => {
                 if truncated {
                     let note = self.prompts.render("notes/cut_off_after_code", context! {});
@@ -1267,7 +1285,8 @@ impl Conversation {
                 next
             }
             ScriptOutput::Observation { value } => {
-                let text = feedback::observation(&self.prompts, value, logs, limit);
+                let script = self.current_script.as_deref().unwrap_or_default();
+                let text = feedback::observation(&self.prompts, value, script, logs, limit);
                 self.observed(text, value, logs);
                 self.continue_or_stop()
             }
@@ -2071,7 +2090,7 @@ mod tests {
         assert_eq!(next, Next::CallModel);
         assert_eq!(
             feedback::without_nonces(&last_feedback(&c)),
-            "Observation:\n<untrusted>\n4\n</untrusted>\n\nPrinted output:\n<untrusted>\nadding\n</untrusted>"
+            "Observation:\n<untrusted>\n4\n</untrusted>\n\nPrinted output:\n<untrusted>\nadding\n</untrusted>\n\nIf it is the answer, finish with final_result(4)."
         );
     }
 

@@ -98,7 +98,23 @@ fn sections() -> Vec<(&'static str, String)> {
         ("fence_rule", crate::untrusted::FENCE_RULE.to_string()),
         (
             "feedback/observation",
-            feedback::observation(&prompts, &json!({"rows": 2}), &logs, LIMIT),
+            feedback::observation(
+                &prompts,
+                &json!({"rows": 2}),
+                "observation(rows)",
+                &logs,
+                LIMIT,
+            ),
+        ),
+        (
+            "feedback/observation (a short string, offered as the answer)",
+            feedback::observation(
+                &prompts,
+                &json!("lena"),
+                "let name = best(rows);\nobservation(name);",
+                &none,
+                LIMIT,
+            ),
         ),
         (
             "feedback/error",
@@ -814,6 +830,20 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "reply/no_code",
             after_reply("I think it is 4.", StopReason::EndTurn),
+        ),
+        ("reply/empty_code (after an observation of a number)", {
+            let mut c = conversation();
+            c.on_reply(&reply(
+                "```rhai\nlet w = get_weather(#{city: \"Berlin\"});\nif w != () { observation(w.temp_c) }\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(&Ok(json!({"type": "observation", "value": 9})), &none);
+            c.on_reply(&reply("```rhai\n\n```", StopReason::EndTurn));
+            fed_back(&c)
+        }),
+        (
+            "reply/empty_code (first reply)",
+            after_reply("```rhai\n```", StopReason::EndTurn),
         ),
         (
             "reply/other_language",

@@ -743,6 +743,18 @@ pub fn printed_expression(script: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// The argument of a last line that observes (`observation(x)`), for a hint
+/// that shows `final_result(x)`.
+pub fn observed_expression(script: &str) -> Option<String> {
+    let last = script.lines().rev().find(|l| !l.trim().is_empty())?.trim();
+    let last = last.strip_suffix(';').unwrap_or(last).trim_end();
+    last.strip_prefix("observation(")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .map(str::trim)
+        .filter(|inner| !inner.is_empty())
+        .map(String::from)
+}
+
 /// The method Rhai could not find for a receiver of `()` (`Function not
 /// found: join ((), &str | …)`): the value before the dot was nothing, most
 /// often what an in-place method returned (`parts.reverse().join(" ")`). The

@@ -334,7 +334,7 @@ async fn an_openai_run_feeds_back_the_observation_and_the_error_and_ends_on_the_
     let second = user_messages(&received[1].body);
     assert_eq!(
         unfenced(&second[1]),
-        "Observation:\n<untrusted>\n3\n</untrusted>"
+        "Observation:\n<untrusted>\n3\n</untrusted>\n\nIf it is the answer, finish with final_result(3)."
     );
     let third = user_messages(&received[2].body);
     assert!(
@@ -415,7 +415,7 @@ async fn an_anthropic_run_sends_the_system_prompt_apart_and_the_key_in_its_heade
     assert_eq!(received[0].body["messages"][0]["role"], "user");
     assert_eq!(
         unfenced(&user_messages(&received[1].body)[1]),
-        "Observation:\n<untrusted>\n3\n</untrusted>"
+        "Observation:\n<untrusted>\n3\n</untrusted>\n\nIf it is the answer, finish with final_result(3)."
     );
 }
 
