@@ -742,10 +742,9 @@ impl Conversation {
             // answer (the local model, JavaScript): said plainly, with the
             // offer the observation made.
             Extraction::Code { code, closed: true } if code.trim().is_empty() => {
-                let call = self
-                    .last_observation
-                    .as_ref()
-                    .and_then(|(script, value)| feedback::offered_call(value, script));
+                let call = self.last_observation.as_ref().and_then(|(script, value)| {
+                    feedback::offered_call(value, script, self.language())
+                });
                 let message = self.prompts.render(
                     "reply/empty_code",
                     context! { fence => fence, call => call },
@@ -832,7 +831,7 @@ impl Conversation {
         code
     }
 
-    /// `code` (Python) without its stubs of the host's tools and the imports
+    /// `code` (Python) without its stubs of the host's tools or helpers and the imports
     /// only they used, their lines left blank, with a note for each stub
     /// (`notes/stub_removed`); and the lines to put in their place once the
     /// script is checked for redefined names, by index: a one-line
@@ -846,7 +845,16 @@ impl Conversation {
             .iter()
             .map(String::as_str)
             .collect();
-        let stubs = script_notes::without_python_defs(&code, &tools);
+        // The result helpers go too: the local model's first script wrote
+        // `def final_result(product_name, ["out/report.md"]):`, copying the
+        // card's line into a parameter list, and the SyntaxError it raised
+        // came back four times while the rest of the script never ran.
+        let names: Vec<&str> = script_notes::HELPERS
+            .iter()
+            .copied()
+            .chain(tools.iter().copied())
+            .collect();
+        let stubs = script_notes::without_python_defs(&code, &names);
         let mut defaults_of: Vec<(&str, String)> = Vec::new();
         let mut kept_readings: Vec<&str> = Vec::new();
         // The readings to suggest for stubs not kept, by tool: said if the
@@ -1286,7 +1294,14 @@ impl Conversation {
             }
             ScriptOutput::Observation { value } => {
                 let script = self.current_script.as_deref().unwrap_or_default();
-                let text = feedback::observation(&self.prompts, value, script, logs, limit);
+                let text = feedback::observation(
+                    &self.prompts,
+                    value,
+                    script,
+                    self.language(),
+                    logs,
+                    limit,
+                );
                 self.observed(text, value, logs);
                 self.continue_or_stop()
             }
@@ -2785,6 +2800,34 @@ Fn(\"f\")
         assert!(
             !text.contains("do not define it, call it as"),
             "one note, not two: {text}"
+        );
+    }
+
+    #[test]
+    fn a_python_definition_of_a_result_helper_is_taken_out_even_when_it_does_not_parse() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default());
+        let next = c.on_reply(&reply(
+            "```python\nrows = [1, 2]\ndef final_result(name, [\"out/report.md\"]):\n    print(name)\n    observation(name)\n\nfinal_result(len(rows))\n```",
+        )).next;
+        assert_eq!(
+            next,
+            Next::RunScript {
+                code: "rows = [1, 2]\n\n\n\n\nfinal_result(len(rows))".into()
+            }
+        );
+        c.on_completion(&Ok(json!({"type": "observation", "value": [1]})), &logs());
+        let text = last_feedback(&c);
+        assert!(text.starts_with("Note: your script defined `final_result`, which the host already provides, so the host ran your script without that definition: its calls went to the host's `final_result`."), "{text}");
+        // A JavaScript or Rhai script is the model's to fix: only Python's
+        // definitions are taken out.
+        let mut js = Conversation::new("task", &["js"], LoopConfig::default());
+        let script = "function final_result(x) { return x }\nfinal_result(1)";
+        let next = js.on_reply(&reply(&format!("```js\n{script}\n```"))).next;
+        assert_eq!(
+            next,
+            Next::RunScript {
+                code: script.into()
+            }
         );
     }
 

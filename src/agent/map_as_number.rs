@@ -62,10 +62,7 @@ pub fn map_as_number(
             return None;
         }
         let key = only_number_key(results.iter().filter(|result| result.tool == tool))?;
-        let access = match language {
-            Language::Python => format!("[\"{key}\"]"),
-            Language::Rhai | Language::JavaScript => format!(".{key}"),
-        };
+        let access = key_access(&key, language);
         let rewritten = after_each_call(line.trim(), &call, &access)?;
         Some(MapAsNumber {
             tool: tool.to_string(),
@@ -75,26 +72,37 @@ pub fn map_as_number(
     })
 }
 
+/// How `language` reads the field `key` of a map: `["temp_c"]` in Python,
+/// `.temp_c` in Rhai and JavaScript.
+pub fn key_access(key: &str, language: Language) -> String {
+    match language {
+        Language::Python => format!("[\"{key}\"]"),
+        Language::Rhai | Language::JavaScript => format!(".{key}"),
+    }
+}
+
+/// The one key of `value` that holds a number, when `value` is a map with
+/// exactly one and the key is plain enough for the host's words (letters,
+/// digits and `_`, at most [`KEY_CHARS`], not starting with a digit).
+pub fn the_number_key(value: &Value) -> Option<&str> {
+    let Value::Object(map) = value else {
+        return None;
+    };
+    let mut numbers = map.iter().filter(|(_, value)| value.is_number());
+    let (key, _) = numbers.next()?;
+    let plain = key.len() <= KEY_CHARS
+        && !key.starts_with(|c: char| c.is_ascii_digit())
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    (numbers.next().is_none() && plain).then_some(key.as_str())
+}
+
 /// The one key that holds a number in every map of `results`, when each
 /// result is a map and they agree.
-fn only_number_key<'a>(results: impl Iterator<Item = &'a ToolResultSeen>) -> Option<String> {
-    let mut found: Option<String> = None;
-    for result in results {
-        let Value::Object(map) = &result.value else {
-            return None;
-        };
-        let mut numbers = map.iter().filter(|(_, value)| value.is_number());
-        let (key, _) = numbers.next()?;
-        if numbers.next().is_some() || found.as_ref().is_some_and(|known| known != key) {
-            return None;
-        }
-        found = Some(key.clone());
-    }
-    found.filter(|key| {
-        key.len() <= KEY_CHARS
-            && !key.starts_with(|c: char| c.is_ascii_digit())
-            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    })
+fn only_number_key<'a>(mut results: impl Iterator<Item = &'a ToolResultSeen>) -> Option<String> {
+    let first = the_number_key(&results.next()?.value)?;
+    results
+        .all(|result| the_number_key(&result.value) == Some(first))
+        .then(|| first.to_string())
 }
 
 /// `line` with `access` written after the closing parenthesis of each call

@@ -10,6 +10,7 @@ use codeact_runtime::{LogBuffer, ScriptError};
 use minijinja::context;
 use serde_json::{Value, json};
 
+use super::data_paths::Language;
 use super::decide::{BareValues, Conversation, LoopConfig};
 use super::feedback::{self, without_nonces};
 use super::team::{Handover, handover_message};
@@ -100,8 +101,9 @@ fn sections() -> Vec<(&'static str, String)> {
             "feedback/observation",
             feedback::observation(
                 &prompts,
-                &json!({"rows": 2}),
+                &json!({"rows": [1, 2]}),
                 "observation(rows)",
+                Language::Rhai,
                 &logs,
                 LIMIT,
             ),
@@ -112,6 +114,18 @@ fn sections() -> Vec<(&'static str, String)> {
                 &prompts,
                 &json!("lena"),
                 "let name = best(rows);\nobservation(name);",
+                Language::JavaScript,
+                &none,
+                LIMIT,
+            ),
+        ),
+        (
+            "feedback/observation (a map with one number, offered as the answer)",
+            feedback::observation(
+                &prompts,
+                &json!({"city": "Berlin", "condition": "rain", "temp_c": 9.0}),
+                "result = get_weather(\"Berlin\")\nobservation(result)",
+                Language::Python,
                 &none,
                 LIMIT,
             ),
