@@ -742,9 +742,10 @@ impl Conversation {
             // answer (the local model, JavaScript): said plainly, with the
             // offer the observation made.
             Extraction::Code { code, closed: true } if code.trim().is_empty() => {
-                let call = self.last_observation.as_ref().and_then(|(script, value)| {
-                    feedback::offered_call(value, script, self.language())
-                });
+                let call = self
+                    .last_observation
+                    .as_ref()
+                    .and_then(|(script, value)| feedback::offered_call(value, script));
                 let message = self.prompts.render(
                     "reply/empty_code",
                     context! { fence => fence, call => call },
@@ -1294,14 +1295,7 @@ impl Conversation {
             }
             ScriptOutput::Observation { value } => {
                 let script = self.current_script.as_deref().unwrap_or_default();
-                let text = feedback::observation(
-                    &self.prompts,
-                    value,
-                    script,
-                    self.language(),
-                    logs,
-                    limit,
-                );
+                let text = feedback::observation(&self.prompts, value, script, logs, limit);
                 self.observed(text, value, logs);
                 self.continue_or_stop()
             }

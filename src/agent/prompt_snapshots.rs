@@ -10,7 +10,6 @@ use codeact_runtime::{LogBuffer, ScriptError};
 use minijinja::context;
 use serde_json::{Value, json};
 
-use super::data_paths::Language;
 use super::decide::{BareValues, Conversation, LoopConfig};
 use super::feedback::{self, without_nonces};
 use super::team::{Handover, handover_message};
@@ -103,7 +102,6 @@ fn sections() -> Vec<(&'static str, String)> {
                 &prompts,
                 &json!({"rows": [1, 2]}),
                 "observation(rows)",
-                Language::Rhai,
                 &logs,
                 LIMIT,
             ),
@@ -114,18 +112,6 @@ fn sections() -> Vec<(&'static str, String)> {
                 &prompts,
                 &json!("lena"),
                 "let name = best(rows);\nobservation(name);",
-                Language::JavaScript,
-                &none,
-                LIMIT,
-            ),
-        ),
-        (
-            "feedback/observation (a map with one number, offered as the answer)",
-            feedback::observation(
-                &prompts,
-                &json!({"city": "Berlin", "condition": "rain", "temp_c": 9.0}),
-                "result = get_weather(\"Berlin\")\nobservation(result)",
-                Language::Python,
                 &none,
                 LIMIT,
             ),

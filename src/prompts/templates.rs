@@ -85,10 +85,9 @@ static BUILTINS: &[Builtin] = &[
     ]),
     builtin!("feedback/fix_it", || vec![context! {}]),
     builtin!("feedback/observation", || vec![
-        context! { value => FENCED, logs => FENCED, offer => false, field => None::<&str>, call => None::<&str> },
-        context! { value => FENCED, logs => "", offer => true, field => None::<&str>, call => "final_result(9)" },
-        context! { value => FENCED, logs => "", offer => true, field => None::<&str>, call => None::<&str> },
-        context! { value => FENCED, logs => "", offer => true, field => "temp_c", call => "final_result(w.temp_c)" },
+        context! { value => FENCED, logs => FENCED, offer => false, call => None::<&str> },
+        context! { value => FENCED, logs => "", offer => true, call => "final_result(9)" },
+        context! { value => FENCED, logs => "", offer => true, call => None::<&str> },
     ]),
     builtin!("feedback/error", || vec![
         context! { message => FENCED, logs => FENCED },
@@ -248,8 +247,8 @@ static BUILTINS: &[Builtin] = &[
         context! { kind => "cells_misplaced", tool => "read_file", line_number => 2, pattern => "quantity, price", placed => vec!["`quantity` is column 1", "`price` is column 2"], fix => "_, quantity, price", statement => None::<&str>, header => FENCED, id_tools => Vec::<&str>::new() },
     ]),
     builtin!("feedback/bare_value", || vec![
-        context! { value => FENCED, literal => "7.8", logs => FENCED, offer => false, field => None::<&str>, call => None::<&str> },
-        context! { value => FENCED, literal => None::<&str>, logs => "", offer => false, field => None::<&str>, call => None::<&str> },
+        context! { value => FENCED, literal => "7.8", logs => FENCED, offer => false, call => None::<&str> },
+        context! { value => FENCED, literal => None::<&str>, logs => "", offer => false, call => None::<&str> },
     ]),
     builtin!("feedback/bare_value_refused", || {
         ["null", "boolean", "number", "string", "list", "map"]
