@@ -90,6 +90,12 @@ pub struct Stop {
     pub matched: String,
     pub rest: String,
     pub then: String,
+    /// The pattern mended where it stops, when one edit makes it match the
+    /// line: the rest's first element (a group, a class, an escape, a
+    /// character, with its quantifier) taken as the line's next word
+    /// (`ERROR (\d+)` → `ERROR (\S+)`), or left out (`ERROR: (E\d+)` →
+    /// `ERROR (E\d+)`). Model code: quoted only fenced.
+    pub mended: Option<String>,
 }
 
 /// The longest characters of a line's text after the part that matched that
@@ -263,12 +269,93 @@ pub fn where_it_stops(pattern: &str, line: &str, folds_case: bool) -> Option<Sto
         }
         let found = build(start)?.find(line)?;
         let then: String = line[found.end()..].chars().take(THEN_CHARS).collect();
+        // A group with a name or flags (`(?P<code>…)`) is the script's to
+        // keep: left alone.
+        let mended = first_element(rest).filter(|(element, _)| !element.starts_with("(?"));
+        let mended = mended.and_then(|(element, after)| {
+            let as_word = if element.starts_with('(') {
+                r"(\S+)"
+            } else {
+                r"\S+"
+            };
+            [
+                format!("{start}{as_word}{after}"),
+                format!("{start}{after}"),
+            ]
+            .into_iter()
+            .find(|mended| build(mended).is_some_and(|regex| regex.is_match(line)))
+        });
         Some(Stop {
             matched: start.to_string(),
             rest: rest.to_string(),
             then,
+            mended,
         })
     })
+}
+
+/// The first element of a regular expression's `rest` and what follows it:
+/// a group (to its closing parenthesis), a class (`[…]`), an escape (`\d`),
+/// or one plain character, each with its quantifier (`+`, `*`, `?`, `{2,3}`,
+/// and a lazy `?` after one). None for an anchor, an alternation, a closing
+/// parenthesis, or an escape of more than one character (`\x41`, `\p{L}`).
+fn first_element(rest: &str) -> Option<(&str, &str)> {
+    let mut chars = rest.char_indices().peekable();
+    let (_, first) = chars.next()?;
+    let mut end = match first {
+        '(' => {
+            let mut depth = 0usize;
+            let mut escaped = false;
+            let mut in_class = false;
+            let mut close = None;
+            for (at, c) in rest.char_indices() {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '[' => in_class = true,
+                    ']' => in_class = false,
+                    '(' if !in_class => depth += 1,
+                    ')' if !in_class => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = Some(at + 1);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            close?
+        }
+        '[' => {
+            let mut escaped = false;
+            let close = rest.char_indices().skip(1).find(|&(at, c)| {
+                let closes = c == ']' && !escaped && at > 1;
+                escaped = c == '\\' && !escaped;
+                closes
+            })?;
+            close.0 + 1
+        }
+        '\\' => {
+            let (at, escaped) = chars.next()?;
+            if "xupPkN".contains(escaped) {
+                return None;
+            }
+            at + escaped.len_utf8()
+        }
+        '^' | '$' | '|' | ')' | '+' | '*' | '?' | '{' => return None,
+        other => other.len_utf8(),
+    };
+    let after = &rest[end..];
+    if let Some(quantifier) = after.chars().next().filter(|c| "+*?".contains(*c)) {
+        end += quantifier.len_utf8();
+    } else if after.starts_with('{') {
+        end += after.find('}')? + 1;
+    }
+    if rest[end..].starts_with(['?', '+']) {
+        end += 1;
+    }
+    Some((&rest[..end], &rest[end..]))
 }
 
 /// The name of the one tool that returned text, if one did.
@@ -549,6 +636,7 @@ mod tests {
                 matched: "ERROR ".into(),
                 rest: "(\\d+)".into(),
                 then: "E42 disk full".into(),
+                mended: Some("ERROR (\\S+)".into()),
             })
         );
         let present =
@@ -577,6 +665,43 @@ mod tests {
         // Case folded as the script folds it.
         let folded = where_it_stops(r"error (\d+)", line, true).expect("stops");
         assert_eq!(folded.matched, "error ");
+    }
+
+    #[test]
+    fn a_stopped_regex_is_mended_by_one_edit_only_when_the_edit_matches_the_line() {
+        let line = "2026-11-30 10:00:05 ERROR E42 disk full";
+        let mended = |pattern: &str| where_it_stops(pattern, line, false).and_then(|s| s.mended);
+        // The group meets a word it does not take: it takes the word.
+        assert_eq!(mended(r"ERROR (\d+)").as_deref(), Some(r"ERROR (\S+)"));
+        assert_eq!(
+            mended(r"ERROR (?P<code>\d+)"),
+            None,
+            "a named group is no plain group"
+        );
+        assert_eq!(
+            mended(r"ERROR [0-9]{2,3} disk").as_deref(),
+            Some(r"ERROR \S+ disk")
+        );
+        // A character the line does not hold there: left out.
+        assert_eq!(mended(r"ERROR: (E\d+)").as_deref(), Some(r"ERROR (E\d+)"));
+        // Nothing one edit can mend: none.
+        assert_eq!(mended(r"ERROR (\d+) (\d+) (\d+) (\d+) x"), None);
+        assert_eq!(mended(r"ERROR \x41"), None);
+        assert_eq!(mended(r"ERROR$"), None);
+    }
+
+    #[test]
+    fn a_regexs_first_element_keeps_its_group_class_escape_and_quantifier() {
+        assert_eq!(first_element(r"(\d+) x"), Some((r"(\d+)", " x")));
+        assert_eq!(first_element(r"(a(b)c)+?d"), Some((r"(a(b)c)+?", "d")));
+        assert_eq!(first_element(r"(\)|[)])e"), Some((r"(\)|[)])", "e")));
+        assert_eq!(first_element(r"[]a]*b"), Some((r"[]a]*", "b")));
+        assert_eq!(first_element(r"[\]]c"), Some((r"[\]]", "c")));
+        assert_eq!(first_element(r"\d{2,3}x"), Some((r"\d{2,3}", "x")));
+        assert_eq!(first_element("é+z"), Some(("é+", "z")));
+        for unreadable in ["", "(unclosed", "[unclosed", r"\", "{2}", "^a", "|a", ")"] {
+            assert_eq!(first_element(unreadable), None, "{unreadable}");
+        }
     }
 
     #[test]

@@ -125,6 +125,14 @@ pub struct LoopConfig {
     /// the same account is added to the feedback whatever this says.
     /// Default: true.
     pub hold_results_from_absent_patterns: bool,
+    /// Whether a final result is held back once when its script is nothing but
+    /// `final_result(<number>)`, written after an observation of a list or a
+    /// map of numbers, and the number is none of them: the model added or
+    /// counted the data in its head (the local model answered 40.8 for
+    /// 23.5 + 8.25 + 19.0, and 4 for a count of 3). The feedback asks for the
+    /// number worked out by a script. Sent again, it is accepted. Default:
+    /// true.
+    pub hold_hand_computed_results: bool,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
     /// returned (up to four distinct calls, each cut in the middle to this
@@ -180,6 +188,7 @@ impl Default for LoopConfig {
             hold_whole_maps: true,
             hold_results_from_made_up_filters: true,
             hold_results_from_absent_patterns: true,
+            hold_hand_computed_results: true,
         }
     }
 }
@@ -463,6 +472,9 @@ pub struct Conversation {
     /// Whether a final result was held back already for a text its script
     /// looked for that its data does not hold (once a run).
     held_absent_pattern: bool,
+    /// Whether a final result was held back already as a number worked out by
+    /// hand (once a run).
+    held_hand_computed: bool,
     /// Sections for the feedback of the step in progress that go last, just
     /// before "Fix the script", where a small model acts on them.
     closing_sections: Vec<String>,
@@ -557,6 +569,7 @@ impl Conversation {
             records_seen: Vec::new(),
             held_made_up_filter: false,
             held_absent_pattern: false,
+            held_hand_computed: false,
             closing_sections: Vec::new(),
             prompts: Prompts::default(),
         }
@@ -952,9 +965,19 @@ impl Conversation {
     /// The last line to write for a script that only defined functions, when
     /// it defined one: `final_result(f())` for one without parameters, or
     /// `final_result(f(reading))` for one of one parameter when a stub of a
-    /// tool read a file (its reading, see [`file_stubs`]). Model code, so
-    /// quoted only fenced.
+    /// tool read a file (its reading, see [`file_stubs`]). When it defined
+    /// none of its own but kept a stub's reading with every argument defaulted
+    /// (`def read_file(name="sales.csv")`, and a `final_result` stub taken
+    /// out), `observation(read_file())`: the local model, told only that
+    /// nothing ran, echoed the error text until its errors ran out. Model
+    /// code, so quoted only fenced.
     fn call_of_uncalled(&self, script: &str, uncalled: &[String]) -> Option<String> {
+        if uncalled.is_empty() {
+            return match self.stub_readings.as_slice() {
+                [reading] if reading.ends_with("()") => Some(format!("observation({reading})")),
+                _ => None,
+            };
+        }
         let [name] = uncalled else { return None };
         let parameters = script_notes::parameter_count(script, name)?;
         match (parameters, self.stub_readings.as_slice()) {
@@ -1628,7 +1651,7 @@ impl Conversation {
             return;
         };
         if let Some(found) = absent_patterns::absent_pattern(script, results, true) {
-            let section = self.absent_pattern_account(&found, None);
+            let section = self.absent_pattern_account(&found, script, None);
             self.insert_before_fix_it(text, &section);
         }
     }
@@ -1639,6 +1662,7 @@ impl Conversation {
     fn absent_pattern_account(
         &self,
         found: &absent_patterns::AbsentPattern,
+        script: &str,
         held: Option<Option<String>>,
     ) -> String {
         let fenced = |text: &str| feedback::fenced(text, self.config.feedback_limit);
@@ -1656,6 +1680,7 @@ impl Conversation {
                 matched => found.stops.as_ref().map(|stop| fenced(&stop.matched)),
                 rest => found.stops.as_ref().map(|stop| fenced(&stop.rest)),
                 then => found.stops.as_ref().map(|stop| fenced(&stop.then)),
+                mended_line => mended_line(found, script).map(|line| fenced(&line)),
             },
         )
     }
@@ -1903,6 +1928,18 @@ impl Conversation {
             Next::CallModel
         }
     }
+}
+
+/// The script's line with `found`'s regular expression mended where it
+/// stops ([`absent_patterns::Stop::mended`]), when the line holds the
+/// pattern as written (a raw string or a regex literal; a plain string's
+/// escapes differ). The local model, shown where `ERROR (\d+)` stopped on
+/// `ERROR E42`, sent the pattern back unchanged; it copies a line.
+fn mended_line(found: &absent_patterns::AbsentPattern, script: &str) -> Option<String> {
+    let mended = found.stops.as_ref()?.mended.as_deref()?;
+    let line = script.lines().nth(found.line.checked_sub(1)?)?;
+    line.contains(&found.written)
+        .then(|| line.trim().replacen(&found.written, mended, 1))
 }
 
 #[cfg(test)]
@@ -3376,6 +3413,121 @@ Fn(\"f\")
             "{:?}",
             decision.next
         );
+    }
+
+    /// A conversation that observed three orders (`result`), then replied with
+    /// `script`: the decision on its final result `value`.
+    fn after_observing_orders(
+        config: LoopConfig,
+        script: &str,
+        value: Value,
+    ) -> (Conversation, Next) {
+        let mut c = Conversation::new("What is the total of mia's orders?", &["python"], config);
+        c.on_reply(&reply(
+            "```python\nresult = list_orders(customer=\"mia\")\nobservation(result)\n```",
+        ));
+        let orders = json!([{"amount": 23.5, "id": 101}, {"amount": 8.25, "id": 103}, {"amount": 19.0, "id": 107}]);
+        c.on_completion(
+            &Ok(json!({"type": "observation", "value": orders})),
+            &logs(),
+        );
+        c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        let (decision, _) = c.on_completion(
+            &Ok(json!({"type": "final_result", "value": value})),
+            &logs(),
+        );
+        (c, decision.next)
+    }
+
+    #[test]
+    fn a_number_written_by_hand_after_observing_the_data_is_held_back_once() {
+        let (mut c, next) =
+            after_observing_orders(LoopConfig::default(), "final_result(40.8)", json!(40.8));
+        assert_eq!(next, Next::CallModel);
+        let text = last_feedback(&c);
+        assert!(
+            text.starts_with("Error:\nThe host held back your final result 40.8: your script wrote that number by hand")
+                && text.contains("(`result` still holds what you observed)"),
+            "{text}"
+        );
+        // Sent again, it is accepted.
+        c.on_reply(&reply("```python\nfinal_result(40.8)\n```"));
+        let (again, _) =
+            c.on_completion(&Ok(json!({"type": "final_result", "value": 40.8})), &logs());
+        assert!(
+            matches!(again.next, Next::CheckResult { .. }),
+            "{:?}",
+            again.next
+        );
+    }
+
+    #[test]
+    fn a_computed_or_observed_number_or_one_with_the_check_off_is_not_held_as_hand_written() {
+        let accepted = |config: LoopConfig, script: &str, value: Value| {
+            let (_, next) = after_observing_orders(config, script, value);
+            matches!(next, Next::CheckResult { .. })
+        };
+        // One of the observed numbers (a maximum read off the data).
+        assert!(accepted(
+            LoopConfig::default(),
+            "final_result(23.5)",
+            json!(23.5)
+        ));
+        // Worked out by the script.
+        assert!(accepted(
+            LoopConfig::default(),
+            "final_result(sum(o[\"amount\"] for o in result))",
+            json!(50.75)
+        ));
+        // More than the one call, or not a plain number.
+        assert!(accepted(
+            LoopConfig::default(),
+            "x = 1\nfinal_result(40.8)",
+            json!(40.8)
+        ));
+        assert!(accepted(
+            LoopConfig::default(),
+            "final_result(\"40.8\")",
+            json!("40.8")
+        ));
+        assert!(accepted(
+            LoopConfig {
+                hold_hand_computed_results: false,
+                ..LoopConfig::default()
+            },
+            "final_result(40.8)",
+            json!(40.8)
+        ));
+        // Without an observation before it there is nothing it came from.
+        let mut fresh = Conversation::new("task", &["python"], LoopConfig::default());
+        fresh.on_reply(&reply("```python\nfinal_result(40.8)\n```"));
+        let (decision, _) =
+            fresh.on_completion(&Ok(json!({"type": "final_result", "value": 40.8})), &logs());
+        assert!(
+            matches!(decision.next, Next::CheckResult { .. }),
+            "{:?}",
+            decision.next
+        );
+    }
+
+    #[test]
+    fn a_hand_written_number_is_read_only_from_a_lone_final_result_call() {
+        use super::holds::written_number as written;
+        assert_eq!(written("final_result(40.8)"), Some(40.8));
+        assert_eq!(written("# total\n\nfinal_result(-3);\n"), Some(-3.0));
+        assert_eq!(written("final_result(1_000)"), Some(1000.0));
+        assert_eq!(written("final_result(1e3)"), Some(1000.0));
+        for not_one in [
+            "final_result(total)",
+            "final_result(2 + 2)",
+            "final_result(4)\nfinal_result(5)",
+            "observation(4)",
+            "final_result()",
+            "final_result(4",
+            "final_result(..)",
+        ] {
+            assert_eq!(written(not_one), None, "{not_one}");
+        }
     }
 
     #[test]

@@ -295,6 +295,27 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("feedback/hand_computed", {
+            let mut c = Conversation::new(
+                "What is the total amount of all orders of the customer mia?",
+                &["python"],
+                LoopConfig::default(),
+            );
+            c.on_reply(&reply(
+                "```python\nresult = list_orders(customer=\"mia\")\nobservation(result)\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Ok(json!({"type": "observation", "value": [{"amount": 23.5}, {"amount": 8.25}, {"amount": 19.0}]})),
+                &none,
+            );
+            c.on_reply(&reply(
+                "```python\nfinal_result(40.8)\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(&Ok(json!({"type": "final_result", "value": 40.8})), &none);
+            fed_back(&c)
+        }),
         ("feedback/other_unit", {
             let mut c = Conversation::new(
                 "What does a loaf of bread cost in Japanese yen? Return the number.",
@@ -497,6 +518,34 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
             fed_back(&c)
         }),
+        (
+            "feedback/absent_pattern (a regex mended where it stops, after an error)",
+            {
+                let mut c = Conversation::new(
+                    "The ERROR lines of server.log each carry an error code such as E17. Which code occurs most often?",
+                    &["python"],
+                    LoopConfig::default(),
+                );
+                c.on_reply(&reply(
+                "```python\nimport re\nlog = read_file(name=\"server.log\")\ncodes = re.findall(r\"ERROR (\\d+)\", log)\nfinal_result(max(set(codes), key=codes.count))\n```",
+                StopReason::EndTurn,
+            ));
+                c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                    tool: "read_file".to_string(),
+                    args: json!({"name": "server.log"}),
+                    value: json!(
+                        "2026-11-30 10:00:01 INFO start\n2026-11-30 10:00:05 ERROR E42 disk full\n"
+                    ),
+                }]);
+                c.on_completion(
+                &Err(thrown(
+                    "Traceback (most recent call last):\n  File \"<script>\", line 4, in <module>\nValueError: max() iterable argument is empty",
+                )),
+                &none,
+            );
+                fed_back(&c)
+            },
+        ),
         ("feedback/two_names", {
             let mut c = Conversation::new(
                 "What is the average temperature in Paris and Oslo?",
@@ -740,6 +789,31 @@ fn sections() -> Vec<(&'static str, String)> {
                 "```python\nimport json\n\ndef read_file(name=\"inventory.json\"):\n    with open(name, \"r\") as file:\n        return json.load(file)\n\ndef only_zero(items):\n    return [item[\"name\"] for item in items if item[\"stock\"] == 0]\n```",
                 StopReason::EndTurn,
             ));
+                python.on_completion(
+                    &Err(ScriptError::NoValue {
+                        message: "no value".to_string(),
+                    }),
+                    &none,
+                );
+                fed_back(&python)
+            },
+        ),
+        (
+            "feedback/no_value (only stubs: a reading kept and a result helper taken out)",
+            {
+                let mut python = Conversation::new("task", &["python"], LoopConfig::default())
+                    .with_tools([(
+                        "read_file".to_string(),
+                        "read_file(name=string)".to_string(),
+                    )])
+                    .with_tool_descriptions([(
+                        "read_file".to_string(),
+                        "The text of a named file (a string).".to_string(),
+                    )]);
+                python.on_reply(&reply(
+                    "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        return list(csv.DictReader(file))\n\ndef final_result(product_name, [\"out/report.md\"]):\n    observation(product_name)\n```",
+                    StopReason::EndTurn,
+                ));
                 python.on_completion(
                     &Err(ScriptError::NoValue {
                         message: "no value".to_string(),

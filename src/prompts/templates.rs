@@ -178,6 +178,10 @@ static BUILTINS: &[Builtin] = &[
         context! { tools => vec!["get_user"], signatures => vec!["get_user(user_id=integer)", "find_user(name=string)"] },
         context! { tools => vec!["get_user", "convert"], signatures => vec!["tools.get_user({user_id: integer})"] },
     ]),
+    builtin!("feedback/hand_computed", || vec![
+        context! { value => "40.8", name => "result" },
+        context! { value => "4", name => None::<&str> },
+    ]),
     builtin!("feedback/unfounded_result", || vec![
         context! { signatures => vec!["read_file(name=string)"] },
         context! { signatures => Vec::<&str>::new() },
@@ -212,8 +216,9 @@ static BUILTINS: &[Builtin] = &[
         context! { tool => "list_orders", argument => "customer", empty => "[]", line_number => None::<usize>, line => None::<&str> },
     ]),
     builtin!("feedback/absent_pattern", || vec![
-        context! { held => true, value => "null", split => false, line_number => 2, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED, matched => None::<&str>, rest => None::<&str>, then => None::<&str> },
-        context! { held => false, value => None::<&str>, split => false, line_number => 4, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED, matched => FENCED, rest => FENCED, then => FENCED },
+        context! { held => true, value => "null", split => false, line_number => 2, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED, matched => None::<&str>, rest => None::<&str>, then => None::<&str>, mended_line => None::<&str> },
+        context! { held => false, value => None::<&str>, split => false, line_number => 4, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED, matched => FENCED, rest => FENCED, then => FENCED, mended_line => None::<&str> },
+        context! { held => false, value => None::<&str>, split => false, line_number => 4, written => FENCED, tool => "read_file", near_word => "ERROR", near_line => FENCED, matched => FENCED, rest => FENCED, then => FENCED, mended_line => FENCED },
         context! { held => false, value => None::<&str>, split => true, line_number => 1, written => FENCED, tool => None::<&str>, near_word => None::<&str>, near_line => None::<&str> },
     ]),
     builtin!("feedback/stub_reading", || vec![
@@ -261,6 +266,7 @@ static BUILTINS: &[Builtin] = &[
         context! { expression => None::<&str>, fenced_call => FENCED, uncalled => Vec::<&str>::new(), call => None::<&str>, logs => "" },
         context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["main"], call => FENCED, logs => "" },
         context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["load", "count"], call => None::<&str>, logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), call => FENCED, logs => "" },
     ]),
     builtin!("feedback/refusal", || {
         let by = [

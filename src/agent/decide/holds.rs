@@ -3,7 +3,8 @@
 //! a Rhai pitfall, words found nowhere, a tool's number in another unit, a
 //! tool's ids, an empty answer to a made-up filter, an empty answer from a
 //! text the data does not hold, a whole record where the task names one of
-//! its keys. Each is on by default, off with its
+//! its keys, a number written by hand after an observation of the data it
+//! comes from. Each is on by default, off with its
 //! `LoopConfig::hold_…` switch, and holds a run's result at most once: sent
 //! again, the result is accepted, so an answer that meant it costs one step.
 
@@ -49,6 +50,45 @@ fn number_or_bool(value: &Value) -> Option<String> {
     (value.is_number() || value.is_boolean()).then(|| value.to_string())
 }
 
+/// The most numbers of an observation compared with a hand-written result.
+const NUMBERS_COMPARED: usize = 10_000;
+
+/// The number a script is nothing but a call of `final_result` on (its one
+/// line, comments and blank lines aside): `final_result(40.8)`.
+pub(super) fn written_number(script: &str) -> Option<f64> {
+    let mut lines = script
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#') && !line.starts_with("//"));
+    let line = lines.next()?;
+    if lines.next().is_some() {
+        return None;
+    }
+    let line = line.strip_suffix(';').unwrap_or(line).trim_end();
+    let inner = line
+        .strip_prefix("final_result(")?
+        .strip_suffix(')')?
+        .trim();
+    let plain = !inner.is_empty()
+        && inner
+            .chars()
+            .all(|c| c.is_ascii_digit() || ".-_eE+".contains(c));
+    plain.then(|| inner.replace('_', "").parse().ok()).flatten()
+}
+
+/// The numbers of `value`, depth first, up to [`NUMBERS_COMPARED`].
+fn numbers_in(value: &Value, numbers: &mut Vec<f64>) {
+    if numbers.len() >= NUMBERS_COMPARED {
+        return;
+    }
+    match value {
+        Value::Number(number) => numbers.extend(number.as_f64()),
+        Value::Array(items) => items.iter().for_each(|item| numbers_in(item, numbers)),
+        Value::Object(map) => map.values().for_each(|item| numbers_in(item, numbers)),
+        _ => {}
+    }
+}
+
 /// A held result's feedback and the error message the run records.
 struct Held {
     text: String,
@@ -76,7 +116,8 @@ impl Conversation {
             .or_else(|| self.hold_as_ids(&value))
             .or_else(|| self.hold_for_made_up_filter(script, &value))
             .or_else(|| self.hold_for_absent_pattern(script, &value))
-            .or_else(|| self.hold_as_whole_map(&value))?;
+            .or_else(|| self.hold_as_whole_map(&value))
+            .or_else(|| self.hold_as_hand_computed(script, &value))?;
         let next = self.script_error(held.text, held.message.clone(), logs);
         Some((
             self.decide(next),
@@ -114,6 +155,39 @@ impl Conversation {
                     .take(room),
             );
         }
+    }
+
+    fn hold_as_hand_computed(&mut self, script: &str, value: &Value) -> Option<Held> {
+        if !self.config.hold_hand_computed_results || self.held_hand_computed {
+            return None;
+        }
+        let written = written_number(script)?;
+        let (observed_by, observed) = self.last_observation.as_ref()?;
+        let mut numbers = Vec::new();
+        numbers_in(observed, &mut numbers);
+        let same = |n: &f64| (n - written).abs() <= 1e-9 * n.abs().max(1.0);
+        if numbers.len() < 2 || numbers.iter().any(same) || value.as_f64() != Some(written) {
+            return None;
+        }
+        self.held_hand_computed = true;
+        // The observed name, when the observation's expression was one: its
+        // variable still holds the data.
+        let name = script_notes::observed_expression(observed_by).filter(|expression| {
+            !expression.is_empty()
+                && expression.len() <= 40
+                && expression
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !expression.starts_with(|c: char| c.is_ascii_digit())
+        });
+        let text = self.prompts.render(
+            "feedback/hand_computed",
+            context! { value => value.to_string(), name => name },
+        );
+        let message = format!(
+            "the final result was held back: {value} was written by hand, and it is none of the numbers observed"
+        );
+        Some(Held { text, message })
     }
 
     fn hold_for_pitfall(&mut self, script: &str) -> Option<Held> {
@@ -228,7 +302,7 @@ impl Conversation {
             Value::Object(entries) if entries.is_empty() => Some("{}".to_string()),
             other => number_or_bool(other),
         };
-        let text = self.absent_pattern_account(&found, Some(shown));
+        let text = self.absent_pattern_account(&found, script, Some(shown));
         let message = format!(
             "the final result was held back: line {} of its script looks for a text that occurs nowhere in its data",
             found.line
