@@ -662,7 +662,10 @@ impl Conversation {
                 &text,
                 self.config.reply_limit,
             ))]
-        } else if let Some(call) = extract::whole_reply_helper_call(&text).filter(|_| only_text) {
+        } else if let Some(call) =
+            extract::whole_reply_helper_call(&extract::without_fence_markers(&text))
+                .filter(|_| only_text)
+        {
             // A reply that is only a helper call runs as that script, and the
             // history shows it in the card's fence: a model that sees its own
             // unfenced reply goes on answering without fences, echoing the
@@ -746,7 +749,7 @@ impl Conversation {
         let truncated = *stop_reason == StopReason::OutputTruncated;
         // A reasoning model's thinking stays in the history; its code is not
         // taken from there.
-        let text = script_notes::without_thinking(&text);
+        let text = extract::without_fence_markers(&script_notes::without_thinking(&text));
         let fence_tags = self.fence_tags.clone();
         let tags: Vec<&str> = fence_tags.iter().map(String::as_str).collect();
         let fence = tags.first().copied().unwrap_or("code");
@@ -965,24 +968,31 @@ impl Conversation {
     /// The last line to write for a script that only defined functions, when
     /// it defined one: `final_result(f())` for one without parameters, or
     /// `final_result(f(reading))` for one of one parameter when a stub of a
-    /// tool read a file (its reading, see [`file_stubs`]). When it defined
-    /// none of its own but kept a stub's reading with every argument defaulted
-    /// (`def read_file(name="sales.csv")`, and a `final_result` stub taken
-    /// out), `observation(read_file())`: the local model, told only that
-    /// nothing ran, echoed the error text until its errors ran out. Model
-    /// code, so quoted only fenced.
+    /// tool read a file (its reading, see [`file_stubs`]). Model code, so
+    /// quoted only fenced.
     fn call_of_uncalled(&self, script: &str, uncalled: &[String]) -> Option<String> {
-        if uncalled.is_empty() {
-            return match self.stub_readings.as_slice() {
-                [reading] if reading.ends_with("()") => Some(format!("observation({reading})")),
-                _ => None,
-            };
-        }
         let [name] = uncalled else { return None };
         let parameters = script_notes::parameter_count(script, name)?;
         match (parameters, self.stub_readings.as_slice()) {
             (0, _) => Some(format!("final_result({name}())")),
             (1, [reading]) => Some(format!("final_result({name}({reading}))")),
+            _ => None,
+        }
+    }
+
+    /// For a script that defined no function of its own but kept a stub's
+    /// reading with every argument defaulted (`def read_file(name="sales.csv")`,
+    /// a `final_result` stub taken out), the line that looks at that reading,
+    /// `observation(read_file())`, in the host's words (the tool's name and
+    /// brackets only): the local model, told only that nothing ran, echoed the
+    /// error text until its errors ran out.
+    fn observation_of_kept_reading(&self, uncalled: &[String]) -> Option<String> {
+        if !uncalled.is_empty() {
+            return None;
+        }
+        match self.stub_readings.as_slice() {
+            [reading] if reading.ends_with("()") => Some(format!("observation({reading})"))
+                .filter(|line| script_notes::reads_as_plain_code(line)),
             _ => None,
         }
     }
@@ -1062,7 +1072,8 @@ impl Conversation {
                 let call = self
                     .call_of_uncalled(&script, &uncalled)
                     .map(|call| feedback::fenced(&call, limit));
-                if call.is_some() {
+                let observe = self.observation_of_kept_reading(&uncalled);
+                if call.is_some() || observe.is_some() {
                     // The call holds the stub's reading: said once, last.
                     self.stub_sections.clear();
                 }
@@ -1071,6 +1082,7 @@ impl Conversation {
                     printed.as_deref(),
                     &uncalled,
                     call.as_deref(),
+                    observe.as_deref(),
                     logs,
                     limit,
                 );
@@ -1446,11 +1458,31 @@ impl Conversation {
             let task = self
                 .turn_task()
                 .map(|task| feedback::fenced(&task, self.config.feedback_limit));
-            text.push_str(
-                &self
-                    .prompts
-                    .render("hints/same_observation", context! { task => task }),
-            );
+            // A map with one number, observed by name: where that number is
+            // (the local model observed Berlin's weather map up to its step
+            // limit, asked for the temperature). Said only now, after the
+            // same look twice: offered at once, a map's number was taken
+            // where it was not the answer (label `offer-maps`).
+            let number = map_as_number::the_number_key(value).and_then(|key| {
+                let name = script_notes::observed_expression(&script)?;
+                let plain = name.len() <= 40
+                    && !name.starts_with(|c: char| c.is_ascii_digit())
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                plain.then(|| {
+                    (
+                        key,
+                        format!("{name}{}", map_as_number::key_access(key, self.language())),
+                    )
+                })
+            });
+            text.push_str(&self.prompts.render(
+                "hints/same_observation",
+                context! {
+                    task => task,
+                    key => number.as_ref().map(|(key, _)| *key),
+                    number => number.as_ref().map(|(_, access)| access.as_str()),
+                },
+            ));
         }
         self.repeated = again;
         self.last_observation = Some((script, value.clone()));
@@ -3732,6 +3764,32 @@ Fn(\"f\")
         assert!(!observe(&mut c, "observation(list_orders())", json!([3])).contains(hint));
         assert!(!observe(&mut c, "observation(count())", json!([3])).contains(hint));
         assert_eq!(c.temperature(Some(0.0)), Some(0.0));
+    }
+
+    #[test]
+    fn a_map_seen_twice_is_told_where_its_one_number_is_only_when_observed_by_name() {
+        let weather = json!({"city": "Berlin", "temp_c": 9.0});
+        let twice = |script: &str, value: &Value| {
+            let mut c = conversation(LoopConfig::default());
+            for _ in 0..2 {
+                c.on_reply(&reply(&format!("```rhai\n{script}\n```")));
+                c.on_completion(&Ok(json!({"type": "observation", "value": value})), &logs());
+            }
+            last_feedback(&c)
+        };
+        let by_name = twice("let w = get_weather(\"Berlin\");\nobservation(w)", &weather);
+        assert!(
+            by_name.contains("The map's one number is its `temp_c`: `w.temp_c`."),
+            "{by_name}"
+        );
+        for (script, value) in [
+            ("observation(get_weather(\"Berlin\"))", weather.clone()),
+            ("observation(w)", json!({"id": 7, "temp_c": 9.0})),
+            ("observation(w)", json!({"temp c": 9.0})),
+        ] {
+            let text = twice(script, &value);
+            assert!(!text.contains("one number"), "{script}: {text}");
+        }
     }
 
     #[test]

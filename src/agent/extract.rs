@@ -84,6 +84,30 @@ pub fn whole_reply_helper_call(reply: &str) -> Option<String> {
     (unquoted.strip_suffix(';').unwrap_or(unquoted) == call).then_some(call)
 }
 
+/// `reply` without the lines that are the host's fence markers
+/// (`<untrusted-0123456789abcdef>`, `</untrusted-…>`): a small model given a
+/// line to write inside a fence echoed the fence with it, and the reply held
+/// no code block (the evaluation, CPython). The markers are the host's quoting
+/// of data, never code; the lines between them are the model's own reply.
+pub fn without_fence_markers(reply: &str) -> String {
+    let is_marker = |line: &str| {
+        let line = line.trim();
+        let nonce = line
+            .strip_prefix("</untrusted-")
+            .or_else(|| line.strip_prefix("<untrusted-"))
+            .and_then(|rest| rest.strip_suffix('>'));
+        nonce.is_some_and(|nonce| nonce.len() == 16 && nonce.chars().all(|c| c.is_ascii_hexdigit()))
+    };
+    if !reply.lines().any(is_marker) {
+        return reply.to_string();
+    }
+    reply
+        .lines()
+        .filter(|line| !is_marker(line))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The last line of a reply without blocks, when it is a whole result-helper
 /// call: models often answer an observation with just `final_result(10.0)`.
 fn bare_helper_call(reply: &str) -> Option<String> {
@@ -198,6 +222,33 @@ mod tests {
         let reply =
             "Plan first.\n```python\nprint(1)\n```\n```rhai\nlet x = 1;\nx\n```\n```rhai\n2\n```";
         assert_eq!(extract_code(reply, &["rhai"]), code("let x = 1;\nx"));
+    }
+
+    #[test]
+    fn an_echoed_fence_around_a_helper_call_is_dropped_and_the_call_runs() {
+        let echoed =
+            "<untrusted-61e405a639d50a4f>\nobservation(read_file())\n</untrusted-61e405a639d50a4f>";
+        let reply = without_fence_markers(echoed);
+        assert_eq!(reply, "observation(read_file())");
+        assert_eq!(
+            whole_reply_helper_call(&reply).as_deref(),
+            Some("observation(read_file())")
+        );
+        // Inside a code block too; anything that is not exactly a marker stays.
+        let block =
+            "```python\n<untrusted-0123456789abcdef>\nx = 1\n</untrusted-0123456789abcdef>\n```";
+        assert_eq!(
+            extract_code(&without_fence_markers(block), &["python"]),
+            code("x = 1")
+        );
+        for kept in [
+            "<untrusted-0123>",
+            "<untrusted-0123456789abcdeg>",
+            "x = '<untrusted-0123456789abcdef>'",
+            "<untrusted-0123456789abcdef> and more",
+        ] {
+            assert_eq!(without_fence_markers(kept), kept);
+        }
     }
 
     #[test]

@@ -156,6 +156,7 @@ pub fn no_value(
     printed: Option<&str>,
     uncalled: &[String],
     call: Option<&str>,
+    observe: Option<&str>,
     logs: &LogBuffer,
     limit: usize,
 ) -> String {
@@ -176,6 +177,7 @@ pub fn no_value(
             fenced_call => fenced_call,
             uncalled => uncalled,
             call => call,
+            observe => observe,
             logs => fenced_logs(logs, limit),
         },
     )

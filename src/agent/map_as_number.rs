@@ -74,7 +74,7 @@ pub fn map_as_number(
 
 /// How `language` reads the field `key` of a map: `["temp_c"]` in Python,
 /// `.temp_c` in Rhai and JavaScript.
-fn key_access(key: &str, language: Language) -> String {
+pub fn key_access(key: &str, language: Language) -> String {
     match language {
         Language::Python => format!("[\"{key}\"]"),
         Language::Rhai | Language::JavaScript => format!(".{key}"),
@@ -84,7 +84,7 @@ fn key_access(key: &str, language: Language) -> String {
 /// The one key of `value` that holds a number, when `value` is a map with
 /// exactly one and the key is plain enough for the host's words (letters,
 /// digits and `_`, at most [`KEY_CHARS`], not starting with a digit).
-fn the_number_key(value: &Value) -> Option<&str> {
+pub fn the_number_key(value: &Value) -> Option<&str> {
     let Value::Object(map) = value else {
         return None;
     };

@@ -695,7 +695,7 @@ fn sections() -> Vec<(&'static str, String)> {
         ),
         (
             "feedback/no_value (a plain print)",
-            feedback::no_value(&prompts, Some("total"), &[], None, &logs, LIMIT),
+            feedback::no_value(&prompts, Some("total"), &[], None, None, &logs, LIMIT),
         ),
         (
             "feedback/no_value (a print that is not plain code)",
@@ -704,13 +704,14 @@ fn sections() -> Vec<(&'static str, String)> {
                 Some("\"The answer is \" + total"),
                 &[],
                 None,
+                None,
                 &none,
                 LIMIT,
             ),
         ),
         (
             "feedback/no_value (no print)",
-            feedback::no_value(&prompts, None, &[], None, &none, LIMIT),
+            feedback::no_value(&prompts, None, &[], None, None, &none, LIMIT),
         ),
         (
             "feedback/no_value (functions defined, none called)",
@@ -718,6 +719,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 &prompts,
                 None,
                 &["only_zero".to_string(), "main".to_string()],
+                None,
                 None,
                 &none,
                 LIMIT,
@@ -894,6 +896,27 @@ fn sections() -> Vec<(&'static str, String)> {
             }
             fed_back(&c)
         }),
+        (
+            "hints/same_observation (a map with one number, observed by name)",
+            {
+                let mut c = Conversation::new(
+                    "What is the temperature in Berlin? Return the number.",
+                    &["python"],
+                    LoopConfig::default(),
+                );
+                for _ in 0..2 {
+                    c.on_reply(&reply(
+                        "```python\nresult = get_weather(\"Berlin\")\nobservation(result)\n```",
+                        StopReason::EndTurn,
+                    ));
+                    c.on_completion(
+                    &Ok(json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}})),
+                    &none,
+                );
+                }
+                fed_back(&c)
+            },
+        ),
         ("hints/same_error", {
             let mut c = conversation();
             for _ in 0..2 {

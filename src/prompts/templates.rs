@@ -262,11 +262,11 @@ static BUILTINS: &[Builtin] = &[
             .collect()
     }),
     builtin!("feedback/no_value", || vec![
-        context! { expression => "x", fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), call => None::<&str>, logs => FENCED },
-        context! { expression => None::<&str>, fenced_call => FENCED, uncalled => Vec::<&str>::new(), call => None::<&str>, logs => "" },
-        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["main"], call => FENCED, logs => "" },
-        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["load", "count"], call => None::<&str>, logs => "" },
-        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), call => FENCED, logs => "" },
+        context! { expression => "x", fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), call => None::<&str>, observe => None::<&str>, logs => FENCED },
+        context! { expression => None::<&str>, fenced_call => FENCED, uncalled => Vec::<&str>::new(), call => None::<&str>, observe => None::<&str>, logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["main"], call => FENCED, observe => None::<&str>, logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["load", "count"], call => None::<&str>, observe => None::<&str>, logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), call => None::<&str>, observe => "observation(read_file())", logs => "" },
     ]),
     builtin!("feedback/refusal", || {
         let by = [
@@ -322,8 +322,9 @@ static BUILTINS: &[Builtin] = &[
     ]),
     builtin!("hints/same_script", || vec![context! {}]),
     builtin!("hints/same_observation", || vec![
-        context! { task => FENCED },
-        context! { task => None::<&str> },
+        context! { task => FENCED, key => None::<&str>, number => None::<&str> },
+        context! { task => None::<&str>, key => None::<&str>, number => None::<&str> },
+        context! { task => FENCED, key => "temp_c", number => "result[\"temp_c\"]" },
     ]),
     builtin!("hints/same_error", || vec![context! {}]),
     builtin!("transfer/valid_names", || vec![
