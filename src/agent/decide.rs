@@ -983,16 +983,21 @@ impl Conversation {
     /// For a script that defined no function of its own but kept a stub's
     /// reading with every argument defaulted (`def read_file(name="sales.csv")`,
     /// a `final_result` stub taken out), the line that looks at that reading,
-    /// `observation(read_file())`, in the host's words (the tool's name and
-    /// brackets only): the local model, told only that nothing ran, echoed the
-    /// error text until its errors ran out.
+    /// `observation(read_file())`, fenced like every line the host hands the
+    /// model to write. The local model, told only that nothing ran, echoed the
+    /// error text until its errors ran out; given the line in the host's words
+    /// it sent its script back unchanged (label `echo`); given it fenced, it
+    /// replied with the fenced line, markers and all, which now runs
+    /// ([`extract::without_fence_markers`]).
     fn observation_of_kept_reading(&self, uncalled: &[String]) -> Option<String> {
         if !uncalled.is_empty() {
             return None;
         }
         match self.stub_readings.as_slice() {
-            [reading] if reading.ends_with("()") => Some(format!("observation({reading})"))
-                .filter(|line| script_notes::reads_as_plain_code(line)),
+            [reading] if reading.ends_with("()") => Some(feedback::fenced(
+                &format!("observation({reading})"),
+                self.config.feedback_limit,
+            )),
             _ => None,
         }
     }
@@ -2890,6 +2895,47 @@ Fn(\"f\")
             next,
             Next::RunScript {
                 code: script.into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_script_of_stubs_only_is_handed_the_observation_to_write_and_its_echo_runs() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default())
+            .with_tools([(
+                "read_file".to_string(),
+                "read_file(name=string)".to_string(),
+            )])
+            .with_tool_descriptions([(
+                "read_file".to_string(),
+                "The text of a named file (a string).".to_string(),
+            )]);
+        c.on_reply(&reply(
+            "```python\nimport csv\ndef read_file(name=\"sales.csv\"):\n    with open(name) as file:\n        return list(csv.DictReader(file))\ndef final_result(name, [\"out/report.md\"]):\n    observation(name)\n```",
+        ));
+        c.on_completion(
+            &Err(ScriptError::NoValue {
+                message: "no value".into(),
+            }),
+            &logs(),
+        );
+        let text = last_feedback(&c);
+        let fenced: Vec<&str> = text
+            .lines()
+            .skip_while(|line| !line.starts_with("<untrusted-"))
+            .take(3)
+            .collect();
+        assert_eq!(
+            fenced.get(1).copied(),
+            Some("observation(read_file())"),
+            "{text}"
+        );
+        // The model answers with the fenced line as it was shown: it runs.
+        let next = c.on_reply(&reply(&fenced.join("\n"))).next;
+        assert_eq!(
+            next,
+            Next::RunScript {
+                code: "observation(read_file())".into()
             }
         );
     }

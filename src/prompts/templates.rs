@@ -266,7 +266,7 @@ static BUILTINS: &[Builtin] = &[
         context! { expression => None::<&str>, fenced_call => FENCED, uncalled => Vec::<&str>::new(), call => None::<&str>, observe => None::<&str>, logs => "" },
         context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["main"], call => FENCED, observe => None::<&str>, logs => "" },
         context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => vec!["load", "count"], call => None::<&str>, observe => None::<&str>, logs => "" },
-        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), call => None::<&str>, observe => "observation(read_file())", logs => "" },
+        context! { expression => None::<&str>, fenced_call => None::<&str>, uncalled => Vec::<&str>::new(), call => None::<&str>, observe => FENCED, logs => "" },
     ]),
     builtin!("feedback/refusal", || {
         let by = [
