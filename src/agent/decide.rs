@@ -1463,10 +1463,12 @@ impl Conversation {
             let task = self
                 .turn_task()
                 .map(|task| feedback::fenced(&task, self.config.feedback_limit));
-            // A map with one number, observed by name: where that number is
-            // (the local model observed Berlin's weather map up to its step
-            // limit, asked for the temperature). Said only now, after the
-            // same look twice: offered at once, a map's number was taken
+            // A map with one number, observed by name: where that number is,
+            // and the script that finishes with it, fenced (the local model
+            // observed Berlin's weather map up to its step limit, asked for
+            // the temperature, told the number's key in the host's words:
+            // label `echo`; it copies a fenced line). Said only now, after
+            // the same look twice: offered at once, a map's number was taken
             // where it was not the answer (label `offer-maps`).
             let number = map_as_number::the_number_key(value).and_then(|key| {
                 let name = script_notes::observed_expression(&script)?;
@@ -1485,7 +1487,12 @@ impl Conversation {
                 context! {
                     task => task,
                     key => number.as_ref().map(|(key, _)| *key),
-                    number => number.as_ref().map(|(_, access)| access.as_str()),
+                    call => number.as_ref().map(|(_, access)| {
+                        feedback::fenced(
+                            &format!("final_result({access})"),
+                            self.config.feedback_limit,
+                        )
+                    }),
                 },
             ));
         }
@@ -3825,7 +3832,8 @@ Fn(\"f\")
         };
         let by_name = twice("let w = get_weather(\"Berlin\");\nobservation(w)", &weather);
         assert!(
-            by_name.contains("The map's one number is its `temp_c`: `w.temp_c`."),
+            by_name.contains("The map's one number is its `temp_c`.")
+                && by_name.contains("\nfinal_result(w.temp_c)\n"),
             "{by_name}"
         );
         for (script, value) in [

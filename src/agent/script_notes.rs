@@ -1278,6 +1278,26 @@ mod tests {
     }
 
     #[test]
+    fn an_observing_last_line_gives_its_expression() {
+        assert_eq!(
+            observed_expression("let best = top(rows);\nobservation(best);\n\n"),
+            Some("best".into())
+        );
+        assert_eq!(
+            observed_expression("observation( w.temp_c )"),
+            Some("w.temp_c".into())
+        );
+        for none in [
+            "observation()",
+            "final_result(x)",
+            "x = observation(y) + 1",
+            "",
+        ] {
+            assert_eq!(observed_expression(none), None, "{none}");
+        }
+    }
+
+    #[test]
     fn thinking_is_removed_before_code_is_looked_for() {
         let reply =
             "<think>draft:\n```js\nfinal_result(1)\n```</think>\n```js\nfinal_result(2)\n```";

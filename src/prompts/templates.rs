@@ -322,9 +322,9 @@ static BUILTINS: &[Builtin] = &[
     ]),
     builtin!("hints/same_script", || vec![context! {}]),
     builtin!("hints/same_observation", || vec![
-        context! { task => FENCED, key => None::<&str>, number => None::<&str> },
-        context! { task => None::<&str>, key => None::<&str>, number => None::<&str> },
-        context! { task => FENCED, key => "temp_c", number => "result[\"temp_c\"]" },
+        context! { task => FENCED, key => None::<&str>, call => None::<&str> },
+        context! { task => None::<&str>, key => None::<&str>, call => None::<&str> },
+        context! { task => FENCED, key => "temp_c", call => FENCED },
     ]),
     builtin!("hints/same_error", || vec![context! {}]),
     builtin!("transfer/valid_names", || vec![
