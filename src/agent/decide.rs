@@ -419,6 +419,10 @@ pub struct Conversation {
     stub_sections: Vec<String>,
     /// Those readings themselves (`json.loads(read_file(name="a.json"))`).
     stub_readings: Vec<String>,
+    /// The host's tool called with the defaults of each stub kept as its
+    /// reading in the step in progress (`read_file(name="sales.csv")`): what
+    /// a later script writes, the stub being gone by then.
+    kept_reading_calls: Vec<String>,
     /// The script of the previous step, when it failed.
     failed_script: Option<String>,
     /// The feedback of the previous error, so the same text is never sent twice
@@ -551,6 +555,7 @@ impl Conversation {
             faked_tools: Vec::new(),
             stub_sections: Vec::new(),
             stub_readings: Vec::new(),
+            kept_reading_calls: Vec::new(),
             failed_script: None,
             last_error_feedback: None,
             repeated: false,
@@ -807,6 +812,7 @@ impl Conversation {
         self.step_tool_results.clear();
         self.stub_sections.clear();
         self.stub_readings.clear();
+        self.kept_reading_calls.clear();
         let helpers = script_notes::HELPERS.len();
         // A Python script that writes its own stub of a tool and then calls
         // it meant to call the tool: the stub is taken out (and the model
@@ -891,6 +897,14 @@ impl Conversation {
                 dropped_imports.retain(|(_, import)| !script_notes::uses_import(import, &shim));
                 put_back.push((*line, shim));
                 kept_readings.push(name);
+                // The tool called with the stub's defaults: a later script
+                // has the host's tool back, not this definition.
+                let parameters = script_notes::signature_parameters(&self.tool_signatures[tool]);
+                if let Some((_, defaults)) =
+                    script_notes::stub_with_defaults(header, name, &parameters)
+                {
+                    self.kept_reading_calls.push(format!("{name}({defaults})"));
+                }
                 continue;
             }
             // The imports the reading to suggest uses stay too.
@@ -981,9 +995,11 @@ impl Conversation {
     }
 
     /// For a script that defined no function of its own but kept a stub's
-    /// reading with every argument defaulted (`def read_file(name="sales.csv")`,
-    /// a `final_result` stub taken out), the line that looks at that reading,
-    /// `observation(read_file())`, fenced like every line the host hands the
+    /// reading with defaults (`def read_file(name="sales.csv")`, a
+    /// `final_result` stub taken out), the line that looks at what the tool
+    /// gives, `observation(read_file(name="sales.csv"))` (the next script has
+    /// the host's tool back, not the stub: `read_file()` failed for want of a
+    /// name, label `final`), fenced like every line the host hands the
     /// model to write. The local model, told only that nothing ran, echoed the
     /// error text until its errors ran out; given the line in the host's words
     /// it sent its script back unchanged (label `echo`); given it fenced, it
@@ -993,9 +1009,9 @@ impl Conversation {
         if !uncalled.is_empty() {
             return None;
         }
-        match self.stub_readings.as_slice() {
-            [reading] if reading.ends_with("()") => Some(feedback::fenced(
-                &format!("observation({reading})"),
+        match self.kept_reading_calls.as_slice() {
+            [call] => Some(feedback::fenced(
+                &format!("observation({call})"),
                 self.config.feedback_limit,
             )),
             _ => None,
@@ -2934,7 +2950,7 @@ Fn(\"f\")
             .collect();
         assert_eq!(
             fenced.get(1).copied(),
-            Some("observation(read_file())"),
+            Some("observation(read_file(name=\"sales.csv\"))"),
             "{text}"
         );
         // The model answers with the fenced line as it was shown: it runs.
@@ -2942,7 +2958,7 @@ Fn(\"f\")
         assert_eq!(
             next,
             Next::RunScript {
-                code: "observation(read_file())".into()
+                code: "observation(read_file(name=\"sales.csv\"))".into()
             }
         );
     }
