@@ -13,6 +13,7 @@ use super::events::Event;
 use super::extract::{self, Extraction, extract_code};
 use super::feedback;
 use super::file_stubs;
+use super::js_fallback;
 use super::map_as_number;
 pub use super::outcome::Outcome;
 use super::script_notes;
@@ -994,6 +995,31 @@ impl Conversation {
         }
     }
 
+    /// For a JavaScript script that reported a tool's failure with `error(...)`
+    /// from its `catch` block while its test of the tool's value had the
+    /// fallback (`if (weather) { … } else { … }`), the script written with that
+    /// fallback in the `catch` block (template `feedback/fallback_in_catch`,
+    /// [`js_fallback`]).
+    fn fallback_in_catch(&self, script: &str, message: &str) -> Option<String> {
+        if self.language() != data_paths::Language::JavaScript {
+            return None;
+        }
+        let tool = message
+            .trim_start()
+            .strip_prefix("tool '")?
+            .split_once("' failed")?
+            .0;
+        self.tools().find(|(name, _)| *name == tool)?;
+        let rewritten = js_fallback::fallback_into_catch(script, tool)?;
+        Some(self.prompts.render(
+            "feedback/fallback_in_catch",
+            context! {
+                tool => tool,
+                script => feedback::fenced(&rewritten, self.config.feedback_limit),
+            },
+        ))
+    }
+
     /// For a script that defined no function of its own but kept a stub's
     /// reading with defaults (`def read_file(name="sales.csv")`, a
     /// `final_result` stub taken out), the line that looks at what the tool
@@ -1113,7 +1139,11 @@ impl Conversation {
             }
             Ok(value) => match ScriptOutput::read(value.clone()) {
                 Ok(ScriptOutput::Error { message }) => {
-                    let text = feedback::reported_error(&self.prompts, &message, logs, limit);
+                    let mut text = feedback::reported_error(&self.prompts, &message, logs, limit);
+                    if let Some(section) = self.fallback_in_catch(&script, &message) {
+                        text.push_str("\n\n");
+                        text.push_str(&section);
+                    }
                     let next = self.script_error(text, message.clone(), logs);
                     (next, ScriptOutput::Error { message })
                 }

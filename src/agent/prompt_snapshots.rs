@@ -295,6 +295,26 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("feedback/fallback_in_catch", {
+            let mut c = Conversation::new(
+                "What is the temperature in Munich? If there is no data for Munich, Berlin's.",
+                &["js"],
+                LoopConfig::default(),
+            )
+            .with_tools([(
+                "get_weather".to_string(),
+                "tools.get_weather({city: string})".to_string(),
+            )]);
+            c.on_reply(&reply(
+                "```js\ntry {\n  const weather = tools.get_weather({city: \"Munich\"});\n  if (weather) {\n    observation(weather.temp_c);\n  } else {\n    const berlin = tools.get_weather({city: \"Berlin\"});\n    observation(berlin.temp_c);\n  }\n} catch (e) {\n  error(e.message);\n}\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Ok(json!({"type": "error", "message": "tool 'get_weather' failed: no weather data for 'Munich'"})),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/hand_computed", {
             let mut c = Conversation::new(
                 "What is the total amount of all orders of the customer mia?",

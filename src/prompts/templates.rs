@@ -178,6 +178,9 @@ static BUILTINS: &[Builtin] = &[
         context! { tools => vec!["get_user"], signatures => vec!["get_user(user_id=integer)", "find_user(name=string)"] },
         context! { tools => vec!["get_user", "convert"], signatures => vec!["tools.get_user({user_id: integer})"] },
     ]),
+    builtin!("feedback/fallback_in_catch", || vec![
+        context! { tool => "get_weather", script => FENCED },
+    ]),
     builtin!("feedback/hand_computed", || vec![
         context! { value => "40.8", name => "result" },
         context! { value => "4", name => None::<&str> },
