@@ -1025,7 +1025,7 @@ impl Conversation {
     /// `final_result` stub taken out), the line that looks at what the tool
     /// gives, `observation(read_file(name="sales.csv"))` (the next script has
     /// the host's tool back, not the stub: `read_file()` failed for want of a
-    /// name, label `final`), fenced like every line the host hands the
+    /// name, in an unrecorded run of 2026-12-03), fenced like every line the host hands the
     /// model to write. The local model, told only that nothing ran, echoed the
     /// error text until its errors ran out; given the line in the host's words
     /// it sent its script back unchanged (label `echo`); given it fenced, it

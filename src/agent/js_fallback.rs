@@ -9,7 +9,7 @@
 //! Why: asked for Munich's temperature or else Berlin's, the local 1.5B model
 //! wrote exactly that script, was told that `error(...)` gives up, and
 //! answered with bare `error("…")` replies until its errors ran out (the
-//! evaluation, JavaScript, labels `echo` and `final`).
+//! evaluation, JavaScript, labels `echo` and `closing-no-catch`).
 
 /// The longest script rewritten.
 const SCRIPT_CHARS: usize = 4_000;
