@@ -872,10 +872,11 @@ impl Conversation {
         // The result helpers go too: the local model's first script wrote
         // `def final_result(product_name, ["out/report.md"]):`, copying the
         // card's line into a parameter list, and the SyntaxError it raised
-        // came back four times while the rest of the script never ran.
-        let names: Vec<&str> = script_notes::HELPERS
-            .iter()
-            .copied()
+        // came back four times while the rest of the script never ran. Not
+        // `call_tool` (nor `transfer_to_agent`): a script's own `call_tool`
+        // fakes every tool, and stays for the faked-tool checks to see.
+        let names: Vec<&str> = ["observation", "final_result", "error"]
+            .into_iter()
             .chain(tools.iter().copied())
             .collect();
         let stubs = script_notes::without_python_defs(&code, &names);
