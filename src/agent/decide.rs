@@ -2033,6 +2033,21 @@ fn mended_line(found: &absent_patterns::AbsentPattern, script: &str) -> Option<S
         .then(|| line.trim().replacen(&found.written, mended, 1))
 }
 
+/// A Python conversation whose one tool, `read_file`, says it gives text: the
+/// set-up of every test of stubs that read a file.
+#[cfg(test)]
+pub(super) fn python_reading_files() -> Conversation {
+    Conversation::new("task", &["python"], LoopConfig::default())
+        .with_tools([(
+            "read_file".to_string(),
+            "read_file(name=string)".to_string(),
+        )])
+        .with_tool_descriptions([(
+            "read_file".to_string(),
+            "The text of a named file (a string).".to_string(),
+        )])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2955,15 +2970,7 @@ Fn(\"f\")
 
     #[test]
     fn a_script_of_stubs_only_is_handed_the_observation_to_write_and_its_echo_runs() {
-        let mut c = Conversation::new("task", &["python"], LoopConfig::default())
-            .with_tools([(
-                "read_file".to_string(),
-                "read_file(name=string)".to_string(),
-            )])
-            .with_tool_descriptions([(
-                "read_file".to_string(),
-                "The text of a named file (a string).".to_string(),
-            )]);
+        let mut c = python_reading_files();
         c.on_reply(&reply(
             "```python\nimport csv\ndef read_file(name=\"sales.csv\"):\n    with open(name) as file:\n        return list(csv.DictReader(file))\ndef final_result(name, [\"out/report.md\"]):\n    observation(name)\n```",
         ));
@@ -3019,15 +3026,7 @@ Fn(\"f\")
 
     #[test]
     fn a_python_stub_that_read_a_file_stays_as_its_reading_of_the_tools_text() {
-        let mut c = Conversation::new("task", &["python"], LoopConfig::default())
-            .with_tools([(
-                "read_file".to_string(),
-                "read_file(name=string)".to_string(),
-            )])
-            .with_tool_descriptions([(
-                "read_file".to_string(),
-                "The text of a named file (a string).".to_string(),
-            )]);
+        let mut c = python_reading_files();
         let next = c.on_reply(&reply(
             "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        return list(csv.reader(file))\n\nrows = read_file()\nfinal_result(len(rows))\n```",
         )).next;

@@ -10,7 +10,7 @@ use codeact_runtime::{LogBuffer, ScriptError};
 use minijinja::context;
 use serde_json::{Value, json};
 
-use super::decide::{BareValues, Conversation, LoopConfig};
+use super::decide::{BareValues, Conversation, LoopConfig, python_reading_files};
 use super::feedback::{self, without_nonces};
 use super::team::{Handover, handover_message};
 use crate::chat::{ContentBlock, Message, ModelResponse, StopReason, Usage};
@@ -451,15 +451,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/open_file", {
-            let mut c = Conversation::new("task", &["python"], LoopConfig::default())
-                .with_tools([(
-                    "read_file".to_string(),
-                    "read_file(name=string)".to_string(),
-                )])
-                .with_tool_descriptions([(
-                    "read_file".to_string(),
-                    "The text of a named file (a string).".to_string(),
-                )]);
+            let mut c = python_reading_files();
             c.on_reply(&reply(
                 "```python\nwith open('server.log') as file:\n    log = file.read()\nfinal_result(len(log))\n```",
                 StopReason::EndTurn,
@@ -798,15 +790,7 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "feedback/no_value (a stub's reading and one function never called)",
             {
-                let mut python = Conversation::new("task", &["python"], LoopConfig::default())
-                    .with_tools([(
-                        "read_file".to_string(),
-                        "read_file(name=string)".to_string(),
-                    )])
-                    .with_tool_descriptions([(
-                        "read_file".to_string(),
-                        "The text of a named file (a string).".to_string(),
-                    )]);
+                let mut python = python_reading_files();
                 python.on_reply(&reply(
                 "```python\nimport json\n\ndef read_file(name=\"inventory.json\"):\n    with open(name, \"r\") as file:\n        return json.load(file)\n\ndef only_zero(items):\n    return [item[\"name\"] for item in items if item[\"stock\"] == 0]\n```",
                 StopReason::EndTurn,
@@ -823,15 +807,7 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "feedback/no_value (only stubs: a reading kept and a result helper taken out)",
             {
-                let mut python = Conversation::new("task", &["python"], LoopConfig::default())
-                    .with_tools([(
-                        "read_file".to_string(),
-                        "read_file(name=string)".to_string(),
-                    )])
-                    .with_tool_descriptions([(
-                        "read_file".to_string(),
-                        "The text of a named file (a string).".to_string(),
-                    )]);
+                let mut python = python_reading_files();
                 python.on_reply(&reply(
                     "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        return list(csv.DictReader(file))\n\ndef final_result(product_name, [\"out/report.md\"]):\n    observation(product_name)\n```",
                     StopReason::EndTurn,
@@ -848,15 +824,7 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "notes/stub_removed (a stub that read a file, kept as its reading)",
             {
-                let mut python = Conversation::new("task", &["python"], LoopConfig::default())
-                    .with_tools([(
-                        "read_file".to_string(),
-                        "read_file(name=string)".to_string(),
-                    )])
-                    .with_tool_descriptions([(
-                        "read_file".to_string(),
-                        "The text of a named file (a string).".to_string(),
-                    )]);
+                let mut python = python_reading_files();
                 python.on_reply(&reply(
                 "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))\n```",
                 StopReason::EndTurn,
@@ -869,15 +837,7 @@ fn sections() -> Vec<(&'static str, String)> {
             },
         ),
         ("feedback/stub_reading", {
-            let mut python = Conversation::new("task", &["python"], LoopConfig::default())
-                .with_tools([(
-                    "read_file".to_string(),
-                    "read_file(name=string)".to_string(),
-                )])
-                .with_tool_descriptions([(
-                    "read_file".to_string(),
-                    "The text of a named file (a string).".to_string(),
-                )]);
+            let mut python = python_reading_files();
             python.on_reply(&reply(
                 "```python\nimport csv\n\nFILE = \"sales.csv\"\ndef read_file(name=FILE):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))\n```",
                 StopReason::EndTurn,
