@@ -1519,10 +1519,7 @@ impl Conversation {
             // where it was not the answer (label `offer-maps`).
             let number = map_as_number::the_number_key(value).and_then(|key| {
                 let name = script_notes::observed_expression(&script)?;
-                let plain = name.len() <= 40
-                    && !name.starts_with(|c: char| c.is_ascii_digit())
-                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                plain.then(|| {
+                script_notes::is_sayable_name(&name).then(|| {
                     (
                         key,
                         format!("{name}{}", map_as_number::key_access(key, self.language())),

@@ -555,6 +555,19 @@ fn split_top_level(text: &str) -> Vec<&str> {
     parts
 }
 
+/// The longest observed name the host repeats in its own words.
+pub const SAYABLE_NAME_CHARS: usize = 40;
+
+/// Whether `text` is a variable's name the host may repeat in its own words:
+/// ASCII letters, digits and `_`, not starting with a digit, at most
+/// [`SAYABLE_NAME_CHARS`] bytes (`result`, `orders_2`).
+pub fn is_sayable_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= SAYABLE_NAME_CHARS
+        && !text.starts_with(|c: char| c.is_ascii_digit())
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 fn is_plain_name(text: &str) -> bool {
     !text.is_empty()
         && !text.starts_with(|c: char| c.is_ascii_digit())

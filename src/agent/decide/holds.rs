@@ -172,14 +172,8 @@ impl Conversation {
         self.held_hand_computed = true;
         // The observed name, when the observation's expression was one: its
         // variable still holds the data.
-        let name = script_notes::observed_expression(observed_by).filter(|expression| {
-            !expression.is_empty()
-                && expression.len() <= 40
-                && expression
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !expression.starts_with(|c: char| c.is_ascii_digit())
-        });
+        let name = script_notes::observed_expression(observed_by)
+            .filter(|expression| script_notes::is_sayable_name(expression));
         let text = self.prompts.render(
             "feedback/hand_computed",
             context! { value => value.to_string(), name => name },
