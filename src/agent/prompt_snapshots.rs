@@ -66,6 +66,18 @@ fn after_script(
     fed_back(&conversation)
 }
 
+/// The feedback for `script` (Python, in a ```python block) run as the first
+/// step of [`python_reading_files`], ending with `completion`.
+fn after_python_stub(script: &str, completion: Result<Value, ScriptError>) -> String {
+    let mut python = python_reading_files();
+    python.on_reply(&reply(
+        &format!("```python\n{script}\n```"),
+        StopReason::EndTurn,
+    ));
+    python.on_completion(&completion, &LogBuffer::new(10));
+    fed_back(&python)
+}
+
 fn after_reply(text: &str, stop_reason: StopReason) -> String {
     let mut conversation = conversation();
     conversation.on_reply(&reply(text, stop_reason));
@@ -790,63 +802,43 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "feedback/no_value (a stub's reading and one function never called)",
             {
-                let mut python = python_reading_files();
-                python.on_reply(&reply(
-                "```python\nimport json\n\ndef read_file(name=\"inventory.json\"):\n    with open(name, \"r\") as file:\n        return json.load(file)\n\ndef only_zero(items):\n    return [item[\"name\"] for item in items if item[\"stock\"] == 0]\n```",
-                StopReason::EndTurn,
-            ));
-                python.on_completion(
-                    &Err(ScriptError::NoValue {
+                after_python_stub(
+                    "import json\n\ndef read_file(name=\"inventory.json\"):\n    with open(name, \"r\") as file:\n        return json.load(file)\n\ndef only_zero(items):\n    return [item[\"name\"] for item in items if item[\"stock\"] == 0]",
+                    Err(ScriptError::NoValue {
                         message: "no value".to_string(),
                     }),
-                    &none,
-                );
-                fed_back(&python)
+                )
             },
         ),
         (
             "feedback/no_value (only stubs: a reading kept and a result helper taken out)",
             {
-                let mut python = python_reading_files();
-                python.on_reply(&reply(
-                    "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        return list(csv.DictReader(file))\n\ndef final_result(product_name, [\"out/report.md\"]):\n    observation(product_name)\n```",
-                    StopReason::EndTurn,
-                ));
-                python.on_completion(
-                    &Err(ScriptError::NoValue {
+                after_python_stub(
+                    "import csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        return list(csv.DictReader(file))\n\ndef final_result(product_name, [\"out/report.md\"]):\n    observation(product_name)",
+                    Err(ScriptError::NoValue {
                         message: "no value".to_string(),
                     }),
-                    &none,
-                );
-                fed_back(&python)
+                )
             },
         ),
         (
             "notes/stub_removed (a stub that read a file, kept as its reading)",
             {
-                let mut python = python_reading_files();
-                python.on_reply(&reply(
-                "```python\nimport csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))\n```",
-                StopReason::EndTurn,
-            ));
-                python.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    final_result(sum(float(row[1]) for row in sales[1:]))\n  File \"<script>\", line 10, in <genexpr>\nIndexError: string index out of range")),
-                &none,
-            );
-                fed_back(&python)
+                after_python_stub(
+                    "import csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))",
+                    Err(thrown(
+                        "Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    final_result(sum(float(row[1]) for row in sales[1:]))\n  File \"<script>\", line 10, in <genexpr>\nIndexError: string index out of range",
+                    )),
+                )
             },
         ),
         ("feedback/stub_reading", {
-            let mut python = python_reading_files();
-            python.on_reply(&reply(
-                "```python\nimport csv\n\nFILE = \"sales.csv\"\ndef read_file(name=FILE):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))\n```",
-                StopReason::EndTurn,
-            ));
-            python.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    final_result(sum(float(row[1]) for row in sales[1:]))\n  File \"<script>\", line 10, in <genexpr>\nIndexError: string index out of range")),
-                &none,
-            );
-            fed_back(&python)
+            after_python_stub(
+                "import csv\n\nFILE = \"sales.csv\"\ndef read_file(name=FILE):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))",
+                Err(thrown(
+                    "Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    final_result(sum(float(row[1]) for row in sales[1:]))\n  File \"<script>\", line 10, in <genexpr>\nIndexError: string index out of range",
+                )),
+            )
         }),
         (
             "notes/cut_off_after_code",
