@@ -609,7 +609,10 @@ impl AbiSession {
         let _ticking = Ticking::start().map_err(|e| self.start_error(e))?;
         let instance = match block_on(self.blueprint.pre.instantiate_async(&mut store)) {
             Ok(instance) => instance,
-            Err(e) => return Err(failed(&store, e)),
+            Err(e) => {
+                let why = crate::engine::instantiation_error(&e);
+                return Err(self.start_error(with_stderr(why, &store.data().stderr)));
+            }
         };
         let exports = (|| -> wasmtime::Result<_> {
             let memory = instance

@@ -335,7 +335,7 @@ impl StdioSession {
             other => {
                 let logs = locked(&instance.exchange).end_run().render();
                 let why = match other {
-                    Event::Ended(Err(e)) => format!("{e:#}"),
+                    Event::Ended(Err(e)) => engine::instantiation_error(&e),
                     Event::Ended(Ok(())) => "the guest exited while starting".into(),
                     Event::Stuck => "the guest did not start in time".into(),
                     Event::Broken => "the guest wrote past a protocol message".into(),
