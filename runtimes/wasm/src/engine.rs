@@ -336,6 +336,17 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_the_engine_refuses_falls_back_to_instances_on_demand() {
+        // 4 GiB of address space for each of 4 billion slots: refused.
+        let (_engine, pool) = engine_for(Pool::Slots {
+            instances: u32::MAX,
+            keeps_pages: true,
+        })
+        .expect("the on-demand engine");
+        assert_eq!(pool, Pool::OnDemand);
+    }
+
+    #[test]
     fn a_full_pool_is_explained_with_the_variable_that_raises_it() {
         let engine = Engine::new(&config(Pool::Slots {
             instances: 1,
