@@ -898,6 +898,12 @@ impl ToolDispatch for HostTools {
         crate::agent::spans::tool_ended(&span, &result);
         result
     }
+
+    /// Only when no call may wait for an approval, and the tool itself answers
+    /// at once.
+    fn is_immediate(&self, name: &str) -> bool {
+        self.approvals.is_empty() && self.inner.is_immediate(name)
+    }
 }
 
 impl HostTools {
@@ -1109,6 +1115,21 @@ mod tests {
             },
         ]);
         assert_eq!(team, Err(ResumeError::Team));
+    }
+
+    #[test]
+    fn the_agents_tools_are_immediate_only_while_no_call_may_wait_for_an_approval() {
+        let add = Tool::from_fn("add", "", |_| Ok(json!(0)));
+        let waits = Tool::new("waits", "", |_| async { Ok(json!(0)) });
+        let toolbox: Arc<dyn ToolDispatch> = Arc::new(ToolBox::new([add, waits]).expect("valid"));
+        let tools = HostTools::new(toolbox.clone(), "main", Vec::new());
+        assert!(tools.is_immediate("add"));
+        assert!(!tools.is_immediate("waits"));
+        let mut approvals = Approvals::default();
+        approvals.mark("something_else");
+        let guarded =
+            HostTools::new(toolbox, "main", Vec::new()).with_approvals(Arc::new(approvals), None);
+        assert!(!guarded.is_immediate("add"));
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Se
 
 type Handler = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
 
+/// A synchronous tool's handler, called as it is: no future, no runtime.
+type Immediate = Arc<dyn Fn(Value) -> Result<Value, ToolError> + Send + Sync>;
+
 /// A host function a script calls by name with a JSON arguments object.
 ///
 /// ```
@@ -37,6 +40,8 @@ type Handler = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
 pub struct Tool {
     spec: ToolSpec,
     handler: Handler,
+    /// Set for a tool made by [`Tool::from_fn`]: its calls skip the future.
+    immediate: Option<Immediate>,
     needs_approval: bool,
 }
 
@@ -59,18 +64,25 @@ impl Tool {
         Self {
             spec: ToolSpec::new(name, description),
             handler: Arc::new(move |args| Box::pin(handler(args))),
+            immediate: None,
             needs_approval: false,
         }
     }
 
-    /// A tool with a synchronous handler, for work that never waits.
+    /// A tool with a synchronous handler, for work that never waits. Its calls
+    /// are made as plain function calls, on whichever thread the script runs
+    /// (see [`ToolDispatch::is_immediate`]), so it must not block for long.
     pub fn from_fn<F>(name: impl Into<String>, description: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Value) -> Result<Value, ToolError> + Send + Sync + 'static,
     {
-        Self::new(name, description, move |args| {
+        let handler: Immediate = Arc::new(handler);
+        let immediate = handler.clone();
+        let mut tool = Self::new(name, description, move |args| {
             std::future::ready(handler(args))
-        })
+        });
+        tool.immediate = Some(immediate);
+        tool
     }
 
     /// The same tool with this JSON Schema for its arguments object.
@@ -307,6 +319,9 @@ impl ToolDispatch for ToolBox {
         {
             return Err(cancelled());
         }
+        if let Some(immediate) = &tool.immediate {
+            return immediate(args);
+        }
         let handle = match Handle::try_current() {
             Ok(handle) => handle,
             Err(_) => fallback_runtime()
@@ -335,6 +350,13 @@ impl ToolDispatch for ToolBox {
                 }
             }),
         })
+    }
+
+    /// A tool made by [`Tool::from_fn`] whose calls need no approval.
+    fn is_immediate(&self, name: &str) -> bool {
+        self.tools
+            .get(name)
+            .is_some_and(|tool| tool.immediate.is_some() && !tool.needs_approval)
     }
 }
 
@@ -372,6 +394,28 @@ mod tests {
     fn a_ready_tool_is_served_without_any_runtime() {
         let toolbox = ToolBox::new([add()]).expect("valid tools");
         assert_eq!(toolbox.call("add", json!({"a": 2, "b": 3})), Ok(json!(5)));
+    }
+
+    #[test]
+    fn only_a_synchronous_tool_that_needs_no_approval_may_be_called_from_any_thread() {
+        let waits = Tool::new("waits", "", |_| async { Ok(json!(1)) });
+        let guarded = Tool::from_fn("guarded", "", |_| Ok(json!(1))).needing_approval();
+        let toolbox = ToolBox::new([add(), waits, guarded]).expect("valid tools");
+        assert!(toolbox.is_immediate("add"));
+        assert!(!toolbox.is_immediate("waits"));
+        assert!(!toolbox.is_immediate("guarded"));
+        assert!(!toolbox.is_immediate("missing"));
+    }
+
+    #[test]
+    fn a_cancelled_toolbox_refuses_even_a_synchronous_tool() {
+        let token = tokio_util::sync::CancellationToken::new();
+        let toolbox = ToolBox::new([add()])
+            .expect("valid tools")
+            .cancelled_by(token.clone());
+        token.cancel();
+        let error = toolbox.call("add", json!({"a": 1, "b": 2})).unwrap_err();
+        assert!(error.message.contains("cancelled"), "{}", error.message);
     }
 
     #[test]

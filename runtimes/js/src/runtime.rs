@@ -270,6 +270,87 @@ mod tests {
         );
     }
 
+    /// Which thread made each call: `now` answers at once, `later` does not say so.
+    struct ThreadNames;
+
+    impl ToolDispatch for ThreadNames {
+        fn specs(&self) -> &[ToolSpec] {
+            &[]
+        }
+        fn call(&self, _name: &str, _args: Value) -> Result<Value, ToolError> {
+            Ok(json!(std::thread::current().name().unwrap_or("unnamed")))
+        }
+        fn is_immediate(&self, name: &str) -> bool {
+            name == "now"
+        }
+    }
+
+    #[test]
+    fn an_immediate_tool_is_called_on_the_engine_thread_and_any_other_on_the_sessions() {
+        let mut session = JsRuntime::in_process(Limits::default())
+            .new_session(Arc::new(ThreadNames))
+            .expect("session");
+        let session_thread = std::thread::current().name().map(str::to_string);
+        let outcome = session
+            .run("final_result([tools.now({}), tools.later({}), call_tool('now', {})])")
+            .expect("host ok");
+        assert_eq!(
+            outcome.completion,
+            Ok(json!({"type": "final_result", "value": [
+                "codeact-js-engine", session_thread, "codeact-js-engine"
+            ]}))
+        );
+    }
+
+    /// Counts its calls; answers at once.
+    struct Ticks(std::sync::atomic::AtomicUsize);
+
+    impl ToolDispatch for Ticks {
+        fn specs(&self) -> &[ToolSpec] {
+            &[]
+        }
+        fn call(&self, _name: &str, _args: Value) -> Result<Value, ToolError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(Value::Null)
+        }
+        fn is_immediate(&self, _name: &str) -> bool {
+            true
+        }
+    }
+
+    /// The engine thread of a run given up at its deadline runs on; its tool
+    /// calls, made on that thread, must stop with the run.
+    #[test]
+    fn a_script_given_up_at_its_deadline_makes_no_more_immediate_tool_calls() {
+        let ticks = Arc::new(Ticks(std::sync::atomic::AtomicUsize::new(0)));
+        let limits = Limits {
+            wall_time: Duration::from_millis(200),
+            ..Limits::default()
+        };
+        let mut session = JsRuntime::in_process(limits)
+            .new_session(ticks.clone())
+            .expect("session");
+        let outcome = session
+            .run("while (true) { try { tools.tick({}); } catch (e) {} }")
+            .expect("host ok");
+        assert!(matches!(
+            outcome.completion,
+            Err(ScriptError::LimitExceeded {
+                limit: LimitKind::WallTime,
+                ..
+            })
+        ));
+        let at_the_deadline = ticks.0.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(at_the_deadline > 0, "the loop called the tool");
+        std::thread::sleep(Duration::from_millis(300));
+        let later = ticks.0.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            later <= at_the_deadline + 1,
+            "{} calls after the deadline",
+            later - at_the_deadline
+        );
+    }
+
     #[test]
     fn the_in_process_mode_says_memory_is_not_capped() {
         let runtime = JsRuntime::in_process(Limits::default());

@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,9 @@ enum Link {
     },
     Thread {
         requests: std::sync::mpsc::Sender<Request>,
+        /// Shared with the engine thread: cleared when this worker is dropped, so
+        /// a script the session gave up on makes no more tool calls there.
+        session_waiting: Arc<AtomicBool>,
     },
 }
 
@@ -74,7 +78,7 @@ impl Worker {
     fn send(&mut self, request: Request) -> std::io::Result<()> {
         match &mut self.link {
             Link::Process { stdin, .. } => write_request(stdin, &request),
-            Link::Thread { requests } => requests
+            Link::Thread { requests, .. } => requests
                 .send(request)
                 .map_err(|_| std::io::Error::other("the engine thread has ended")),
         }
@@ -106,9 +110,14 @@ impl Drop for Worker {
     fn drop(&mut self) {
         // A process is killed; a thread is let go (its request channel closes, so
         // it ends once its current script does).
-        if let Link::Process { child, .. } = &mut self.link {
-            let _ = child.kill();
-            let _ = child.wait();
+        match &mut self.link {
+            Link::Process { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Link::Thread {
+                session_waiting, ..
+            } => session_waiting.store(false, Ordering::Release),
         }
     }
 }
@@ -140,6 +149,9 @@ impl JsSession {
         let (request_sender, requests) = mpsc::channel();
         let (reply_sender, replies) = mpsc::channel();
         let limits = self.limits.clone();
+        let tools = self.tools.clone();
+        let session_waiting = Arc::new(AtomicBool::new(true));
+        let engine_sees = session_waiting.clone();
         std::thread::Builder::new()
             .name("codeact-js-engine".into())
             .stack_size(16 << 20)
@@ -147,6 +159,8 @@ impl JsSession {
                 crate::worker::use_channels(crate::worker::Channels {
                     requests,
                     replies: reply_sender,
+                    tools,
+                    session_waiting: engine_sees,
                 });
                 crate::worker::serve(&limits);
             })
@@ -157,6 +171,7 @@ impl JsSession {
         Ok(Worker {
             link: Link::Thread {
                 requests: request_sender,
+                session_waiting,
             },
             replies,
             replied: false,

@@ -14,13 +14,14 @@ use std::path::Path;
 #[cfg(not(target_family = "wasm"))]
 use std::process::ExitCode;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use boa_engine::context::{ContextBuilder, HostHooks};
 use boa_engine::realm::Realm;
 use boa_engine::{
     Context, JsError, JsNativeError, JsResult, JsString, JsValue, NativeFunction, Source, js_string,
 };
-use codeact_runtime::Limits;
+use codeact_runtime::{Limits, ToolDispatch};
 use serde_json::{Value, json};
 
 use crate::protocol::{Failure, FailureKind, Namespaces, Reply, Request, WORKER_ARG};
@@ -132,6 +133,13 @@ pub(crate) fn serve(limits: &Limits) -> bool {
 pub(crate) struct Channels {
     pub requests: std::sync::mpsc::Receiver<Request>,
     pub replies: std::sync::mpsc::Sender<Reply>,
+    /// The session's tools: a call of one that answers at once
+    /// ([`ToolDispatch::is_immediate`]) is made here, on the engine's thread,
+    /// instead of a round trip to the session's.
+    pub tools: Arc<dyn ToolDispatch>,
+    /// False once the session gave this engine up (its deadline passed, it was
+    /// interrupted or dropped): a script still running here makes no more calls.
+    pub session_waiting: Arc<std::sync::atomic::AtomicBool>,
 }
 
 thread_local! {
@@ -438,13 +446,19 @@ fn call_tool(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResu
     };
     let name = text(0);
     let arguments: Value = serde_json::from_str(&text(1)).unwrap_or(json!({}));
-    send(Reply::ToolCall {
-        name: name.clone(),
-        args: arguments,
-    });
+    let answer = match call_immediately(&name, arguments) {
+        Ok(answer) => Some(answer),
+        Err(arguments) => {
+            send(Reply::ToolCall {
+                name: name.clone(),
+                args: arguments,
+            });
+            read_request()
+        }
+    };
     let thrown =
         |message: String| -> JsError { JsNativeError::error().with_message(message).into() };
-    match read_request() {
+    match answer {
         Some(Request::ToolResult {
             ok: Some(value), ..
         }) => {
@@ -458,6 +472,35 @@ fn call_tool(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResu
         }) => Err(thrown(format!("tool '{name}' failed: {message}"))),
         _ => Err(thrown(format!("tool '{name}' got no answer from the host"))),
     }
+}
+
+/// The answer of a tool that answers at once, called on this thread (an in-process
+/// engine's); the arguments back when the call must go to the session's thread.
+fn call_immediately(name: &str, arguments: Value) -> Result<Request, Value> {
+    let tools = CHANNELS.with(|slot| {
+        slot.borrow()
+            .as_ref()
+            .filter(|channels| {
+                channels
+                    .session_waiting
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    && channels.tools.is_immediate(name)
+            })
+            .map(|channels| channels.tools.clone())
+    });
+    let Some(tools) = tools else {
+        return Err(arguments);
+    };
+    Ok(match tools.call(name, arguments) {
+        Ok(value) => Request::ToolResult {
+            ok: Some(value),
+            err: None,
+        },
+        Err(error) => Request::ToolResult {
+            ok: None,
+            err: Some(error.message),
+        },
+    })
 }
 
 fn read_request() -> Option<Request> {
