@@ -384,6 +384,9 @@ impl Progress {
     }
 }
 
+/// The object JavaScript scripts call tools through (`tools.get_weather({…})`).
+const TOOLS_OBJECT: &str = "tools";
+
 /// The conversation and the counters the rules need.
 #[derive(Debug, Clone)]
 pub struct Conversation {
@@ -840,6 +843,18 @@ impl Conversation {
             if index >= helpers {
                 self.faked_tools.push(name.to_string());
             }
+        }
+        // JavaScript's tools are methods of the host's `tools` object: a script
+        // that makes its own (`const tools = { get_weather: … }`) fakes them all.
+        if self.fence_tags.iter().any(|tag| tag == "js")
+            && !script_notes::redefined_names(&code, &[TOOLS_OBJECT.to_string()]).is_empty()
+        {
+            let note = self.prompts.render(
+                "notes/redefined",
+                context! { name => TOOLS_OBJECT, signature => None::<&str> },
+            );
+            self.pending_notes.push(note);
+            self.faked_tools.push(TOOLS_OBJECT.to_string());
         }
         // Put back after the check for redefined names: these lines are the
         // host's, not the model's.
@@ -2883,6 +2898,38 @@ Fn(\"f\")
         let (Decision { next, .. }, _) =
             c.on_completion(&Ok(json!({"type": "final_result", "value": 7})), &logs());
         assert!(matches!(next, Next::CheckResult { .. }));
+    }
+
+    #[test]
+    fn a_javascript_script_that_makes_its_own_tools_object_has_its_final_result_refused() {
+        let signature = "tools.get_weather({city: string})".to_string();
+        for (fence, faked) in [("js", true), ("python", false)] {
+            let mut c = Conversation::new("Is Paris warm?", &[fence], LoopConfig::default())
+                .with_tools([("get_weather".to_string(), signature.clone())]);
+            c.on_reply(&reply(&format!(
+                "```{fence}\nconst tools = {{ get_weather: (a) => ({{temp_c: 20}}) }};\nfinal_result(tools.get_weather({{city: 'Paris'}}).temp_c)\n```"
+            )));
+            let (Decision { next, .. }, output) =
+                c.on_completion(&Ok(json!({"type": "final_result", "value": 20})), &logs());
+            if !faked {
+                // Python has no `tools` object: the name is the script's own.
+                assert!(matches!(next, Next::CheckResult { .. }), "{next:?}");
+                continue;
+            }
+            assert_eq!(next, Next::CallModel);
+            assert!(matches!(output, ScriptOutput::Error { .. }));
+            let text = last_feedback(&c);
+            assert!(
+                text.contains("Note: your script defines `tools`, which the host already provides"),
+                "{text}"
+            );
+            assert!(
+                text.contains(
+                    "your script defined its own `tools` instead of calling the host's tool"
+                ),
+                "{text}"
+            );
+        }
     }
 
     #[test]
