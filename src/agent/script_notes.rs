@@ -8,14 +8,29 @@ pub use codeact_runtime::HELPER_NAMES as HELPERS;
 /// The 1-based line an engine's error message points at, when it names one in a
 /// form the engines here use: `line 5` (Rhai, CPython; the last, innermost, one)
 /// or `:5:12` (QuickJS, Boa; the innermost stack frame's). `None` when the
-/// message names no line, or the script has no such line. An undefined name is
-/// looked up in the script instead (its first line that uses it), and a position
-/// in a nameless source (`unknown at :L:C`: not the script's) is not trusted.
+/// message names no line, or the script has no such line. For an undefined name
+/// the named line counts only if it uses the name; else the script's first line
+/// that does (a name declared in one block and used outside it: the use, not the
+/// declaration, is the line that failed, when the engine names it). A position in
+/// a nameless source (`unknown at :L:C`: not the script's) is not trusted.
 pub fn failing_line(message: &str, script: &str) -> Option<(usize, String)> {
     let lines: Vec<&str> = script.lines().collect();
+    let trusted = !message.contains("unknown at :");
     let number = match undefined_name(message) {
-        Some(name) => lines.iter().position(|line| uses_name(line, &name))? + 1,
-        None if message.contains("unknown at :") => return None,
+        Some(name) => {
+            let named = line_number(message).filter(|&number| {
+                trusted
+                    && number
+                        .checked_sub(1)
+                        .and_then(|index| lines.get(index))
+                        .is_some_and(|line| uses_name(line, &name))
+            });
+            match named {
+                Some(number) => number,
+                None => lines.iter().position(|line| uses_name(line, &name))? + 1,
+            }
+        }
+        None if !trusted => return None,
         None => line_number(message)?,
     };
     let text = lines.get(number.checked_sub(1)?)?.trim();
@@ -1252,6 +1267,44 @@ mod tests {
             None
         );
         assert_eq!(failing_line("boom (line 9, position 1)", script), None);
+    }
+
+    #[test]
+    fn an_undefined_name_is_quoted_at_the_line_the_engine_names_when_that_line_uses_it() {
+        let script = "for (const c of cities) {\n  const w = tools.get_weather({city: c});\n}\nfinal_result(w.temp_c)";
+        // Boa: the use outside the block, line 4, not the declaration on line 2.
+        assert_eq!(
+            failing_line(
+                "ReferenceError: w is not defined\n    at <main> (script:4:14)",
+                script
+            ),
+            Some((4, "final_result(w.temp_c)".into()))
+        );
+        // A named line that does not use the name is not it: the first use is.
+        assert_eq!(
+            failing_line("ReferenceError: w is not defined (script:1:1)", script),
+            Some((2, "const w = tools.get_weather({city: c});".into()))
+        );
+        // No line named, or a nameless source's: the first use.
+        for message in [
+            "ReferenceError: w is not defined",
+            "ReferenceError: w is not defined (unknown at :4:14)",
+        ] {
+            assert_eq!(
+                failing_line(message, script),
+                Some((2, "const w = tools.get_weather({city: c});".into())),
+                "{message}"
+            );
+        }
+        // Python names the line too.
+        let python = "for c in cities:\n    w = get_weather(city=c)\nprint(w)\nfinal_result(t)";
+        assert_eq!(
+            failing_line(
+                "Traceback:\n  File \"<script>\", line 4, in <module>\nNameError: name 't' is not defined",
+                python
+            ),
+            Some((4, "final_result(t)".into()))
+        );
     }
 
     #[test]
