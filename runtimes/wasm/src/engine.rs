@@ -10,8 +10,9 @@
 //! and wasmtime puts back the bytes that session changed (only those, found with
 //! Linux's `PAGEMAP_SCAN`), so a session starts without an `mmap`, without page
 //! faults on what the guest touches again, and ends without an `munmap`: a
-//! `wasm:rhai` session started and ran its first step in 95 µs before, 38 µs with
-//! the pool (`codeact bench --runtime wasm:rhai --quick`, same machine, one sitting).
+//! `wasm:rhai` session started and ran its first step in 98 µs without the pool, 39 µs
+//! with it (`codeact bench --runtime wasm --quick --no-scale`, with and without
+//! `CODEACT_WASM_INSTANCES=0`, release build, one sitting).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
