@@ -414,7 +414,9 @@ mod tests {
             .expect("valid tools")
             .cancelled_by(token.clone());
         token.cancel();
-        let error = toolbox.call("add", json!({"a": 1, "b": 2})).unwrap_err();
+        let error = toolbox
+            .call("add", json!({"a": 1, "b": 2}))
+            .expect_err("a cancelled toolbox refuses");
         assert!(error.message.contains("cancelled"), "{}", error.message);
     }
 
