@@ -57,6 +57,22 @@ pub(crate) enum Reply {
     Fatal { message: String },
 }
 
+impl Request {
+    /// The answer to a tool call: its value, or its error's message.
+    pub(crate) fn tool_result(result: Result<Value, String>) -> Self {
+        match result {
+            Ok(value) => Request::ToolResult {
+                ok: Some(value),
+                err: None,
+            },
+            Err(message) => Request::ToolResult {
+                ok: None,
+                err: Some(message),
+            },
+        }
+    }
+}
+
 impl Reply {
     pub(crate) fn fatal(message: &str) -> Self {
         Reply::Fatal {

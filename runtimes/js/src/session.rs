@@ -325,16 +325,9 @@ impl JsSession {
             match reply {
                 Reply::Log { text } => logs.push(&text),
                 Reply::ToolCall { name, args } => {
-                    let answer = match self.tools.call(&name, args) {
-                        Ok(value) => Request::ToolResult {
-                            ok: Some(value),
-                            err: None,
-                        },
-                        Err(error) => Request::ToolResult {
-                            ok: None,
-                            err: Some(error.message),
-                        },
-                    };
+                    let answer = Request::tool_result(
+                        self.tools.call(&name, args).map_err(|error| error.message),
+                    );
                     worker
                         .send(answer)
                         .map_err(|e| lost(format!("cannot answer the worker's tool call: {e}")))?;

@@ -491,16 +491,9 @@ fn call_immediately(name: &str, arguments: Value) -> Result<Request, Value> {
     let Some(tools) = tools else {
         return Err(arguments);
     };
-    Ok(match tools.call(name, arguments) {
-        Ok(value) => Request::ToolResult {
-            ok: Some(value),
-            err: None,
-        },
-        Err(error) => Request::ToolResult {
-            ok: None,
-            err: Some(error.message),
-        },
-    })
+    Ok(Request::tool_result(
+        tools.call(name, arguments).map_err(|error| error.message),
+    ))
 }
 
 fn read_request() -> Option<Request> {
@@ -558,16 +551,7 @@ fn send_in_place(reply: Reply) -> Option<Reply> {
             });
             return None;
         }
-        Reply::ToolCall { name, args } => match call_tool(&name, args) {
-            Ok(value) => Request::ToolResult {
-                ok: Some(value),
-                err: None,
-            },
-            Err(message) => Request::ToolResult {
-                ok: None,
-                err: Some(message),
-            },
-        },
+        Reply::ToolCall { name, args } => Request::tool_result(call_tool(&name, args)),
         // `Done` and `Fatal` are not sent in place: the driver returns them.
         _ => return None,
     };
