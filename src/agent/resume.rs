@@ -899,10 +899,10 @@ impl ToolDispatch for HostTools {
         result
     }
 
-    /// Only when no call may wait for an approval, and the tool itself answers
-    /// at once.
+    /// Only when no call may wait for an approval (none is configured, and no
+    /// policy could answer "ask"), and the tool itself answers at once.
     fn is_immediate(&self, name: &str) -> bool {
-        self.approvals.is_empty() && self.inner.is_immediate(name)
+        self.policy.is_none() && self.approvals.is_empty() && self.inner.is_immediate(name)
     }
 }
 
@@ -1127,9 +1127,17 @@ mod tests {
         assert!(!tools.is_immediate("waits"));
         let mut approvals = Approvals::default();
         approvals.mark("something_else");
-        let guarded =
-            HostTools::new(toolbox, "main", Vec::new()).with_approvals(Arc::new(approvals), None);
+        let guarded = HostTools::new(toolbox.clone(), "main", Vec::new())
+            .with_approvals(Arc::new(approvals), None);
         assert!(!guarded.is_immediate("add"));
+        let policy = codeact_rhai::RhaiPolicy::compile(
+            "policy.rhai",
+            r#"fn check_call(tool, args) { if args.a > 1 { return "ask"; } }"#,
+            codeact_runtime::Limits::default(),
+        )
+        .expect("a policy");
+        let ruled = HostTools::new(toolbox, "main", Vec::new()).with_policy(Some(Arc::new(policy)));
+        assert!(!ruled.is_immediate("add"));
     }
 
     #[test]
