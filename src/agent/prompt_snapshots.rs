@@ -10,6 +10,7 @@ use codeact_runtime::{LogBuffer, ScriptError};
 use minijinja::context;
 use serde_json::{Value, json};
 
+use super::data_paths::Language;
 use super::decide::{BareValues, Conversation, LoopConfig, python_reading_files};
 use super::feedback::{self, without_nonces};
 use super::team::{Handover, handover_message};
@@ -124,6 +125,16 @@ fn sections() -> Vec<(&'static str, String)> {
                 &prompts,
                 &json!("lena"),
                 "let name = best(rows);\nobservation(name);",
+                &none,
+                LIMIT,
+            ),
+        ),
+        (
+            "feedback/observation (a string literal, offered fenced)",
+            feedback::observation(
+                &prompts,
+                &json!("four \"three\" two"),
+                "observation(\"four \\\"three\\\" two\")",
                 &none,
                 LIMIT,
             ),
@@ -702,11 +713,19 @@ fn sections() -> Vec<(&'static str, String)> {
         ),
         (
             "feedback/bare_value (a number)",
-            feedback::bare_value(&prompts, &json!(7.8), &none, LIMIT),
+            feedback::bare_value(&prompts, &json!(7.8), &none, LIMIT, Language::Rhai),
+        ),
+        (
+            "feedback/bare_value (a boolean, Python)",
+            feedback::bare_value(&prompts, &json!(true), &none, LIMIT, Language::Python),
+        ),
+        (
+            "feedback/bare_value (a short string, offered fenced)",
+            feedback::bare_value(&prompts, &json!("four three"), &none, LIMIT, Language::Python),
         ),
         (
             "feedback/bare_value (a list)",
-            feedback::bare_value(&prompts, &json!([1, 2]), &logs, LIMIT),
+            feedback::bare_value(&prompts, &json!([1, 2]), &logs, LIMIT, Language::Rhai),
         ),
         (
             "feedback/bare_value_refused",
