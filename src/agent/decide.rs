@@ -1797,9 +1797,7 @@ impl Conversation {
     /// Puts before "Fix the script", for a Python script that failed on a
     /// tool's `ToolError` at a line assigning the tool's result, which the
     /// script then tests for `None`, that line written to catch the error
-    /// ([`script_notes::catching_tool_error`]): the whole script as it ran
-    /// with that change when it is short ([`script_notes::with_lines_replaced`]),
-    /// else the lines alone; whether it did.
+    /// ([`script_notes::catching_tool_error`]); whether it did.
     fn account_for_uncaught_tool_error(
         &self,
         text: &mut String,
@@ -1830,7 +1828,6 @@ impl Conversation {
             .and_then(|(_, value)| value.split('(').next())
             .map(str::trim)
             .unwrap_or_default();
-        let whole = script_notes::with_lines_replaced(script, number, last, &caught);
         let section = self.prompts.render(
             "feedback/catch_tool_error",
             context! {
@@ -1838,7 +1835,6 @@ impl Conversation {
                 line_number => number,
                 last => last,
                 caught => feedback::fenced(&caught, self.config.feedback_limit),
-                script => whole.map(|whole| feedback::fenced(&whole, self.config.feedback_limit)),
             },
         );
         self.insert_before_fix_it(text, &section);
@@ -3799,42 +3795,11 @@ Fn(\"f\")
         );
         let text = last_feedback(&c);
         assert!(
-            text.contains("The host's `get_weather` raises `ToolError` when it fails; it never returns `None`. Here is your script with lines 1 to 3 written to go on without its value:\n<untrusted-"),
+            text.contains("The host's `get_weather` raises `ToolError` when it fails; it never returns `None`. To go on without its value, write lines 1 to 3 as:\n<untrusted-"),
             "{text}"
         );
         assert!(
-            text.contains("try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n</untrusted-"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn a_tool_error_after_a_stub_was_taken_out_is_answered_with_the_script_as_it_ran_caught() {
-        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-            "get_weather".to_string(),
-            "get_weather(city=string)".to_string(),
-        )]);
-        // The local model's script of the evaluation's `munich-or-berlin`.
-        c.on_reply(&reply(
-            "```python\nimport requests\n\ndef get_weather(city):\n    response = requests.get(f\"http://api/{city}\")\n    if response.status_code == 200:\n        return response.json()['main']['temp']\n    else:\n        return None\n\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nprint(result)\nobservation(result)\n```",
-        ));
-        c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'"),
-            &logs(),
-        );
-        let text = last_feedback(&c);
-        let whole = "<untrusted-";
-        let at = text
-            .find("written to go on without its value:\n")
-            .unwrap_or_else(|| panic!("{text}"));
-        let shown = &text[at..];
-        assert!(shown.contains(whole), "{text}");
-        assert!(
-            shown.contains(">\ntry:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nprint(result)\nobservation(result)\n</untrusted-"),
-            "{text}"
-        );
-        assert!(
-            !shown.contains("requests") && !shown.contains("def get_weather"),
+            text.contains("except ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\n</untrusted-"),
             "{text}"
         );
     }

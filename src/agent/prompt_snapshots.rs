@@ -130,16 +130,6 @@ fn sections() -> Vec<(&'static str, String)> {
             ),
         ),
         (
-            "feedback/observation (a string literal, offered fenced)",
-            feedback::observation(
-                &prompts,
-                &json!("four \"three\" two"),
-                "observation(\"four \\\"three\\\" two\")",
-                &none,
-                LIMIT,
-            ),
-        ),
-        (
             "feedback/error",
             feedback::error(&prompts, "the session was restarted", &logs, LIMIT),
         ),
@@ -718,10 +708,6 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "feedback/bare_value (a boolean, Python)",
             feedback::bare_value(&prompts, &json!(true), &none, LIMIT, Language::Python),
-        ),
-        (
-            "feedback/bare_value (a short string, offered fenced)",
-            feedback::bare_value(&prompts, &json!("four three"), &none, LIMIT, Language::Python),
         ),
         (
             "feedback/bare_value (a list)",

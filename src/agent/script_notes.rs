@@ -295,48 +295,6 @@ pub fn catching_tool_error_at(
     Some((last, caught))
 }
 
-/// The longest script [`with_lines_replaced`] writes out whole: a longer one
-/// is answered with the lines to change alone.
-pub const LONGEST_SCRIPT_SHOWN: usize = 40;
-
-/// `script` with its 1-based lines `first..=last` replaced by `replacement`,
-/// blank lines at its ends left out and runs of blank lines made one (a
-/// Python stub the host took out leaves its lines blank); None past
-/// [`LONGEST_SCRIPT_SHOWN`] lines or when the lines are not in the script.
-///
-/// Why the whole script: told which lines to write instead, the local 1.5B
-/// model sent its script back unchanged three times (the evaluation, CPython,
-/// labels `echo` and `fakes`, the task `munich-or-berlin`); a whole script in
-/// the feedback is what it copies.
-pub fn with_lines_replaced(
-    script: &str,
-    first: usize,
-    last: usize,
-    replacement: &str,
-) -> Option<String> {
-    let lines: Vec<&str> = script.lines().collect();
-    if first == 0 || first > last || last > lines.len() {
-        return None;
-    }
-    let mut written: Vec<&str> = Vec::new();
-    for line in lines[..first - 1]
-        .iter()
-        .copied()
-        .chain(replacement.lines())
-        .chain(lines[last..].iter().copied())
-    {
-        let blank = line.trim().is_empty();
-        if blank && written.last().is_none_or(|before| before.trim().is_empty()) {
-            continue;
-        }
-        written.push(if blank { "" } else { line });
-    }
-    while written.last().is_some_and(|line| line.is_empty()) {
-        written.pop();
-    }
-    (written.len() <= LONGEST_SCRIPT_SHOWN).then(|| written.join("\n"))
-}
-
 /// Scripts of more lines keep every import: each import is looked for in
 /// every line, so a script of many thousand (a model's, or an attacker's
 /// through it) would cost the host seconds per step.
@@ -1220,25 +1178,6 @@ fn skip_spaces(bytes: &[u8], at: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lines_replaced_keep_the_rest_with_blank_runs_made_one_and_refuse_what_is_not_there() {
-        let script = "\n\nimport a\n\n\n\nx = f()\nif x is None:\n    x = 1\n\n\nprint(x)\n\n";
-        assert_eq!(
-            with_lines_replaced(script, 7, 9, "try:\n    x = f()\nexcept E:\n    x = 1").as_deref(),
-            Some("import a\n\ntry:\n    x = f()\nexcept E:\n    x = 1\n\nprint(x)")
-        );
-        assert_eq!(
-            with_lines_replaced("a\nb", 1, 1, "c").as_deref(),
-            Some("c\nb")
-        );
-        for (first, last) in [(0, 1), (2, 1), (3, 3), (1, 3)] {
-            assert_eq!(with_lines_replaced("a\nb", first, last, "c"), None, "{first}..={last}");
-        }
-        let long = "x = 1\n".repeat(LONGEST_SCRIPT_SHOWN);
-        assert!(with_lines_replaced(&long, 1, 1, "y = 2").is_some());
-        assert_eq!(with_lines_replaced(&long, 1, 1, "y = 2\nz = 3"), None);
-    }
 
     #[test]
     fn a_value_is_made_up_only_when_nothing_the_model_read_holds_it() {

@@ -85,10 +85,9 @@ static BUILTINS: &[Builtin] = &[
     ]),
     builtin!("feedback/fix_it", || vec![context! {}]),
     builtin!("feedback/observation", || vec![
-        context! { value => FENCED, logs => FENCED, offer => false, call => None::<&str>, fenced_call => None::<&str> },
-        context! { value => FENCED, logs => "", offer => true, call => "final_result(9)", fenced_call => None::<&str> },
-        context! { value => FENCED, logs => "", offer => true, call => None::<&str>, fenced_call => FENCED },
-        context! { value => FENCED, logs => "", offer => true, call => None::<&str>, fenced_call => None::<&str> },
+        context! { value => FENCED, logs => FENCED, offer => false, call => None::<&str> },
+        context! { value => FENCED, logs => "", offer => true, call => "final_result(9)" },
+        context! { value => FENCED, logs => "", offer => true, call => None::<&str> },
     ]),
     builtin!("feedback/error", || vec![
         context! { message => FENCED, logs => FENCED },
@@ -204,10 +203,8 @@ static BUILTINS: &[Builtin] = &[
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },
     ]),
     builtin!("feedback/catch_tool_error", || vec![
-        context! { tool => "get_weather", line_number => 12, last => 14, caught => FENCED, script => FENCED },
-        context! { tool => "get_weather", line_number => 12, last => 12, caught => FENCED, script => FENCED },
-        context! { tool => "get_weather", line_number => 12, last => 14, caught => FENCED, script => None::<&str> },
-        context! { tool => "get_weather", line_number => 12, last => 12, caught => FENCED, script => None::<&str> },
+        context! { tool => "get_weather", line_number => 12, last => 14, caught => FENCED },
+        context! { tool => "get_weather", line_number => 12, last => 12, caught => FENCED },
     ]),
     builtin!("feedback/open_file", || vec![
         context! { tool => "read_file", signature => "read_file(name=string)", first => 4, last => 5, rewritten => FENCED },
@@ -258,9 +255,8 @@ static BUILTINS: &[Builtin] = &[
         context! { kind => "cells_misplaced", tool => "read_file", line_number => 2, pattern => "quantity, price", placed => vec!["`quantity` is column 1", "`price` is column 2"], fix => "_, quantity, price", statement => None::<&str>, header => FENCED, id_tools => Vec::<&str>::new() },
     ]),
     builtin!("feedback/bare_value", || vec![
-        context! { value => FENCED, literal => "7.8", fenced_call => None::<&str>, logs => FENCED, offer => false, call => None::<&str> },
-        context! { value => FENCED, literal => None::<&str>, fenced_call => FENCED, logs => "", offer => false, call => None::<&str> },
-        context! { value => FENCED, literal => None::<&str>, fenced_call => None::<&str>, logs => "", offer => false, call => None::<&str> },
+        context! { value => FENCED, literal => "7.8", logs => FENCED, offer => false, call => None::<&str> },
+        context! { value => FENCED, literal => None::<&str>, logs => "", offer => false, call => None::<&str> },
     ]),
     builtin!("feedback/bare_value_refused", || {
         ["null", "boolean", "number", "string", "list", "map"]
