@@ -20,6 +20,8 @@ pub const RUNTIME_NAMES: &[&str] = &[
     #[cfg(feature = "wasm")]
     "wasm:js",
     #[cfg(feature = "wasm")]
+    "wasm:js-stdio",
+    #[cfg(feature = "wasm")]
     "wasm:micropython",
     #[cfg(feature = "wasm")]
     "wasm:python",
@@ -34,6 +36,12 @@ pub const RUNTIME_NAMES: &[&str] = &[
 /// Runtimes this build knows that run only when named: `all` and `wasm` in
 /// `codeact bench` leave them out. Each comes with why.
 pub const OPT_IN_RUNTIMES: &[(&str, &str)] = &[
+    (
+        "wasm:js-stdio",
+        "it is the prebuilt QuickJS reactor that wasm:js replaced (the QuickJS guest \
+         built here), kept to compare against: each of its sessions starts QuickJS, \
+         and it cannot be snapshotted",
+    ),
     (
         "wasm:micropython",
         "its WASI build loses live objects when its garbage collector runs, so the \
@@ -67,8 +75,10 @@ pub enum RuntimeByNameError {
 
 /// Builds the runtime called `name` with `limits`.
 ///
-/// `wasm:js`, `wasm:micropython` and `wasm:python` (aliases `wasm:quickjs`,
-/// `wasm:cpython`) load a pinned guest fetched by `scripts/fetch-guests.sh`;
+/// `wasm:js`, `wasm:rhai` and `wasm:boa` (alias `wasm:quickjs` for `wasm:js`)
+/// load a guest built by `scripts/build-guests.sh`; `wasm:js-stdio`,
+/// `wasm:micropython` and `wasm:python` (alias `wasm:cpython`) a pinned guest
+/// fetched by `scripts/fetch-guests.sh`;
 /// `wasm:python-sci` one fetched by `scripts/fetch-guests.sh --python-sci`;
 /// `wasm:PATH` with a path ending in `.wasm` or `.wat` loads that file as a custom
 /// guest, its language named after the file.

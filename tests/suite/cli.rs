@@ -157,7 +157,7 @@ fn usage_errors_exit_two_with_one_line_naming_the_problem() {
     let cases: [(&[&str], &str); 8] = [
         (
             &["exec", "--runtime", "cobol", "x.rhai"],
-            "codeact: unknown runtime 'cobol'; available: rhai, js, js-in-process, wasm:js, wasm:micropython, wasm:python, wasm:python-sci, wasm:rhai, wasm:boa, or wasm:PATH for a WASI guest file\n",
+            "codeact: unknown runtime 'cobol'; available: rhai, js, js-in-process, wasm:js, wasm:js-stdio, wasm:micropython, wasm:python, wasm:python-sci, wasm:rhai, wasm:boa, or wasm:PATH for a WASI guest file\n",
         ),
         (
             &["exec", "/no/such/file.rhai"],

@@ -37,6 +37,7 @@ const SECTION: Section = Section {
         "rhai",
         "js",
         "wasm:js",
+        "wasm:js-stdio",
         "wasm:micropython",
         "wasm:python",
         "wasm:rhai",
@@ -113,6 +114,13 @@ fn audit_attacks_are_contained_on_js() {
 #[test]
 fn audit_attacks_are_contained_on_wasm_js() {
     run_column("wasm:js");
+}
+
+/// If one fails, an attack from the audit gets past the prebuilt QuickJS
+/// reactor (the stdio protocol) again.
+#[test]
+fn audit_attacks_are_contained_on_wasm_js_stdio() {
+    run_column("wasm:js-stdio");
 }
 
 /// If one fails, an attack from the audit gets past the MicroPython guest again.

@@ -43,7 +43,7 @@ for line in lines { let cells = line.split(","); if cells.len() == 2 && cells[0]
 write_text("out/report.md", `total: ${total}`);
 final_result(#{total: total, listed: list_dir("."), here: exists("out/report.md")}, ["out/report.md"])"#
         }
-        "js" | "js-in-process" | "wasm:js" | "wasm:boa" => {
+        "js" | "js-in-process" | "wasm:js" | "wasm:js-stdio" | "wasm:boa" => {
             r#"const lines = tools.read_text({path: "data/prices.csv"}).split("\n");
 let total = 0;
 for (const line of lines.slice(1)) { const cells = line.split(","); if (cells.length === 2) total += parseFloat(cells[1]); }
@@ -116,7 +116,7 @@ fn a_script_writes_a_png_with_write_bytes_and_shows_it_on_every_runtime() {
             "rhai" | "wasm:rhai" => format!(
                 "let w = write_bytes(#{{path: \"out/dot.png\", base64: \"{DOT_PNG_BASE64}\"}});\nlet bad = \"\";\ntry {{ write_bytes(#{{path: \"out/bad.png\", base64: \"not base64!\"}}); }} catch (e) {{ bad = e; }}\nlet s = show_image(#{{path: \"out/dot.png\"}});\nfinal_result([w.bytes, s.width, `${{bad}}`])"
             ),
-            "js" | "js-in-process" | "wasm:js" | "wasm:boa" => format!(
+            "js" | "js-in-process" | "wasm:js" | "wasm:js-stdio" | "wasm:boa" => format!(
                 "const w = tools.write_bytes({{path: \"out/dot.png\", base64: \"{DOT_PNG_BASE64}\"}});\nlet bad = \"\";\ntry {{ tools.write_bytes({{path: \"out/bad.png\", base64: \"not base64!\"}}); }} catch (e) {{ bad = e.message; }}\nconst s = tools.show_image({{path: \"out/dot.png\"}});\nfinal_result([w.bytes, s.width, bad])"
             ),
             _ => format!(

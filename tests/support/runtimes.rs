@@ -6,11 +6,12 @@ use codeact::{JsRuntime, Limits, Runtime, ScriptOutput, ScriptSession, runtime_b
 use serde_json::json;
 
 /// Every runtime, for the tests that hold on each.
-pub const EVERY_RUNTIME: [&str; 8] = [
+pub const EVERY_RUNTIME: [&str; 9] = [
     "rhai",
     "js",
     "js-in-process",
     "wasm:js",
+    "wasm:js-stdio",
     "wasm:micropython",
     "wasm:python",
     "wasm:rhai",

@@ -49,17 +49,26 @@ thread_local! {
 /// Asks the host to run tool `name`: its value, or the host's error message.
 pub fn call_tool(name: &str, args: Value) -> Result<Value, String> {
     let request = json!({"name": name, "args": args}).to_string();
-    // SAFETY: the host reads `len` bytes at `request`, which this borrow keeps alive.
-    let len = unsafe { host::call_tool(request.as_ptr(), request.len()) };
-    let mut reply = vec![0u8; len];
-    // SAFETY: the host writes exactly the `len` bytes it announced into `reply`.
-    unsafe { host::take_reply(reply.as_mut_ptr()) };
+    let reply = call_tool_text(request.as_bytes());
     let mut reply: Value = serde_json::from_slice(&reply)
         .map_err(|e| format!("the host's reply was not JSON: {e}"))?;
     if let Some(error) = reply.get("error") {
         return Err(error.as_str().unwrap_or("the tool failed").to_string());
     }
     Ok(reply.get_mut("ok").map(Value::take).unwrap_or(Value::Null))
+}
+
+/// Sends a tool request already written as JSON text (`{"name", "args"}`)
+/// and returns the host's reply as it sent it (`{"ok": value}` or `{"error":
+/// message}`): for an engine that writes and reads JSON itself (the QuickJS
+/// guest's prelude), no conversion through [`Value`] on either side.
+pub fn call_tool_text(request: &[u8]) -> Vec<u8> {
+    // SAFETY: the host reads `len` bytes at `request`, which this borrow keeps alive.
+    let len = unsafe { host::call_tool(request.as_ptr(), request.len()) };
+    let mut reply = vec![0u8; len];
+    // SAFETY: the host writes exactly the `len` bytes it announced into `reply`.
+    unsafe { host::take_reply(reply.as_mut_ptr()) };
+    reply
 }
 
 /// The largest input buffer a guest keeps between calls (the host's side of the
@@ -139,8 +148,14 @@ fn script_error(error: &ScriptError) -> Value {
             limit,
             described,
             detail,
-            ..
-        } => json!({"kind": "limit", "limit": limit, "described": described, "detail": detail}),
+            restarted,
+        } => json!({
+            "kind": "limit",
+            "limit": limit,
+            "described": described,
+            "detail": detail,
+            "restarted": restarted,
+        }),
         ScriptError::NoValue { message } => json!({"kind": "no_value", "message": message}),
         ScriptError::Unrepresentable { message } => {
             json!({"kind": "unrepresentable", "message": message})

@@ -918,7 +918,15 @@ fn script_error(error: &Value, limits: &Limits) -> ScriptError {
         Some("unrepresentable") => ScriptError::Unrepresentable { message },
         Some("limit") => match serde_json::from_value::<LimitKind>(error["limit"].clone()) {
             Ok(limit) => {
-                ScriptError::limit(limit, limits, error["detail"].as_str().map(str::to_string))
+                let stopped =
+                    ScriptError::limit(limit, limits, error["detail"].as_str().map(str::to_string));
+                // The guest started its engine afresh (the QuickJS guest, when
+                // a session's variables fill its memory limit).
+                if error["restarted"] == true {
+                    stopped.restarting()
+                } else {
+                    stopped
+                }
             }
             Err(_) => ScriptError::thrown(error["described"].as_str().unwrap_or_default()),
         },

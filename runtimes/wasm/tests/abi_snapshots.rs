@@ -1,4 +1,4 @@
-//! Snapshots of the guests on codeact's ABI (`wasm:rhai`, `wasm:boa`, built by
+//! Snapshots of the guests on codeact's ABI (`wasm:js`, `wasm:rhai`, `wasm:boa`, built by
 //! scripts/build-guests.sh), issue 19: a session's linear memory, restored into a
 //! fresh instance of the same guest. Variables and functions come back, restores
 //! fork, 10 MB survive, limits hold, and a snapshot of another guest, other tools
@@ -45,7 +45,7 @@ fn setup(name: &str) -> (&'static str, &'static str, &'static str) {
 /// or two restores of one snapshot share their memory.
 #[test]
 fn an_abi_guests_session_comes_back_from_its_memory_and_restores_fork() {
-    for name in ["wasm:rhai", "wasm:boa"] {
+    for name in ["wasm:js", "wasm:rhai", "wasm:boa"] {
         let runtime = runtime(name, Limits::default());
         let (define, change, read) = setup(name);
         let mut session = runtime.new_session(Arc::new(NoTools)).expect("starts");
@@ -75,6 +75,11 @@ fn an_abi_guest_session_holding_ten_megabytes_comes_back_whole() {
         ),
         (
             "wasm:boa",
+            r#"var big = "0123456789".repeat(1_000_000); 0"#,
+            "big.length",
+        ),
+        (
+            "wasm:js",
             r#"var big = "0123456789".repeat(1_000_000); 0"#,
             "big.length",
         ),
@@ -167,7 +172,7 @@ fn a_restored_guest_session_is_held_to_its_limits() {
 /// If this fails, a stdio guest pretends to snapshot, or fails without saying why.
 #[test]
 fn a_stdio_guest_says_its_sessions_cannot_be_snapshotted() {
-    let Ok(runtime) = WasmRuntime::by_name("wasm:js", Limits::default()) else {
+    let Ok(runtime) = WasmRuntime::by_name("wasm:js-stdio", Limits::default()) else {
         eprintln!("SKIPPED: the QuickJS guest is not fetched (scripts/fetch-guests.sh)");
         return;
     };
@@ -177,7 +182,7 @@ fn a_stdio_guest_says_its_sessions_cannot_be_snapshotted() {
         matches!(refused, SnapshotError::Unsupported { .. }),
         "{refused}"
     );
-    assert!(refused.to_string().contains("wasm:js"), "{refused}");
+    assert!(refused.to_string().contains("wasm:js-stdio"), "{refused}");
 }
 
 struct OneTool(Vec<ToolSpec>);

@@ -226,7 +226,7 @@ fn a_missing_guest_names_the_file_and_the_fetch_script() {
 #[test]
 fn a_guest_file_with_the_wrong_hash_is_refused() {
     let dir = temp_dir("wrong-hash");
-    let guest = Guest::pinned("wasm:js", &dir).expect("pinned");
+    let guest = Guest::pinned("wasm:js-stdio", &dir).expect("pinned");
     std::fs::copy(fixture("never-ready.wat"), &guest.path).expect("copy");
     let error = WasmRuntime::new(guest, Limits::default()).expect_err("refused");
     assert!(matches!(error, LoadError::HashMismatch { .. }), "{error}");

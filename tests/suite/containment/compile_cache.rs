@@ -58,7 +58,7 @@ fn compiled_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn foreign_module_under_quickjs_name(column: &str) -> Option<Result<String, String>> {
-    (column == "wasm:js").then(|| {
+    (column == "wasm:js-stdio").then(|| {
         let work =
             std::env::temp_dir().join(format!("codeact-containment-cache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&work);
@@ -82,7 +82,7 @@ fn attack(work: &Path) -> Result<String, String> {
         .map_err(|files| format!("expected one compiled file, found {files:?}"))?;
 
     // Step 2: the same file under the name QuickJS's entry has.
-    let quickjs_sha = Guest::pinned("wasm:js", Path::new("."))
+    let quickjs_sha = Guest::pinned("wasm:js-stdio", Path::new("."))
         .and_then(|g| g.sha256)
         .ok_or("no pinned QuickJS")?;
     let foreign_sha = cache::sha256_hex(FOREIGN.as_bytes());
@@ -92,10 +92,10 @@ fn attack(work: &Path) -> Result<String, String> {
         .ok_or("an entry without a name")?;
     std::fs::copy(&entry, cache_dir.join(&name)).map_err(|e| e.to_string())?;
 
-    // Step 3: `--runtime wasm:js` must run QuickJS, not the planted module.
+    // Step 3: `--runtime wasm:js-stdio` must run QuickJS, not the planted module.
     let out = codeact(
         &cache_dir,
-        &["exec", "--runtime", "wasm:js", "-"],
+        &["exec", "--runtime", "wasm:js-stdio", "-"],
         "final_result(40 + 2)",
     )?;
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -124,7 +124,7 @@ fn script(column: &str, cases: &[(&str, String, String)]) -> Option<String> {
         "rhai" | "wasm:rhai" => format!(
             "let ops = {ops}; let paths = {paths}; let texts = {texts}; let out = [];\nfor i in 0..ops.len() {{ try {{ let r = call_tool(ops[i], #{{path: paths[i], text: texts[i], base64: `cGxhbnRlZA==`}}); out.push(`ok: ${{r}}`); }} catch (e) {{ out.push(`refused: ${{e}}`); }} }}\nfinal_result(out)"
         ),
-        "js" | "wasm:js" | "wasm:boa" => format!(
+        "js" | "wasm:js" | "wasm:js-stdio" | "wasm:boa" => format!(
             "const ops = {ops}, paths = {paths}, texts = {texts}; const out = [];\nfor (let i = 0; i < ops.length; i++) {{ try {{ out.push('ok: ' + JSON.stringify(call_tool(ops[i], {{path: paths[i], text: texts[i], base64: 'cGxhbnRlZA=='}}))); }} catch (e) {{ out.push('refused: ' + String(e)); }} }}\nfinal_result(out)"
         ),
         "wasm:python" | "wasm:micropython" => format!(

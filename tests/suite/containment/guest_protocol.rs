@@ -128,7 +128,7 @@ observation("set")
 "#;
 
 fn to_json_set_in_one_step_changes_no_later_step(column: &str) -> Option<Result<String, String>> {
-    if !matches!(column, "js" | "wasm:js" | "wasm:boa") {
+    if !matches!(column, "js" | "wasm:js" | "wasm:js-stdio" | "wasm:boa") {
         return None;
     }
     let scripts = [
@@ -180,7 +180,7 @@ observation("set")
 
 fn replaced_json_and_builtins_change_no_later_step(column: &str) -> Option<Result<String, String>> {
     let (first, second, third) = match column {
-        "js" | "wasm:js" | "wasm:boa" => (
+        "js" | "wasm:js" | "wasm:js-stdio" | "wasm:boa" => (
             JS_REPLACE,
             r#"final_result(call_tool("add", {a: 1, b: 2}))"#,
             "final_result([40, 2])",
@@ -325,7 +325,7 @@ fn the_guest_offers_no_bytecode_loader_or_stdio_module(
     column: &str,
 ) -> Option<Result<String, String>> {
     let script = match column {
-        "wasm:js" => {
+        "wasm:js" | "wasm:js-stdio" => {
             r#"final_result(["bjson", "std", "os", "gc", "scriptArgs", "print"].filter((name) => typeof globalThis[name] !== "undefined"))"#
         }
         "wasm:micropython" => {
@@ -358,7 +358,7 @@ fn an_oversized_message_is_refused_under_a_64_mib_limit(
     column: &str,
 ) -> Option<Result<String, String>> {
     let script = match column {
-        "wasm:js" => r#"final_result("x".repeat(5000000))"#,
+        "wasm:js-stdio" => r#"final_result("x".repeat(5000000))"#,
         "wasm:python" => r#"final_result("x" * 5000000)"#,
         _ => return None,
     };
@@ -550,7 +550,7 @@ final_result(got)
 /// asked for with a dynamic `import()` in one step and looked for in the next two
 /// (in case a later step runs the promise jobs the first one queued).
 fn a_dynamic_import_reaches_no_host_module(column: &str) -> Option<Result<String, String>> {
-    if column != "wasm:js" {
+    if !matches!(column, "wasm:js" | "wasm:js-stdio") {
         return None;
     }
     let start = r#"

@@ -55,7 +55,7 @@ fn a_tool_namespace_changed_by_one_script_is_the_hosts_again_in_the_next(
     column: &str,
 ) -> Option<Result<String, String>> {
     let (attacks, check, expected): (&[&str], &str, _) = match column {
-        "js" | "wasm:js" | "wasm:boa" => (
+        "js" | "wasm:js" | "wasm:js-stdio" | "wasm:boa" => (
             &[JS_ATTACK],
             "final_result([calc.add({ a: 1, b: 2 }), typeof evil])",
             json!([3, "undefined"]),

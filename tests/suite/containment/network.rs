@@ -89,7 +89,7 @@ fn script(column: &str, urls: &[String]) -> Option<String> {
         "rhai" | "wasm:rhai" => format!(
             "let out = [];\nfor u in {list} {{ try {{ out.push(fetch(#{{url: u}}).text); }} catch (e) {{ out.push(`refused: ${{e}}`); }} }}\nfinal_result(out)"
         ),
-        "js" | "wasm:js" | "wasm:boa" => format!(
+        "js" | "wasm:js" | "wasm:js-stdio" | "wasm:boa" => format!(
             "const out = [];\nfor (const u of {list}) {{ try {{ out.push(tools.fetch({{url: u}}).text); }} catch (e) {{ out.push('refused: ' + String(e)); }} }}\nfinal_result(out)"
         ),
         "wasm:python" | "wasm:micropython" => format!(
