@@ -19,6 +19,7 @@
 //! and the end of the guest's stack (QuickJS compiles its own stack check out
 //! for WASI, so deep recursion runs into it: a trap, and the session restarts).
 
+mod encode;
 mod metered;
 
 use std::cell::RefCell;
@@ -82,6 +83,10 @@ impl Engine {
                 )?;
                 globals.set("__codeact_log", Function::new(ctx.clone(), print)?)?;
                 globals.set("__codeact_eval", Function::new(ctx.clone(), eval_script)?)?;
+                globals.set(
+                    "__codeact_encode_args",
+                    Function::new(ctx.clone(), encode_args)?,
+                )?;
                 Ok(())
             };
             hooks().map_err(|e| format!("the native hooks: {e}"))?;
@@ -240,6 +245,36 @@ fn interrupted(ctx: &Ctx<'_>) -> rquickjs::Error {
     // on the error object.
     unsafe { rquickjs::qjs::JS_SetUncatchableError(ctx.as_raw().as_ptr(), thrown.as_raw()) };
     ctx.throw(thrown)
+}
+
+/// `__codeact_encode_args(args, maxDepth, DatePrototype, getTime,
+/// toISOString)`: the arguments as JSON text, `{refused: message}` for a
+/// cycle or a value nested too deep, or `null` for a value it leaves to the
+/// prelude's encoder (see `encode`). The `Date` functions are the prelude's,
+/// taken at load.
+fn encode_args<'js>(
+    ctx: Ctx<'js>,
+    args: JsValue<'js>,
+    max_depth: u32,
+    date_prototype: Object<'js>,
+    get_time: Function<'js>,
+    to_iso_string: Function<'js>,
+) -> rquickjs::Result<JsValue<'js>> {
+    let encoder = encode::Encoder {
+        date_prototype,
+        get_time,
+        to_iso_string,
+        max_depth: max_depth as usize,
+    };
+    Ok(match encoder.encode(&ctx, &args)? {
+        encode::Encoded::Json(text) => rquickjs::String::from_str(ctx, &text)?.into_value(),
+        encode::Encoded::Refused(message) => {
+            let refused = Object::new(ctx.clone())?;
+            refused.set("refused", message)?;
+            refused.into_value()
+        }
+        encode::Encoded::Unsure => JsValue::new_null(ctx),
+    })
 }
 
 /// `__codeact_log(line)`: one printed line, kept up to the output limit.

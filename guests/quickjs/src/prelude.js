@@ -1,7 +1,7 @@
 // codeact's prelude for the QuickJS guest built here (`wasm:js`): the helpers
 // every script sees, and the step the guest's Rust side calls to run a script.
 // The guest puts codeact_runtime::JS_ENCODER in place of the encoder placeholder
-// and defines three native hooks on globalThis before evaluating this; the
+// and defines four native hooks on globalThis before evaluating this; the
 // prelude takes them and deletes them, and evaluates to an object of its own
 // functions that the guest keeps out of every script's reach:
 //
@@ -9,7 +9,10 @@
 //   host and returns its reply, `{"ok": value}` or `{"error": message}` (text);
 // - `__codeact_log(line)`: one line of printed output;
 // - `__codeact_eval(code)`: evaluates a script as global code, its completion
-//   value out.
+//   value out;
+// - `__codeact_encode_args(args, maxDepth, Date.prototype, getTime,
+//   toISOString)`: tool arguments as JSON text by the encoder's rules, or what
+//   it leaves to the encoder (see the guest's `encode.rs`).
 //
 // What the helpers and the encoder use is taken now and called through a
 // captured Reflect.apply: a script that later replaces JSON.parse, an Array or
@@ -33,9 +36,14 @@
   const sendRequest = g.__codeact_call_tool;
   const log = g.__codeact_log;
   const evalScript = g.__codeact_eval;
+  const encodeNatively = g.__codeact_encode_args;
   delete g.__codeact_call_tool;
   delete g.__codeact_log;
   delete g.__codeact_eval;
+  delete g.__codeact_encode_args;
+  const DatePrototype = Date.prototype;
+  const getTime = Date.prototype.getTime;
+  const toISOString = Date.prototype.toISOString;
 
   class Unrepresentable extends ErrorC {}
   const encode = (__CODEACT_ENCODER__)((message) => {
@@ -53,9 +61,18 @@
     }
   };
 
+  // Tool arguments as JSON: in Rust for the common values (the guest's
+  // `encode`), by the encoder for the rest, with the same rules.
+  const encodeArgs = (args) => {
+    const native = encodeNatively(args, maxDepth, DatePrototype, getTime, toISOString);
+    if (typeof native === "string") return native;
+    if (native !== null) throw new Unrepresentable(native.refused);
+    return encode(args, maxDepth, true, "args");
+  };
+
   const callTool = (name, args) => {
     name = StringC(name);
-    const json = encode(args === undefined ? {} : args, maxDepth, true, "args");
+    const json = encodeArgs(args === undefined ? {} : args);
     const answer = parse(sendRequest('{"name":' + encode(name, 1, false) + ',"args":' + json + "}"));
     if (apply(hasOwn, answer, ["error"])) throw new ErrorC(answer.error);
     return apply(hasOwn, answer, ["ok"]) ? answer.ok : null;

@@ -25,6 +25,7 @@ impl ToolDispatch for Add {
                 args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
             )),
             "blob" => Ok(json!("x".repeat(4 << 20))),
+            "echo" => Ok(args),
             other => Err(ToolError::new(format!("unknown tool '{other}'"))),
         }
     }
@@ -113,18 +114,9 @@ fn a_script_reaches_no_hook_of_the_guest_and_cannot_keep_a_helper_rebound() {
     let mut session = session(Limits::default());
     let outcome = run(
         &mut *session,
-        "[typeof __codeact_call_tool, typeof __codeact_log, typeof __codeact_eval, typeof std, typeof os]",
+        "[typeof __codeact_call_tool, typeof __codeact_log, typeof __codeact_eval, typeof __codeact_encode_args, typeof std, typeof os]",
     );
-    assert_eq!(
-        outcome.completion,
-        Ok(json!([
-            "undefined",
-            "undefined",
-            "undefined",
-            "undefined",
-            "undefined"
-        ]))
-    );
+    assert_eq!(outcome.completion, Ok(json!(vec!["undefined"; 6])));
     run(
         &mut *session,
         "final_result = (v) => ({type: 'final_result', value: 'forged'}); JSON.stringify = () => '{}'; 0",
@@ -360,4 +352,57 @@ fn a_print_flood_keeps_the_first_bytes_and_counts_the_rest() {
 fn the_guest_is_pre_initialised() {
     let runtime = WasmRuntime::by_name("wasm:js", Limits::default()).expect("loads");
     assert!(runtime.preinitialised());
+}
+
+/// Tool arguments are written in Rust for the common values (the guest's
+/// `encode.rs`) and by the JavaScript encoder for the rest: whatever a script
+/// passes, the host receives what the JavaScript encoder alone sends, as the
+/// prebuilt reactor (`wasm:js-stdio`, the encoder only) shows. Each case is
+/// sent to a tool that echoes its arguments, on both.
+#[test]
+fn tool_arguments_reach_the_host_as_the_javascript_encoder_writes_them() {
+    let cases = [
+        r#"({a: 1, b: -2.5, c: 'tü\u00e9\n\"q\"', d: true, e: null, f: 0.1, g: 1e21, h: 5e-7, i: -0, j: 2 ** 53 + 2})"#,
+        "({u: undefined, f() {}, s: Symbol('x'), n: NaN, inf: -Infinity, list: [undefined, () => 1, Symbol('y'), NaN]})",
+        "({when: new Date(0), bad: new Date(NaN), fake: Object.create(Date.prototype)})",
+        "({deep: [[[{x: [1, [2, {y: 3}]]}]]]})",
+        "(() => { const o = {}; o.self = o; return {wrap: [o]}; })()",
+        "(() => { let v = 1; for (let i = 0; i < 70; i++) v = {v}; return v; })()",
+        "(() => { let v = 1; for (let i = 0; i < 70; i++) v = [v]; return {v}; })()",
+        "({big: 10n})",
+        "({list: [1, , 3]})",
+        "(() => { const a = [1, 2]; a.extra = 'x'; return {a}; })()",
+        "({p: new Proxy({x: 1}, {})})",
+        "({p: new Proxy([1, 2], {})})",
+        "(() => { class Point { constructor() { this.x = 1; } get y() { return 2; } } return {pt: new Point()}; })()",
+        "({get computed() { return 'by a getter'; }, [Symbol('k')]: 1, 2: 'two', 1: 'one'})",
+        "({toJSON() { return 'no'; }, inner: {toJSON: () => 'nope', x: 1}})",
+        "({map: new Map([[1, 2]]), set: new Set([1]), re: /x/g, err: new Error('e'), bytes: new Uint8Array([1, 2])})",
+        "'a string'",
+        "[1, 'two', null]",
+        "42",
+        "({s: 'x'.repeat(100000)})",
+    ];
+    let mut differences = Vec::new();
+    for case in cases {
+        let script = format!(
+            "let r; try {{ r = {{ok: tools.echo({case})}} }} catch (e) {{ r = {{error: String(e.message)}} }} final_result(r)"
+        );
+        let mut answers = Vec::new();
+        for runtime in ["wasm:js", "wasm:js-stdio"] {
+            let tools = Add(vec![ToolSpec::new("echo", "Returns its arguments.")]);
+            let mut session = WasmRuntime::by_name(runtime, Limits::default())
+                .expect("loads")
+                .new_session(Arc::new(tools))
+                .expect("starts");
+            answers.push(run(&mut *session, &script).completion);
+        }
+        if answers[0] != answers[1] {
+            differences.push(format!(
+                "{case}\n  wasm:js       {:?}\n  wasm:js-stdio {:?}",
+                answers[0], answers[1]
+            ));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
 }
