@@ -1,14 +1,16 @@
-//! Tool arguments written as JSON in Rust, for the common values, with the
-//! JavaScript encoder's rules (`codeact_runtime::JS_ENCODER`, lenient mode):
-//! own enumerable string keys in `Object.keys` order, getters run once as the
-//! encoder runs them, `undefined`, functions and symbols left out of objects
-//! and `null` in arrays and at the top, non-finite numbers `null`, a `Date` its
-//! ISO string (`null` when invalid), a cycle or a value nested past the limit
-//! an error naming its path in the encoder's words.
+//! Values written as JSON in Rust, for the common values, with the JavaScript
+//! encoder's rules (`codeact_runtime::JS_ENCODER`): own enumerable string keys
+//! in `Object.keys` order, getters run once as the encoder runs them, a `Date`
+//! its ISO string (`null` when invalid), a cycle or a value nested past the
+//! limit an error naming its path in the encoder's words. Lenient (tool
+//! arguments): `undefined`, functions and symbols left out of objects and
+//! `null` in arrays and at the top, non-finite numbers `null`. Strict
+//! (completion values): any of those is left to the encoder, whose error
+//! names it.
 //!
 //! Why: interpreted in QuickJS, the encoder cost 10 µs of a tool call's 18
-//! (a plain `{a: i, b: 1}`, measured in the guest); here the whole call is
-//! JSON text built in one pass.
+//! (a plain `{a: i, b: 1}`, measured in the guest), and about a quarter of a
+//! trivial step; here the text is built in one pass.
 //!
 //! What it does not decide it hands back ([`Encoded::Unsure`]): a Proxy
 //! (whose traps decide what it is), a BigInt (the encoder's error quotes it),
@@ -38,6 +40,10 @@ pub struct Encoder<'js> {
     pub get_time: Function<'js>,
     pub to_iso_string: Function<'js>,
     pub max_depth: usize,
+    /// Tool arguments' rules (`true`) or completion values' (`false`).
+    pub lenient: bool,
+    /// What the value is called in errors: `args`, `output`.
+    pub root: &'static str,
 }
 
 /// A key on the way down, for an error's path.
@@ -90,7 +96,7 @@ struct Walk<'a, 'js> {
 impl<'js> Walk<'_, 'js> {
     /// The path of the value being written, as the encoder writes it.
     fn path(&self) -> String {
-        let mut text = String::from("args");
+        let mut text = String::from(self.encoder.root);
         for step in &self.path {
             match step {
                 Step::Key(key) => {
@@ -103,8 +109,9 @@ impl<'js> Walk<'_, 'js> {
         text
     }
 
-    /// Whether the encoder leaves `value` out of an object (lenient mode).
-    fn omitted(value: &Value<'js>) -> bool {
+    /// Whether `value` is one JSON cannot hold as it is: `undefined`, a
+    /// function or a symbol (left out of objects, or `null`, when lenient).
+    fn unheld(value: &Value<'js>) -> bool {
         matches!(
             value.type_of(),
             Type::Undefined
@@ -143,7 +150,9 @@ impl<'js> Walk<'_, 'js> {
                 .push_str(&value.as_int().unwrap_or_default().to_string()),
             Type::Float => {
                 let number = value.as_float().unwrap_or(f64::NAN);
-                if !number.is_finite() {
+                if !number.is_finite() && !self.encoder.lenient {
+                    return Err(Stop::Unsure);
+                } else if !number.is_finite() {
                     self.out.push_str("null");
                 } else if number == 0.0 {
                     // -0 too, as JSON.stringify writes it.
@@ -159,7 +168,12 @@ impl<'js> Walk<'_, 'js> {
             | Type::Uninitialized
             | Type::Function
             | Type::Constructor
-            | Type::Symbol => self.out.push_str("null"),
+            | Type::Symbol => {
+                if !self.encoder.lenient {
+                    return Err(Stop::Unsure);
+                }
+                self.out.push_str("null");
+            }
             Type::Array => self.array(value, depth)?,
             Type::Object | Type::Promise | Type::Exception => self.object(value, depth)?,
             _ => return Err(Stop::Unsure),
@@ -245,7 +259,10 @@ impl<'js> Walk<'_, 'js> {
         let mut first = true;
         for key in keys {
             let item: Value = object.get(key.as_str())?;
-            if Self::omitted(&item) {
+            if Self::unheld(&item) {
+                if !self.encoder.lenient {
+                    return Err(Stop::Unsure);
+                }
                 continue;
             }
             if !first {

@@ -84,8 +84,8 @@ impl Engine {
                 globals.set("__codeact_log", Function::new(ctx.clone(), print)?)?;
                 globals.set("__codeact_eval", Function::new(ctx.clone(), eval_script)?)?;
                 globals.set(
-                    "__codeact_encode_args",
-                    Function::new(ctx.clone(), encode_args)?,
+                    "__codeact_encode",
+                    Function::new(ctx.clone(), encode_natively)?,
                 )?;
                 Ok(())
             };
@@ -247,15 +247,17 @@ fn interrupted(ctx: &Ctx<'_>) -> rquickjs::Error {
     ctx.throw(thrown)
 }
 
-/// `__codeact_encode_args(args, maxDepth, DatePrototype, getTime,
-/// toISOString)`: the arguments as JSON text, `{refused: message}` for a
-/// cycle or a value nested too deep, or `null` for a value it leaves to the
-/// prelude's encoder (see `encode`). The `Date` functions are the prelude's,
-/// taken at load.
-fn encode_args<'js>(
+/// `__codeact_encode(value, maxDepth, lenient, DatePrototype, getTime,
+/// toISOString)`: the value as JSON text (by tool arguments' rules when
+/// `lenient`, else completion values'), `{refused: message}` for a cycle or a
+/// value nested too deep, or `null` for a value it leaves to the prelude's
+/// encoder (see `encode`). The `Date` functions are the prelude's, taken at
+/// load.
+fn encode_natively<'js>(
     ctx: Ctx<'js>,
-    args: JsValue<'js>,
+    value: JsValue<'js>,
     max_depth: u32,
+    lenient: bool,
     date_prototype: Object<'js>,
     get_time: Function<'js>,
     to_iso_string: Function<'js>,
@@ -265,8 +267,10 @@ fn encode_args<'js>(
         get_time,
         to_iso_string,
         max_depth: max_depth as usize,
+        lenient,
+        root: if lenient { "args" } else { "output" },
     };
-    Ok(match encoder.encode(&ctx, &args)? {
+    Ok(match encoder.encode(&ctx, &value)? {
         encode::Encoded::Json(text) => rquickjs::String::from_str(ctx, &text)?.into_value(),
         encode::Encoded::Refused(message) => {
             let refused = Object::new(ctx.clone())?;

@@ -10,9 +10,9 @@
 // - `__codeact_log(line)`: one line of printed output;
 // - `__codeact_eval(code)`: evaluates a script as global code, its completion
 //   value out;
-// - `__codeact_encode_args(args, maxDepth, Date.prototype, getTime,
-//   toISOString)`: tool arguments as JSON text by the encoder's rules, or what
-//   it leaves to the encoder (see the guest's `encode.rs`).
+// - `__codeact_encode(value, maxDepth, lenient, Date.prototype, getTime,
+//   toISOString)`: a value as JSON text by the encoder's rules, or what it
+//   leaves to the encoder (see the guest's `encode.rs`).
 //
 // What the helpers and the encoder use is taken now and called through a
 // captured Reflect.apply: a script that later replaces JSON.parse, an Array or
@@ -36,11 +36,11 @@
   const sendRequest = g.__codeact_call_tool;
   const log = g.__codeact_log;
   const evalScript = g.__codeact_eval;
-  const encodeNatively = g.__codeact_encode_args;
+  const encodeNatively = g.__codeact_encode;
   delete g.__codeact_call_tool;
   delete g.__codeact_log;
   delete g.__codeact_eval;
-  delete g.__codeact_encode_args;
+  delete g.__codeact_encode;
   const DatePrototype = Date.prototype;
   const getTime = Date.prototype.getTime;
   const toISOString = Date.prototype.toISOString;
@@ -61,18 +61,19 @@
     }
   };
 
-  // Tool arguments as JSON: in Rust for the common values (the guest's
-  // `encode`), by the encoder for the rest, with the same rules.
-  const encodeArgs = (args) => {
-    const native = encodeNatively(args, maxDepth, DatePrototype, getTime, toISOString);
+  // A value as JSON, tool arguments (`lenient`) or a completion value: in
+  // Rust for the common values (the guest's `encode`), by the encoder for the
+  // rest, with the same rules.
+  const encodeFast = (value, lenient) => {
+    const native = encodeNatively(value, maxDepth, lenient, DatePrototype, getTime, toISOString);
     if (typeof native === "string") return native;
     if (native !== null) throw new Unrepresentable(native.refused);
-    return encode(args, maxDepth, true, "args");
+    return encode(value, maxDepth, lenient, lenient ? "args" : "output");
   };
 
   const callTool = (name, args) => {
     name = StringC(name);
-    const json = encodeArgs(args === undefined ? {} : args);
+    const json = encodeFast(args === undefined ? {} : args, true);
     const answer = parse(sendRequest('{"name":' + encode(name, 1, false) + ',"args":' + json + "}"));
     if (apply(hasOwn, answer, ["error"])) throw new ErrorC(answer.error);
     return apply(hasOwn, answer, ["ok"]) ? answer.ok : null;
@@ -196,7 +197,7 @@
         if (value === undefined) {
           return '{"fail":"no_value","message":"the script\'s completion value was undefined: end the script with an expression such as final_result(value), not with a declaration"}';
         }
-        return '{"done":' + encode(value, maxDepth, false, "output") + "}";
+        return '{"done":' + encodeFast(value, false) + "}";
       } catch (e) {
         try {
           return encode(failure(e), 4, false);

@@ -114,7 +114,7 @@ fn a_script_reaches_no_hook_of_the_guest_and_cannot_keep_a_helper_rebound() {
     let mut session = session(Limits::default());
     let outcome = run(
         &mut *session,
-        "[typeof __codeact_call_tool, typeof __codeact_log, typeof __codeact_eval, typeof __codeact_encode_args, typeof std, typeof os]",
+        "[typeof __codeact_call_tool, typeof __codeact_log, typeof __codeact_eval, typeof __codeact_encode, typeof std, typeof os]",
     );
     assert_eq!(outcome.completion, Ok(json!(vec!["undefined"; 6])));
     run(
@@ -354,13 +354,14 @@ fn the_guest_is_pre_initialised() {
     assert!(runtime.preinitialised());
 }
 
-/// Tool arguments are written in Rust for the common values (the guest's
-/// `encode.rs`) and by the JavaScript encoder for the rest: whatever a script
-/// passes, the host receives what the JavaScript encoder alone sends, as the
-/// prebuilt reactor (`wasm:js-stdio`, the encoder only) shows. Each case is
-/// sent to a tool that echoes its arguments, on both.
+/// Tool arguments and completion values are written in Rust for the common
+/// values (the guest's `encode.rs`) and by the JavaScript encoder for the
+/// rest: whatever a script passes or returns, the host receives what the
+/// JavaScript encoder alone sends, as the prebuilt reactor (`wasm:js-stdio`,
+/// the encoder only) shows. Each case is sent to a tool that echoes its
+/// arguments and returned, on both.
 #[test]
-fn tool_arguments_reach_the_host_as_the_javascript_encoder_writes_them() {
+fn values_reach_the_host_as_the_javascript_encoder_writes_them() {
     let cases = [
         r#"({a: 1, b: -2.5, c: 'tü\u00e9\n\"q\"', d: true, e: null, f: 0.1, g: 1e21, h: 5e-7, i: -0, j: 2 ** 53 + 2})"#,
         "({u: undefined, f() {}, s: Symbol('x'), n: NaN, inf: -Infinity, list: [undefined, () => 1, Symbol('y'), NaN]})",
@@ -385,23 +386,27 @@ fn tool_arguments_reach_the_host_as_the_javascript_encoder_writes_them() {
     ];
     let mut differences = Vec::new();
     for case in cases {
-        let script = format!(
+        // As a tool's arguments, and as the script's completion value.
+        let sent = format!(
             "let r; try {{ r = {{ok: tools.echo({case})}} }} catch (e) {{ r = {{error: String(e.message)}} }} final_result(r)"
         );
-        let mut answers = Vec::new();
-        for runtime in ["wasm:js", "wasm:js-stdio"] {
-            let tools = Add(vec![ToolSpec::new("echo", "Returns its arguments.")]);
-            let mut session = WasmRuntime::by_name(runtime, Limits::default())
-                .expect("loads")
-                .new_session(Arc::new(tools))
-                .expect("starts");
-            answers.push(run(&mut *session, &script).completion);
-        }
-        if answers[0] != answers[1] {
-            differences.push(format!(
-                "{case}\n  wasm:js       {:?}\n  wasm:js-stdio {:?}",
-                answers[0], answers[1]
-            ));
+        let returned = format!("final_result({case})");
+        for script in [sent, returned] {
+            let mut answers = Vec::new();
+            for runtime in ["wasm:js", "wasm:js-stdio"] {
+                let tools = Add(vec![ToolSpec::new("echo", "Returns its arguments.")]);
+                let mut session = WasmRuntime::by_name(runtime, Limits::default())
+                    .expect("loads")
+                    .new_session(Arc::new(tools))
+                    .expect("starts");
+                answers.push(run(&mut *session, &script).completion);
+            }
+            if answers[0] != answers[1] {
+                differences.push(format!(
+                    "{script}\n  wasm:js       {:?}\n  wasm:js-stdio {:?}",
+                    answers[0], answers[1]
+                ));
+            }
         }
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
