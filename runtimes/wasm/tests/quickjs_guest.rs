@@ -145,10 +145,12 @@ fn a_catastrophic_regex_stops_at_the_time_limit_and_the_session_goes_on() {
         "{:?}",
         outcome.completion
     );
+    // Stopped by QuickJS at the alarm, not by wasmtime's backstop (which
+    // restarts the session); how soon is `codeact bench`'s to measure.
     assert!(!restarted(&outcome), "{:?}", outcome.completion);
     assert!(
-        elapsed < Duration::from_millis(330),
-        "stopped after {elapsed:?} (limit 300 ms + 10%)"
+        elapsed < Duration::from_secs(2),
+        "stopped after {elapsed:?}"
     );
     assert_eq!(run(&mut *session, "kept").completion, Ok(json!(1)));
 }
@@ -172,8 +174,9 @@ fn a_runaway_loop_that_catches_everything_still_stops_at_the_time_limit() {
         "{:?}",
         outcome.completion
     );
+    assert!(!restarted(&outcome), "{:?}", outcome.completion);
     assert!(
-        started.elapsed() < Duration::from_millis(220),
+        started.elapsed() < Duration::from_secs(2),
         "stopped after {:?}",
         started.elapsed()
     );
