@@ -11,8 +11,8 @@ use crate::bench::{BenchOptions, expand_runtimes, run};
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     /// Which runtimes: all (every built-in runtime but the opt-in
-    /// wasm:micropython and wasm:python-sci), rhai, js, js-in-process, wasm (the
-    /// same guests), wasm:js, wasm:micropython, wasm:python, wasm:python-sci,
+    /// wasm:js-stdio, wasm:micropython and wasm:python-sci), rhai, js, js-in-process, wasm (the
+    /// same guests), wasm:js, wasm:js-stdio, wasm:micropython, wasm:python, wasm:python-sci,
     /// wasm:rhai, wasm:boa, wasm:PATH, or several separated by commas.
     #[arg(long, default_value = "all")]
     runtime: String,

@@ -16,7 +16,7 @@ use crate::tools::toolbox::ToolBox;
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
     /// The runtime to run the script in: rhai, js, js-in-process, wasm:js,
-    /// wasm:micropython, wasm:python, wasm:python-sci, wasm:rhai, wasm:boa, or wasm:PATH for a
+    /// wasm:js-stdio, wasm:micropython, wasm:python, wasm:python-sci, wasm:rhai, wasm:boa, or wasm:PATH for a
     /// WASI guest file.
     #[arg(long, default_value = "rhai")]
     runtime: String,

@@ -63,7 +63,7 @@ pub(crate) struct RunArgs {
     #[arg(long = "model-option", value_name = "KEY=VALUE")]
     model_options: Vec<String>,
     /// The runtime the model's scripts run in: rhai, js, js-in-process, wasm:js,
-    /// wasm:micropython, wasm:python, wasm:python-sci, wasm:rhai, wasm:boa, or wasm:PATH for a
+    /// wasm:js-stdio, wasm:micropython, wasm:python, wasm:python-sci, wasm:rhai, wasm:boa, or wasm:PATH for a
     /// WASI guest file.
     /// [default: rhai, or the resumed transcript's runtime]
     #[arg(long)]
@@ -115,7 +115,7 @@ pub(crate) struct RunArgs {
     /// the transcript's last finished step instead of re-running the scripts;
     /// when there is none, or the runtime refuses it (another runtime, guest or
     /// codeact version, a damaged file), the scripts run again and one line says
-    /// why. For runtimes that can snapshot (rhai, wasm:rhai, wasm:boa); a step
+    /// why. For runtimes that can snapshot (rhai, wasm:js, wasm:rhai, wasm:boa); a step
     /// costs a copy of the session's state and a file. Not for --agents or
     /// --chat. [default: no snapshots]
     #[arg(long, value_name = "DIR", conflicts_with_all = ["agents", "chat"])]
