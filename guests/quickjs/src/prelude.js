@@ -74,7 +74,7 @@
   const callTool = (name, args) => {
     name = StringC(name);
     const json = encodeFast(args === undefined ? {} : args, true);
-    const answer = parse(sendRequest('{"name":' + encode(name, 1, false) + ',"args":' + json + "}"));
+    const answer = parse(sendRequest('{"name":' + encodeFast(name, false) + ',"args":' + json + "}"));
     if (apply(hasOwn, answer, ["error"])) throw new ErrorC(answer.error);
     return apply(hasOwn, answer, ["ok"]) ? answer.ok : null;
   };

@@ -131,8 +131,10 @@ fn a_script_reaches_no_hook_of_the_guest_and_cannot_keep_a_helper_rebound() {
 /// script stops at the time limit and the session keeps its state.
 #[test]
 fn a_catastrophic_regex_stops_at_the_time_limit_and_the_session_goes_on() {
+    // Two seconds: wasmtime's backstop comes 4% after the limit, and on a busy
+    // machine a thread can wait longer than 4% of a short limit to run.
     let mut session = session(Limits {
-        wall_time: Duration::from_millis(300),
+        wall_time: Duration::from_secs(2),
         ..Limits::default()
     });
     run(&mut *session, "var kept = 1;");
@@ -149,7 +151,7 @@ fn a_catastrophic_regex_stops_at_the_time_limit_and_the_session_goes_on() {
     // restarts the session); how soon is `codeact bench`'s to measure.
     assert!(!restarted(&outcome), "{:?}", outcome.completion);
     assert!(
-        elapsed < Duration::from_secs(2),
+        elapsed < Duration::from_secs(4),
         "stopped after {elapsed:?}"
     );
     assert_eq!(run(&mut *session, "kept").completion, Ok(json!(1)));
@@ -159,8 +161,9 @@ fn a_catastrophic_regex_stops_at_the_time_limit_and_the_session_goes_on() {
 /// goes on in `catch` still stops.
 #[test]
 fn a_runaway_loop_that_catches_everything_still_stops_at_the_time_limit() {
+    // Two seconds, as for the regex above.
     let mut session = session(Limits {
-        wall_time: Duration::from_millis(200),
+        wall_time: Duration::from_secs(2),
         ..Limits::default()
     });
     let started = Instant::now();
@@ -176,7 +179,7 @@ fn a_runaway_loop_that_catches_everything_still_stops_at_the_time_limit() {
     );
     assert!(!restarted(&outcome), "{:?}", outcome.completion);
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(4),
         "stopped after {:?}",
         started.elapsed()
     );
@@ -362,7 +365,7 @@ fn the_guest_is_pre_initialised() {
 /// rest: whatever a script passes or returns, the host receives what the
 /// JavaScript encoder alone sends, as the prebuilt reactor (`wasm:js-stdio`,
 /// the encoder only) shows. Each case is sent to a tool that echoes its
-/// arguments and returned, on both.
+/// arguments, returned, and used as a tool's name, on both.
 #[test]
 fn values_reach_the_host_as_the_javascript_encoder_writes_them() {
     let cases = [
@@ -394,7 +397,12 @@ fn values_reach_the_host_as_the_javascript_encoder_writes_them() {
             "let r; try {{ r = {{ok: tools.echo({case})}} }} catch (e) {{ r = {{error: String(e.message)}} }} final_result(r)"
         );
         let returned = format!("final_result({case})");
-        for script in [sent, returned] {
+        // As a tool's name (`String(...)` of it), which the host refuses,
+        // quoting it.
+        let named = format!(
+            "let r; try {{ r = {{ok: call_tool({case}, {{}})}} }} catch (e) {{ r = {{error: String(e.message)}} }} final_result(r)"
+        );
+        for script in [sent, returned, named] {
             let mut answers = Vec::new();
             for runtime in ["wasm:js", "wasm:js-stdio"] {
                 let tools = Add(vec![ToolSpec::new("echo", "Returns its arguments.")]);
