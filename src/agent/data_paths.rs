@@ -381,8 +381,9 @@ fn loop_bindings<'a>(
     found
 }
 
-/// `name = tool(` or `name = tools.tool(` (after `const`, `let` or `var`, and
-/// `await`), or `name = call_tool("tool"`: the name and the tool.
+/// `name = tool(…)` or `name = tools.tool(…)` (after `const`, `let` or `var`,
+/// and `await`), or `name = call_tool("tool", …)`, the call the whole value
+/// ([`call_is_whole`]): the name and the tool.
 fn assignment_from_call(line: &str) -> Option<(&str, &str)> {
     let name = assigned_name(line)?;
     let after = line.trim_start();
@@ -397,14 +398,52 @@ fn assignment_from_call(line: &str) -> Option<(&str, &str)> {
         let quote = quoted.chars().next().filter(|c| *c == '"' || *c == '\'')?;
         let inner = &quoted[1..];
         let end = inner.find(quote)?;
-        return Some((name, &inner[..end]));
+        return call_is_whole(&rest["call_tool".len()..]).then_some((name, &inner[..end]));
     }
     let rest = rest.strip_prefix("tools.").unwrap_or(rest);
     let tool = identifier_at(rest)?;
-    rest[tool.len()..]
-        .trim_start()
-        .starts_with('(')
-        .then_some((name, tool))
+    let call = rest[tool.len()..].trim_start();
+    (call.starts_with('(') && call_is_whole(call)).then_some((name, tool))
+}
+
+/// Whether the call whose `(…)` starts `call` is all there is to the right of
+/// its `=`: nothing follows its closing parenthesis on the line but `;` and a
+/// comment. A call that does not close on its line (its arguments go on) is
+/// taken as whole.
+///
+/// Why: `const sales = tools.read_file({…}).split('\n').slice(1)` bound `sales`
+/// to the file's text, and the feedback told the local model that its loop
+/// over `sales` took the text one character at a time, which was false (the
+/// evaluation, `wasm:js`, label `qjs-guest`, `sales-revenue`, both runs).
+fn call_is_whole(call: &str) -> bool {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (at, c) in call.char_indices() {
+        if let Some(open) = quote {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                _ if c == open => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' | '`' => quote = Some(c),
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    let after = call[at + 1..].trim_start();
+                    let after = after.strip_prefix(';').map_or(after, str::trim_start);
+                    return after.is_empty() || after.starts_with("//") || after.starts_with('#');
+                }
+            }
+            _ => {}
+        }
+    }
+    true
 }
 
 /// The name a line's statement assigns (`name = …`, `let name = …`), not
@@ -1079,6 +1118,28 @@ fn is_word(byte: u8) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_name_is_bound_to_a_tools_result_only_when_the_call_is_all_its_value() {
+        for (line, bound) in [
+            ("const text = tools.read_file({name: 'a.csv'});", true),
+            ("text = read_file(name=\"a.csv\")  # the file", true),
+            (
+                "let text = call_tool(\"read_file\", {name: \"a)\"}); // it",
+                true,
+            ),
+            ("const rows = tools.read_file({", true),
+            (
+                "const sales = tools.read_file({name: 'sales.csv'}).split('\\n').slice(1);",
+                false,
+            ),
+            ("lines = read_file(name=\"a.csv\").splitlines()", false),
+            ("let n = call_tool(\"count\", {}) + 1;", false),
+            ("const t = tools.f({s: \"})\"}).trim()", false),
+        ] {
+            assert_eq!(super::assignment_from_call(line).is_some(), bound, "{line}");
+        }
+    }
+
     use serde_json::json;
 
     use super::*;
