@@ -37,7 +37,8 @@ fn prelude() -> String {
 }
 
 /// Memory QuickJS itself may hold beyond a run's limit: its runtime, the
-/// context, the prelude (about 1 MiB measured with the default limits).
+/// context and the prelude, which a session holds before its first script
+/// (a margin, not a measurement).
 const ENGINE_MEMORY: usize = 4 << 20;
 
 /// Raised by the host when a run's time is up; QuickJS's interrupt handler
