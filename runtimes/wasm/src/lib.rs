@@ -46,6 +46,7 @@ mod guests;
 mod preinit;
 pub mod protocol;
 mod session;
+mod turns;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -475,6 +476,7 @@ impl WasmRuntime {
                 prelude,
                 limits: limits.clone(),
                 startup_time: session::STARTUP_TIME,
+                templates: Default::default(),
             };
             (info, Linked::Stdio(Arc::new(blueprint)))
         };

@@ -34,6 +34,7 @@ use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, 
 use crate::files;
 use crate::guests::{CPythonBuild, Guest, Launch};
 use crate::protocol::{self, FailKind, Message};
+use crate::turns::{self, TurnStart};
 
 /// How long a guest may take to start by default (CPython takes ~80 ms here; the
 /// margin is for a loaded machine).
@@ -64,6 +65,8 @@ pub(crate) struct Blueprint {
     pub(crate) limits: Arc<Limits>,
     /// How long a new instance may take to wait for its first script.
     pub(crate) startup_time: Duration,
+    /// The memory templates of a guest started by turns (`wasm:python-sci`).
+    pub(crate) templates: Arc<crate::turns::Templates>,
 }
 
 /// The store's data: WASI, the memory cap, and the exchange with the host.
@@ -185,6 +188,8 @@ struct StdioSession {
     tools: Arc<dyn ToolDispatch>,
     /// The guest's argv, its prelude rendered for this session's tools.
     argv: Vec<String>,
+    /// The prelude rendered for this session's tools.
+    prelude: String,
     /// The run's folders, preopened in every instance (a restart too).
     files: Option<FileView>,
     instance: Option<LiveGuest>,
@@ -228,13 +233,17 @@ impl StdioSession {
     ) -> Result<StdioSession, HostError> {
         let prelude = blueprint
             .prelude
-            .map(|template| render_prelude(template, tools.specs(), &blueprint.limits))
+            .map(|template| {
+                render_prelude(template, tools.specs(), &blueprint.limits)
+                    .replace("__CODEACT_BY_TURNS__", by_turns(&blueprint.guest))
+            })
             .unwrap_or_default();
         let argv = blueprint.guest.argv(&prelude, &blueprint.limits);
         let mut session = StdioSession {
             blueprint,
             tools,
             argv,
+            prelude,
             files,
             instance: None,
         };
@@ -318,7 +327,25 @@ impl StdioSession {
         let deadline = Instant::now() + self.blueprint.startup_time;
         locked(&exchange).deadline = Some(deadline);
 
-        let call = guest_call(pre, store, self.blueprint.guest.launch, self.argv.clone());
+        let turns =
+            (self.blueprint.guest.launch == Launch::CPython(CPythonBuild::Reactor)).then(|| {
+                let folders: Vec<(String, bool)> = (self.files.iter())
+                    .flat_map(|view| view.dirs.iter())
+                    .map(|dir| (dir.guest.clone(), dir.writable))
+                    .collect();
+                TurnStart {
+                    key: turns::template_key(&self.prelude, &folders),
+                    prelude: self.prelude.clone(),
+                    templates: self.blueprint.templates.clone(),
+                }
+            });
+        let call = guest_call(
+            pre,
+            store,
+            self.blueprint.guest.launch,
+            self.argv.clone(),
+            turns,
+        );
         let mut instance = LiveGuest {
             exchange,
             call,
@@ -494,6 +521,16 @@ impl StdioSession {
     }
 }
 
+/// What the prelude's `__CODEACT_BY_TURNS__` becomes: `True` for a guest started
+/// by turns, whose prelude leaves its serving loop for the second turn.
+fn by_turns(guest: &Guest) -> &'static str {
+    if guest.launch == Launch::CPython(CPythonBuild::Reactor) {
+        "True"
+    } else {
+        "False"
+    }
+}
+
 /// `bytes` for a model: in MiB when whole, else in KiB.
 fn shown_bytes(bytes: usize) -> String {
     if bytes.is_multiple_of(1 << 20) {
@@ -505,14 +542,15 @@ fn shown_bytes(bytes: usize) -> String {
 
 /// The guest's whole life as one async call: instantiate, then run `_start` (a
 /// command), `_initialize` and `qjs_init_argv` (the QuickJS reactor, whose argv
-/// is written into its own memory), or `_initialize` if exported and `run` (the
-/// CPython reactor, which reads argv from WASI). It returns only when the guest
-/// exits or traps.
+/// is written into its own memory), or `_initialize` if exported and two turns
+/// (the CPython reactor: see [`turns`]). It returns only when the guest exits or
+/// traps.
 fn guest_call(
     pre: InstancePre<HostState>,
     mut store: Store<HostState>,
     launch: Launch,
     argv: Vec<String>,
+    turns: Option<TurnStart>,
 ) -> GuestCall {
     Box::pin(async move {
         let instance = pre.instantiate_async(&mut store).await?;
@@ -549,9 +587,9 @@ fn guest_call(
                 {
                     initialize.call_async(&mut store, ()).await?;
                 }
-                let run: TypedFunc<(), i32> = instance.get_typed_func(&mut store, "run")?;
-                let status = run.call_async(&mut store, ()).await?;
-                // `run` returns the status `python` would exit with; a command's
+                let start = turns.ok_or_else(|| wasmtime::Error::msg("no prelude to start by"))?;
+                let status = turns::serve(instance, &mut store, start).await?;
+                // A turn returns the status `python` would exit with; a command's
                 // `_start` reports it as an exit instead: make them alike.
                 if status != 0 {
                     return Err(I32Exit(status).into());

