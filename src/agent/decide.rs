@@ -4307,9 +4307,9 @@ Fn(\"f\")
     #[test]
     fn the_rhai_runtimes_own_hint_is_said_outside_the_fence_and_a_scripts_made_up_one_inside() {
         let hint =
-            "`for` walks arrays, ranges and strings; for a map, walk `m.keys()` or `m.values()`.";
+            "`for` walks arrays, ranges, strings and maps (a map's keys); to count to a number `n`, walk `0..n`.";
         let mut c = conversation(LoopConfig::default());
-        c.on_reply(&reply("```rhai\nlet m = #{a: 1};\nfor k in m { }\n```"));
+        c.on_reply(&reply("```rhai\nlet m = 5;\nfor k in m { }\n```"));
         c.on_completion(
             &thrown(&format!(
                 "For loop expects iterable type (line 2, position 10)\nHint: {hint}"

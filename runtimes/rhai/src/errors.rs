@@ -13,7 +13,7 @@ const COMMENT_HINT: &str = "Rhai comments start with `//`, not `#`.";
 const UNIT_INDEXED_HINT: &str = "the value indexed is `()`. In Rhai `{}` is an empty block, whose value is `()`: an empty map is `#{}`.";
 /// After `for` over something it cannot walk.
 const FOR_HINT: &str =
-    "`for` walks arrays, ranges and strings; for a map, walk `m.keys()` or `m.values()`.";
+    "`for` walks arrays, ranges, strings and maps (a map's keys); to count to a number `n`, walk `0..n`.";
 
 /// Every hint this crate appends to an error's message, each after a line
 /// break and `Hint: `. They are the host's words, not the script's: the agent
@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn runtime_errors_from_other_languages_habits_get_hints() {
         assert!(run_error("let m = {}; m[\"k\"] = 1;").contains("an empty map is `#{}`"));
-        assert!(run_error("let m = #{a: 1}; for x in m {}").contains("walk `m.keys()`"));
+        assert!(run_error("let n = 5; for x in n {}").contains("walk `0..n`"));
         assert!(!run_error("throw 1").contains("Hint"));
     }
 

@@ -13,10 +13,22 @@
 //! - `filter`, `map` and `reduce` on ranges (`0..n`, `0..=n`), as on arrays. The
 //!   range is walked, never collected first, and each element is a call of the
 //!   script's closure, so the operation limit and the deadline hold as in a loop.
+//! - `for key in map` walks the map's keys (in Rhai's order, sorted), as Python's
+//!   `for key in d` and JavaScript's `for (key in o)` do; Rhai alone refuses it
+//!   ("For loop expects iterable type"). Models write it to count words and total
+//!   products.
+//! - `array.reverse()` still reverses the array in place, and also returns it, so
+//!   `let backwards = words.reverse()` holds the reversed words as in JavaScript
+//!   (Rhai's own returns nothing, and the next line failed on `()`).
 
 use std::ops::{Range, RangeInclusive};
 
-use rhai::{Array, Dynamic, Engine, EvalAltResult, FnPtr, INT, ImmutableString, NativeCallContext};
+use std::any::TypeId;
+
+use rhai::{
+    Array, Dynamic, Engine, EvalAltResult, FnPtr, INT, ImmutableString, Map, Module,
+    NativeCallContext,
+};
 
 type Called<T> = Result<T, Box<EvalAltResult>>;
 
@@ -53,6 +65,21 @@ pub(crate) fn register(engine: &mut Engine) {
     engine.register_fn("rev", |array: &mut Array| {
         array.iter().rev().cloned().collect::<Array>()
     });
+    // In place, as Rhai's own, and the array too, as JavaScript's.
+    engine.register_fn("reverse", |array: &mut Array| {
+        array.reverse();
+        array.clone()
+    });
+    let mut map_keys = Module::new();
+    map_keys.set_iter(TypeId::of::<Map>(), |map: Dynamic| {
+        let keys: Vec<Dynamic> = map
+            .cast::<Map>()
+            .into_keys()
+            .map(|key| Dynamic::from(ImmutableString::from(key.as_str())))
+            .collect();
+        Box::new(keys.into_iter())
+    });
+    engine.register_global_module(map_keys.into());
     // Rust's predicates on characters.
     engine.register_fn("is_alphanumeric", |c: char| c.is_alphanumeric());
     engine.register_fn("is_alphabetic", |c: char| c.is_alphabetic());
@@ -133,6 +160,33 @@ mod tests {
         assert_eq!(bounds(5, 0, Some(-1)), (0, 4));
         assert_eq!(bounds(5, 4, Some(2)), (4, 4), "an end before the start");
         assert_eq!(bounds(5, -99, Some(99)), (0, 5), "clamped");
+    }
+
+    #[test]
+    fn a_for_loop_over_a_map_walks_its_keys() {
+        let mut engine = rhai::Engine::new();
+        super::register(&mut engine);
+        let walked: String = engine
+            .eval(
+                r#"let counts = #{b: 2, a: 1, c: 3}; let seen = ""; let total = 0;
+                   for key in counts { seen += key; total += counts[key]; }
+                   `${seen} ${total}`"#,
+            )
+            .expect("runs");
+        assert_eq!(walked, "abc 6");
+    }
+
+    #[test]
+    fn reverse_reverses_an_array_in_place_and_returns_it() {
+        let mut engine = rhai::Engine::new();
+        super::register(&mut engine);
+        let got: String = engine
+            .eval(
+                r#"let words = [1, 2, 3]; let backwards = words.reverse();
+                   `${backwards} ${words}`"#,
+            )
+            .expect("runs");
+        assert_eq!(got, "[3, 2, 1] [3, 2, 1]");
     }
 
     #[test]
