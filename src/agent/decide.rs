@@ -387,6 +387,42 @@ impl Progress {
 /// The object JavaScript scripts call tools through (`tools.get_weather({…})`).
 const TOOLS_OBJECT: &str = "tools";
 
+/// A rewrite of a failed script that the host's feedback proposed (a tool's
+/// `ToolError` caught, a map's number taken, a JavaScript fallback moved into
+/// its `catch`). At temperature 0 a small model answers the same feedback with
+/// the same script (the evaluation's `munich-or-berlin`: the same script four
+/// times, the catch proposed under each): when the next reply is the failed
+/// script again, the host runs the rewrite instead and says so.
+#[derive(Debug, Clone)]
+struct ProposedMend {
+    /// The failed script, as it ran.
+    failed: String,
+    /// The script to run in its place.
+    mended: String,
+    /// The lines rewritten (1-based, inclusive), when the rewrite is of lines.
+    lines: Option<(usize, usize)>,
+}
+
+impl ProposedMend {
+    /// `script` with its lines `first` to `last` (1-based, inclusive) written
+    /// as `replacement`.
+    fn lines(script: &str, first: usize, last: usize, replacement: &str) -> ProposedMend {
+        let lines: Vec<&str> = script.lines().collect();
+        let before = lines.iter().take(first.saturating_sub(1));
+        let after = lines.iter().skip(last);
+        let mended: Vec<&str> = before
+            .copied()
+            .chain(replacement.lines())
+            .chain(after.copied())
+            .collect();
+        ProposedMend {
+            failed: script.to_string(),
+            mended: mended.join("\n"),
+            lines: Some((first, last)),
+        }
+    }
+}
+
 /// The conversation and the counters the rules need.
 #[derive(Debug, Clone)]
 pub struct Conversation {
@@ -429,6 +465,10 @@ pub struct Conversation {
     kept_reading_calls: Vec<String>,
     /// The script of the previous step, when it failed.
     failed_script: Option<String>,
+    /// The rewrite of the failed script that the last feedback proposed, if
+    /// any: the next reply, when it is that same script again, runs as the
+    /// rewrite ([`ProposedMend`]).
+    proposed_mend: Option<ProposedMend>,
     /// The feedback of the previous error, so the same text is never sent twice
     /// in a row.
     last_error_feedback: Option<String>,
@@ -561,6 +601,7 @@ impl Conversation {
             stub_readings: Vec::new(),
             kept_reading_calls: Vec::new(),
             failed_script: None,
+            proposed_mend: None,
             last_error_feedback: None,
             repeated: false,
             last_observation: None,
@@ -756,6 +797,7 @@ impl Conversation {
             _ => {}
         }
         let truncated = *stop_reason == StopReason::OutputTruncated;
+        let mend = self.proposed_mend.take();
         // A reasoning model's thinking stays in the history; its code is not
         // taken from there.
         let text = extract::without_fence_markers(&script_notes::without_thinking(&text));
@@ -787,6 +829,7 @@ impl Conversation {
                     self.pending_notes.push(note);
                 }
                 let code = self.prepare_script(code, fence);
+                let code = self.mended_if_repeated(code, mend);
                 self.current_script = Some(code.clone());
                 return Reading::Next(Next::RunScript { code });
             }
@@ -806,6 +849,24 @@ impl Conversation {
             .render("feedback/reply_error", context! { problem => &message });
         self.feed_back_error(text, &message);
         Reading::Failed(message)
+    }
+
+    /// `code`, or the rewrite the last feedback proposed for it when `code` is
+    /// the failed script again (said in the next feedback, `notes/mend_applied`).
+    /// Only the reply right after that feedback is mended.
+    fn mended_if_repeated(&mut self, code: String, mend: Option<ProposedMend>) -> String {
+        let Some(mend) = mend else {
+            return code;
+        };
+        if !script_notes::same_script(&code, &mend.failed) {
+            return code;
+        }
+        let note = self.prompts.render(
+            "notes/mend_applied",
+            context! { first => mend.lines.map(|(first, _)| first), last => mend.lines.map(|(_, last)| last) },
+        );
+        self.pending_notes.push(note);
+        mend.mended
     }
 
     /// The script to run from the code of a reply, with notes for the next
@@ -1016,7 +1077,7 @@ impl Conversation {
     /// fallback (`if (weather) { … } else { … }`), the script written with that
     /// fallback in the `catch` block (template `feedback/fallback_in_catch`,
     /// [`js_fallback`]).
-    fn fallback_in_catch(&self, script: &str, message: &str) -> Option<String> {
+    fn fallback_in_catch(&mut self, script: &str, message: &str) -> Option<String> {
         if self.language() != data_paths::Language::JavaScript {
             return None;
         }
@@ -1027,6 +1088,11 @@ impl Conversation {
             .0;
         self.tools().find(|(name, _)| *name == tool)?;
         let rewritten = js_fallback::fallback_into_catch(script, tool)?;
+        self.proposed_mend = Some(ProposedMend {
+            failed: script.to_string(),
+            mended: rewritten.clone(),
+            lines: None,
+        });
         Some(self.prompts.render(
             "feedback/fallback_in_catch",
             context! {
@@ -1120,6 +1186,8 @@ impl Conversation {
     ) -> (Decision, ScriptOutput) {
         let limit = self.config.feedback_limit;
         let script = self.current_script.clone().unwrap_or_default();
+        // Proposed afresh by this step's feedback, if at all.
+        self.proposed_mend = None;
         if let Ok(value) = completion
             && let Some(held) = self.held_back(&script, value, logs)
         {
@@ -1799,7 +1867,7 @@ impl Conversation {
     /// script then tests for `None`, that line written to catch the error
     /// ([`script_notes::catching_tool_error`]); whether it did.
     fn account_for_uncaught_tool_error(
-        &self,
+        &mut self,
         text: &mut String,
         message: &str,
         script: Option<&str>,
@@ -1828,6 +1896,7 @@ impl Conversation {
             .and_then(|(_, value)| value.split('(').next())
             .map(str::trim)
             .unwrap_or_default();
+        self.proposed_mend = Some(ProposedMend::lines(script, number, last, &caught));
         let section = self.prompts.render(
             "feedback/catch_tool_error",
             context! {
@@ -1896,7 +1965,7 @@ impl Conversation {
     /// number of a tool's maps taken out of each call, when the script did
     /// arithmetic on the maps ([`map_as_number`]); whether it did.
     fn account_for_map_as_number(
-        &self,
+        &mut self,
         text: &mut String,
         message: &str,
         script: Option<&str>,
@@ -1911,6 +1980,14 @@ impl Conversation {
         else {
             return false;
         };
+        if let Some(script) = script {
+            self.proposed_mend = Some(ProposedMend::lines(
+                script,
+                number,
+                number,
+                &found.rewritten,
+            ));
+        }
         let section = self.prompts.render(
             "feedback/map_as_number",
             context! {
@@ -3805,6 +3882,60 @@ Fn(\"f\")
     }
 
     #[test]
+    fn the_same_failing_script_sent_again_runs_as_the_rewrite_the_feedback_proposed() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
+        let script = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
+        let failure = thrown(
+            "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
+        );
+        c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        c.on_completion(&failure, &logs());
+        let again = c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        let Next::RunScript { code } = &again.next else {
+            panic!("{:?}", again.next)
+        };
+        assert_eq!(
+            code,
+            "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)"
+        );
+        c.on_completion(&Ok(json!({"type": "observation", "value": 9.0})), &logs());
+        let text = last_feedback(&c);
+        assert!(
+            outside_fences(&text).contains("Note: your script is the same as the one that just failed, so the host ran it with lines 1 to 3 written as its last feedback proposed."),
+            "{text}"
+        );
+        // Only the reply right after the proposal is mended: a third copy, after
+        // feedback that proposed nothing, runs as written.
+        let third = c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        let Next::RunScript { code } = &third.next else {
+            panic!("{:?}", third.next)
+        };
+        assert_eq!(code, script);
+    }
+
+    #[test]
+    fn another_script_after_a_proposed_rewrite_runs_as_written() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
+        c.on_reply(&reply("```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```"));
+        c.on_completion(
+            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'"),
+            &logs(),
+        );
+        let other = "observation(get_weather(\"Berlin\"))";
+        let next = c.on_reply(&reply(&format!("```python\n{other}\n```")));
+        let Next::RunScript { code } = &next.next else {
+            panic!("{:?}", next.next)
+        };
+        assert_eq!(code, other);
+    }
+
+    #[test]
     fn a_file_python_could_not_open_is_read_through_the_tool_that_reads_files() {
         let mut c = Conversation::new("task", &["python"], LoopConfig::default())
             .with_tools([
@@ -4306,8 +4437,7 @@ Fn(\"f\")
 
     #[test]
     fn the_rhai_runtimes_own_hint_is_said_outside_the_fence_and_a_scripts_made_up_one_inside() {
-        let hint =
-            "`for` walks arrays, ranges, strings and maps (a map's keys); to count to a number `n`, walk `0..n`.";
+        let hint = "`for` walks arrays, ranges, strings and maps (a map's keys); to count to a number `n`, walk `0..n`.";
         let mut c = conversation(LoopConfig::default());
         c.on_reply(&reply("```rhai\nlet m = 5;\nfor k in m { }\n```"));
         c.on_completion(

@@ -323,6 +323,11 @@ static BUILTINS: &[Builtin] = &[
         context! { name => "add", signature => "add(a, b)" },
         context! { name => "final_result", signature => None::<&str> },
     ]),
+    builtin!("notes/mend_applied", || vec![
+        context! { first => 3, last => 5 },
+        context! { first => 9, last => 9 },
+        context! { first => None::<usize>, last => None::<usize> },
+    ]),
     builtin!("hints/same_script", || vec![context! {}]),
     builtin!("hints/same_observation", || vec![
         context! { task => FENCED, key => None::<&str>, call => None::<&str> },

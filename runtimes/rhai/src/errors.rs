@@ -12,8 +12,7 @@ const COMMENT_HINT: &str = "Rhai comments start with `//`, not `#`.";
 /// After indexing `()`, most often an empty `{}` meant as a map.
 const UNIT_INDEXED_HINT: &str = "the value indexed is `()`. In Rhai `{}` is an empty block, whose value is `()`: an empty map is `#{}`.";
 /// After `for` over something it cannot walk.
-const FOR_HINT: &str =
-    "`for` walks arrays, ranges, strings and maps (a map's keys); to count to a number `n`, walk `0..n`.";
+const FOR_HINT: &str = "`for` walks arrays, ranges, strings and maps (a map's keys); to count to a number `n`, walk `0..n`.";
 
 /// Every hint this crate appends to an error's message, each after a line
 /// break and `Hint: `. They are the host's words, not the script's: the agent
