@@ -218,7 +218,7 @@ fn sections() -> Vec<(&'static str, String)> {
             "feedback/error_at (Rhai: a method called on nothing)",
             after_script(
                 conversation(),
-                "let parts = \"a b\".split(\" \").reverse().join(\" \");\nfinal_result(parts)",
+                "let parts = \"b a\".split(\" \").sort().join(\" \");\nfinal_result(parts)",
                 Err(thrown(
                     "Function not found: join ((), &str | ImmutableString | String) (line 1, position 43)",
                 )),
@@ -459,6 +459,25 @@ fn sections() -> Vec<(&'static str, String)> {
             ));
             c.on_completion(
                 &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
+                &none,
+            );
+            fed_back(&c)
+        }),
+        ("notes/mend_applied", {
+            let mut c =
+                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+                    "get_weather".to_string(),
+                    "get_weather(city=string)".to_string(),
+                )]);
+            let script = "```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```";
+            c.on_reply(&reply(script, StopReason::EndTurn));
+            c.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
+                &none,
+            );
+            c.on_reply(&reply(script, StopReason::EndTurn));
+            c.on_completion(
+                &Ok(json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}})),
                 &none,
             );
             fed_back(&c)

@@ -785,7 +785,7 @@ pub fn observed_expression(script: &str) -> Option<String> {
 
 /// The method Rhai could not find for a receiver of `()` (`Function not
 /// found: join ((), &str | …)`): the value before the dot was nothing, most
-/// often what an in-place method returned (`parts.reverse().join(" ")`). The
+/// often what an in-place method returned (`parts.sort().join(" ")`). The
 /// name as Rhai gave it, when it is a plain name of at most 64 characters.
 pub fn called_on_unit(message: &str) -> Option<String> {
     let rest = message.split("Function not found: ").nth(1)?;
@@ -852,9 +852,9 @@ pub fn bare_array_method(
 }
 
 /// Rhai's methods that change their array or string in place and return `()`,
-/// which models chain as in JavaScript (`.reverse().join(…)`, `.trim().split(…)`).
+/// which models chain as in JavaScript (`.sort().join(…)`, `.trim().split(…)`).
+/// Not `reverse`: codeact's returns the array too (`codeact_rhai`'s spellings).
 const IN_PLACE_METHODS: &[&str] = &[
-    "reverse",
     "sort",
     "push",
     "append",
@@ -871,7 +871,7 @@ const IN_PLACE_METHODS: &[&str] = &[
     "crop",
 ];
 
-/// The first of Rhai's in-place methods a line calls (`.reverse(`), if any.
+/// The first of Rhai's in-place methods a line calls (`.sort(`), if any.
 pub fn in_place_method(line: &str) -> Option<&'static str> {
     IN_PLACE_METHODS
         .iter()
@@ -1211,8 +1211,8 @@ mod tests {
         );
         assert_eq!(called_on_unit("Function not found: a b ((), int)"), None);
         assert_eq!(
-            in_place_method("let r = words.split(\" \").reverse().join(\" \")"),
-            Some("reverse")
+            in_place_method("let r = words.split(\" \").sort().join(\" \")"),
+            Some("sort")
         );
         assert_eq!(in_place_method("let t = s.trim().sort()"), Some("trim"));
         assert_eq!(in_place_method("let t = s.split(\",\")"), None);
