@@ -401,6 +401,9 @@ struct ProposedMend {
     mended: String,
     /// The lines rewritten (1-based, inclusive), when the rewrite is of lines.
     lines: Option<(usize, usize)>,
+    /// Carried over from a step that ran as this mend and did not fail: kept
+    /// only while the script keeps not failing.
+    carried: bool,
 }
 
 impl ProposedMend {
@@ -419,6 +422,7 @@ impl ProposedMend {
             failed: script.to_string(),
             mended: mended.join("\n"),
             lines: Some((first, last)),
+            carried: false,
         }
     }
 }
@@ -469,6 +473,10 @@ pub struct Conversation {
     /// any: the next reply, when it is that same script again, runs as the
     /// rewrite ([`ProposedMend`]).
     proposed_mend: Option<ProposedMend>,
+    /// The mend the script in progress ran as: proposed again if that script
+    /// does not fail, so the same script sent once more runs the same way (and
+    /// the same value shown twice gets `hints/same_observation`).
+    applied_mend: Option<ProposedMend>,
     /// The feedback of the previous error, so the same text is never sent twice
     /// in a row.
     last_error_feedback: Option<String>,
@@ -602,6 +610,7 @@ impl Conversation {
             kept_reading_calls: Vec::new(),
             failed_script: None,
             proposed_mend: None,
+            applied_mend: None,
             last_error_feedback: None,
             repeated: false,
             last_observation: None,
@@ -798,6 +807,7 @@ impl Conversation {
         }
         let truncated = *stop_reason == StopReason::OutputTruncated;
         let mend = self.proposed_mend.take();
+        self.applied_mend = None;
         // A reasoning model's thinking stays in the history; its code is not
         // taken from there.
         let text = extract::without_fence_markers(&script_notes::without_thinking(&text));
@@ -866,7 +876,9 @@ impl Conversation {
             context! { first => mend.lines.map(|(first, _)| first), last => mend.lines.map(|(_, last)| last) },
         );
         self.pending_notes.push(note);
-        mend.mended
+        let mended = mend.mended.clone();
+        self.applied_mend = Some(mend);
+        mended
     }
 
     /// The script to run from the code of a reply, with notes for the next
@@ -1092,6 +1104,7 @@ impl Conversation {
             failed: script.to_string(),
             mended: rewritten.clone(),
             lines: None,
+            carried: false,
         });
         Some(self.prompts.render(
             "feedback/fallback_in_catch",
@@ -1186,8 +1199,12 @@ impl Conversation {
     ) -> (Decision, ScriptOutput) {
         let limit = self.config.feedback_limit;
         let script = self.current_script.clone().unwrap_or_default();
-        // Proposed afresh by this step's feedback, if at all.
-        self.proposed_mend = None;
+        // Proposed afresh by this step's feedback if it fails, else the mend
+        // it ran as, if any.
+        self.proposed_mend = self.applied_mend.take().map(|mend| ProposedMend {
+            carried: true,
+            ..mend
+        });
         if let Ok(value) = completion
             && let Some(held) = self.held_back(&script, value, logs)
         {
@@ -1674,6 +1691,10 @@ impl Conversation {
     /// Feeds back an error of the step in progress, made sharper when the same
     /// script, or the same feedback, failed last time.
     fn feed_back_error(&mut self, mut text: String, message: &str) {
+        // A mend carried from a step that did not fail is not kept for one
+        // that did; this step's own proposal (below, or a JavaScript fallback
+        // found before) is.
+        self.proposed_mend = self.proposed_mend.take().filter(|mend| !mend.carried);
         let script = self.current_script.take();
         let results = std::mem::take(&mut self.step_tool_results);
         let failed = std::mem::take(&mut self.step_failed_calls);
@@ -3888,32 +3909,61 @@ Fn(\"f\")
             "get_weather(city=string)".to_string(),
         )]);
         let script = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
+        let mended = "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
+        let failure = thrown(
+            "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
+        );
+        let berlin = json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}});
+        c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        c.on_completion(&failure, &logs());
+        let again = c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        assert_eq!(
+            again.next,
+            Next::RunScript {
+                code: mended.to_string()
+            }
+        );
+        c.on_completion(&Ok(berlin.clone()), &logs());
+        let text = last_feedback(&c);
+        assert!(
+            outside_fences(&text).contains("Note: your script is the same as one that failed, so the host ran it with lines 1 to 3 written as its feedback proposed."),
+            "{text}"
+        );
+        // Sent once more after the mend ran without failing, it runs mended
+        // again, and the same value shown twice is answered as such.
+        let third = c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        assert_eq!(
+            third.next,
+            Next::RunScript {
+                code: mended.to_string()
+            }
+        );
+        c.on_completion(&Ok(berlin), &logs());
+        let text = last_feedback(&c);
+        assert!(text.contains("showed the same value again"), "{text}");
+    }
+
+    #[test]
+    fn after_a_mend_that_failed_the_script_runs_as_written() {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
+        let script = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
         let failure = thrown(
             "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
         );
         c.on_reply(&reply(&format!("```python\n{script}\n```")));
         c.on_completion(&failure, &logs());
-        let again = c.on_reply(&reply(&format!("```python\n{script}\n```")));
-        let Next::RunScript { code } = &again.next else {
-            panic!("{:?}", again.next)
-        };
+        c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        c.on_completion(&thrown("ZeroDivisionError: division by zero"), &logs());
+        let next = c.on_reply(&reply(&format!("```python\n{script}\n```")));
         assert_eq!(
-            code,
-            "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)"
+            next.next,
+            Next::RunScript {
+                code: script.to_string()
+            }
         );
-        c.on_completion(&Ok(json!({"type": "observation", "value": 9.0})), &logs());
-        let text = last_feedback(&c);
-        assert!(
-            outside_fences(&text).contains("Note: your script is the same as the one that just failed, so the host ran it with lines 1 to 3 written as its last feedback proposed."),
-            "{text}"
-        );
-        // Only the reply right after the proposal is mended: a third copy, after
-        // feedback that proposed nothing, runs as written.
-        let third = c.on_reply(&reply(&format!("```python\n{script}\n```")));
-        let Next::RunScript { code } = &third.next else {
-            panic!("{:?}", third.next)
-        };
-        assert_eq!(code, script);
     }
 
     #[test]
