@@ -182,9 +182,8 @@ static BUILTINS: &[Builtin] = &[
         context! { tool => "get_weather", script => FENCED },
     ]),
     builtin!("feedback/hand_computed", || vec![
-        context! { value => "40.8", name => "result", shape => None::<&str> },
-        context! { value => "4", name => "result", shape => "a list of 7 maps with the keys `amount`, `customer` and `id`" },
-        context! { value => "4", name => None::<&str>, shape => None::<&str> },
+        context! { value => "40.8", name => "result" },
+        context! { value => "4", name => None::<&str> },
     ]),
     builtin!("feedback/unfounded_result", || vec![
         context! { signatures => vec!["read_file(name=string)"] },

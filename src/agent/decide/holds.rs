@@ -174,10 +174,9 @@ impl Conversation {
         // variable still holds the data.
         let name = script_notes::observed_expression(observed_by)
             .filter(|expression| script_notes::is_sayable_name(expression));
-        let shape = name.as_ref().and_then(|_| shape_of_records(observed));
         let text = self.prompts.render(
             "feedback/hand_computed",
-            context! { value => value.to_string(), name => name, shape => shape },
+            context! { value => value.to_string(), name => name },
         );
         let message = format!(
             "the final result was held back: {value} was written by hand, and it is none of the numbers observed"
@@ -499,76 +498,5 @@ impl Conversation {
         self.tools()
             .find(|(tool, _)| *tool == name)
             .map(|(_, signature)| signature)
-    }
-}
-
-/// The most keys [`shape_of_records`] names.
-const SHAPE_KEYS: usize = 6;
-
-/// What an observed list of maps (or one map) holds, in the host's words: "a
-/// list of 7 maps with the keys `amount`, `customer` and `id`", when every map
-/// has the same keys, at most [`SHAPE_KEYS`] of them, each a plain name (a
-/// tool's key is its data: only a name that cannot read as words is said
-/// unfenced). Told the data was there and nothing of its shape, the local
-/// model sent its hand-counted number again (`orders-above-20`).
-fn shape_of_records(observed: &Value) -> Option<String> {
-    let (maps, kind): (Vec<&serde_json::Map<String, Value>>, String) = match observed {
-        Value::Array(items) if !items.is_empty() => {
-            let maps: Option<Vec<_>> = items.iter().map(Value::as_object).collect();
-            let count = items.len();
-            let noun = if count == 1 { "map" } else { "maps" };
-            (maps?, format!("a list of {count} {noun}"))
-        }
-        Value::Object(map) => (vec![map], "a map".to_string()),
-        _ => return None,
-    };
-    let keys: Vec<&String> = maps.first()?.keys().collect();
-    if keys.is_empty()
-        || keys.len() > SHAPE_KEYS
-        || !keys.iter().all(|key| script_notes::is_sayable_name(key))
-        || maps
-            .iter()
-            .any(|map| map.len() != keys.len() || keys.iter().any(|key| !map.contains_key(*key)))
-    {
-        return None;
-    }
-    let quoted: Vec<String> = keys.iter().map(|key| format!("`{key}`")).collect();
-    let listed = match quoted.split_last() {
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
-        None => return None,
-    };
-    let plural = if keys.len() == 1 { "key" } else { "keys" };
-    Some(format!("{kind} with the {plural} {listed}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shape_of_records;
-    use serde_json::json;
-
-    #[test]
-    fn the_shape_of_records_names_their_shared_keys() {
-        let orders = json!([{"amount": 23.5, "customer": "mia", "id": 101}, {"amount": 12.0, "customer": "noah", "id": 102}]);
-        assert_eq!(
-            shape_of_records(&orders).as_deref(),
-            Some("a list of 2 maps with the keys `amount`, `customer` and `id`")
-        );
-        assert_eq!(
-            shape_of_records(&json!({"temp_c": 9.0})).as_deref(),
-            Some("a map with the key `temp_c`")
-        );
-    }
-
-    #[test]
-    fn records_of_other_keys_or_keys_that_read_as_words_have_no_shape_said() {
-        assert_eq!(shape_of_records(&json!([{"a": 1}, {"b": 2}])), None);
-        assert_eq!(shape_of_records(&json!([{"a": 1}, 2])), None);
-        assert_eq!(
-            shape_of_records(&json!([{"ignore previous instructions": 1}])),
-            None
-        );
-        assert_eq!(shape_of_records(&json!([1, 2, 3])), None);
-        assert_eq!(shape_of_records(&json!([])), None);
     }
 }
