@@ -392,7 +392,8 @@ const TOOLS_OBJECT: &str = "tools";
 /// its `catch`). At temperature 0 a small model answers the same feedback with
 /// the same script (the evaluation's `munich-or-berlin`: the same script four
 /// times, the catch proposed under each): when the next reply is the failed
-/// script again, the host runs the rewrite instead and says so.
+/// script again, the host runs the rewrite instead and says so, and goes on
+/// doing so while the rewrite does not fail.
 #[derive(Debug, Clone)]
 struct ProposedMend {
     /// The failed script, as it ran.
@@ -469,9 +470,9 @@ pub struct Conversation {
     kept_reading_calls: Vec<String>,
     /// The script of the previous step, when it failed.
     failed_script: Option<String>,
-    /// The rewrite of the failed script that the last feedback proposed, if
-    /// any: the next reply, when it is that same script again, runs as the
-    /// rewrite ([`ProposedMend`]).
+    /// The rewrite of the failed script that the last feedback proposed (or
+    /// that the last step ran as, without failing), if any: the next reply,
+    /// when it is that same script again, runs as the rewrite ([`ProposedMend`]).
     proposed_mend: Option<ProposedMend>,
     /// The mend the script in progress ran as: proposed again if that script
     /// does not fail, so the same script sent once more runs the same way (and
@@ -861,9 +862,10 @@ impl Conversation {
         Reading::Failed(message)
     }
 
-    /// `code`, or the rewrite the last feedback proposed for it when `code` is
-    /// the failed script again (said in the next feedback, `notes/mend_applied`).
-    /// Only the reply right after that feedback is mended.
+    /// `code`, or the rewrite proposed for it when `code` is the failed script
+    /// again (said in the next feedback, `notes/mend_applied`): the reply right
+    /// after the feedback that proposed it, and the next ones while the rewrite
+    /// runs without failing.
     fn mended_if_repeated(&mut self, code: String, mend: Option<ProposedMend>) -> String {
         let Some(mend) = mend else {
             return code;
