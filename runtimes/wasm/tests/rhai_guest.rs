@@ -104,6 +104,25 @@ fn variables_functions_and_printed_output_work_as_in_process() {
     );
 }
 
+/// The spellings in-process Rhai accepts from other languages hold in the guest
+/// (the same crate builds both engines): a map's loop walks its keys, and
+/// `reverse()` returns the array it reversed.
+#[test]
+fn map_loops_walk_keys_and_reverse_returns_the_array_as_in_process() {
+    let mut session = session(Limits::default());
+    let outcome = run(
+        &mut *session,
+        r#"let counts = #{b: 2, a: 1}; let seen = "";
+           for key in counts { seen += key; }
+           let words = [1, 2, 3]; let backwards = words.reverse();
+           final_result([seen, backwards, words])"#,
+    );
+    assert_eq!(
+        outcome.completion,
+        Ok(json!({"type": "final_result", "value": ["ab", [3, 2, 1], [3, 2, 1]]}))
+    );
+}
+
 #[test]
 fn tools_are_functions_whose_errors_the_script_can_catch() {
     let runtime = runtime(Limits::default());
