@@ -3904,27 +3904,44 @@ Fn(\"f\")
         );
     }
 
-    #[test]
-    fn the_same_failing_script_sent_again_runs_as_the_rewrite_the_feedback_proposed() {
+    /// A Python script that tests a tool's result for `None` where the tool
+    /// raises instead (`munich-or-berlin`).
+    const MUNICH_SCRIPT: &str = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
+
+    /// A Python conversation with `get_weather` whose first step ran
+    /// [`MUNICH_SCRIPT`] and failed on the tool's `ToolError`: its feedback
+    /// proposed the catch.
+    fn after_munich_failed() -> Conversation {
         let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
             "get_weather".to_string(),
             "get_weather(city=string)".to_string(),
         )]);
-        let script = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
+        c.on_reply(&python_reply(MUNICH_SCRIPT));
+        c.on_completion(
+            &thrown(
+                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
+            ),
+            &logs(),
+        );
+        c
+    }
+
+    fn python_reply(script: &str) -> ModelResponse {
+        reply(&format!("```python\n{script}\n```"))
+    }
+
+    fn runs(script: &str) -> Next {
+        Next::RunScript {
+            code: script.to_string(),
+        }
+    }
+
+    #[test]
+    fn the_same_failing_script_sent_again_runs_as_the_rewrite_the_feedback_proposed() {
+        let mut c = after_munich_failed();
         let mended = "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
-        let failure = thrown(
-            "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
-        );
         let berlin = json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}});
-        c.on_reply(&reply(&format!("```python\n{script}\n```")));
-        c.on_completion(&failure, &logs());
-        let again = c.on_reply(&reply(&format!("```python\n{script}\n```")));
-        assert_eq!(
-            again.next,
-            Next::RunScript {
-                code: mended.to_string()
-            }
-        );
+        assert_eq!(c.on_reply(&python_reply(MUNICH_SCRIPT)).next, runs(mended));
         c.on_completion(&Ok(berlin.clone()), &logs());
         let text = last_feedback(&c);
         assert!(
@@ -3933,13 +3950,7 @@ Fn(\"f\")
         );
         // Sent once more after the mend ran without failing, it runs mended
         // again, and the same value shown twice is answered as such.
-        let third = c.on_reply(&reply(&format!("```python\n{script}\n```")));
-        assert_eq!(
-            third.next,
-            Next::RunScript {
-                code: mended.to_string()
-            }
-        );
+        assert_eq!(c.on_reply(&python_reply(MUNICH_SCRIPT)).next, runs(mended));
         c.on_completion(&Ok(berlin), &logs());
         let text = last_feedback(&c);
         assert!(text.contains("showed the same value again"), "{text}");
@@ -3947,44 +3958,20 @@ Fn(\"f\")
 
     #[test]
     fn after_a_mend_that_failed_the_script_runs_as_written() {
-        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-            "get_weather".to_string(),
-            "get_weather(city=string)".to_string(),
-        )]);
-        let script = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
-        let failure = thrown(
-            "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
-        );
-        c.on_reply(&reply(&format!("```python\n{script}\n```")));
-        c.on_completion(&failure, &logs());
-        c.on_reply(&reply(&format!("```python\n{script}\n```")));
+        let mut c = after_munich_failed();
+        c.on_reply(&python_reply(MUNICH_SCRIPT));
         c.on_completion(&thrown("ZeroDivisionError: division by zero"), &logs());
-        let next = c.on_reply(&reply(&format!("```python\n{script}\n```")));
         assert_eq!(
-            next.next,
-            Next::RunScript {
-                code: script.to_string()
-            }
+            c.on_reply(&python_reply(MUNICH_SCRIPT)).next,
+            runs(MUNICH_SCRIPT)
         );
     }
 
     #[test]
     fn another_script_after_a_proposed_rewrite_runs_as_written() {
-        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-            "get_weather".to_string(),
-            "get_weather(city=string)".to_string(),
-        )]);
-        c.on_reply(&reply("```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```"));
-        c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'"),
-            &logs(),
-        );
+        let mut c = after_munich_failed();
         let other = "observation(get_weather(\"Berlin\"))";
-        let next = c.on_reply(&reply(&format!("```python\n{other}\n```")));
-        let Next::RunScript { code } = &next.next else {
-            panic!("{:?}", next.next)
-        };
-        assert_eq!(code, other);
+        assert_eq!(c.on_reply(&python_reply(other)).next, runs(other));
     }
 
     #[test]
