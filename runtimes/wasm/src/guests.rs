@@ -36,6 +36,14 @@ pub enum Launch {
     CodeactAbi,
 }
 
+impl Launch {
+    /// Whether the guest starts by turns, from a memory template (the `turns`
+    /// module): the CPython reactor, whose `turn` export returns between calls.
+    pub(crate) fn by_turns(self) -> bool {
+        self == Launch::CPython(CPythonBuild::Reactor)
+    }
+}
+
 /// How a CPython guest is built, which decides how it is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CPythonBuild {

@@ -234,8 +234,15 @@ impl StdioSession {
         let prelude = blueprint
             .prelude
             .map(|template| {
+                // A guest started by turns leaves its serving loop for the
+                // second turn (see the prelude's end).
+                let by_turns = if blueprint.guest.launch.by_turns() {
+                    "True"
+                } else {
+                    "False"
+                };
                 render_prelude(template, tools.specs(), &blueprint.limits)
-                    .replace("__CODEACT_BY_TURNS__", by_turns(&blueprint.guest))
+                    .replace("__CODEACT_BY_TURNS__", by_turns)
             })
             .unwrap_or_default();
         let argv = blueprint.guest.argv(&prelude, &blueprint.limits);
@@ -327,18 +334,17 @@ impl StdioSession {
         let deadline = Instant::now() + self.blueprint.startup_time;
         locked(&exchange).deadline = Some(deadline);
 
-        let turns =
-            (self.blueprint.guest.launch == Launch::CPython(CPythonBuild::Reactor)).then(|| {
-                let folders: Vec<(String, bool)> = (self.files.iter())
-                    .flat_map(|view| view.dirs.iter())
-                    .map(|dir| (dir.guest.clone(), dir.writable))
-                    .collect();
-                TurnStart {
-                    key: turns::template_key(&self.prelude, &folders),
-                    prelude: self.prelude.clone(),
-                    templates: self.blueprint.templates.clone(),
-                }
-            });
+        let turns = self.blueprint.guest.launch.by_turns().then(|| {
+            let folders: Vec<(String, bool)> = (self.files.iter())
+                .flat_map(|view| view.dirs.iter())
+                .map(|dir| (dir.guest.clone(), dir.writable))
+                .collect();
+            TurnStart {
+                key: turns::template_key(&self.prelude, &folders),
+                prelude: self.prelude.clone(),
+                templates: self.blueprint.templates.clone(),
+            }
+        });
         let call = guest_call(
             pre,
             store,
@@ -518,16 +524,6 @@ impl StdioSession {
             message: "the script wrote to the host's protocol channel itself (a message after its tool call or its result)".into(),
             detail: None,
         }
-    }
-}
-
-/// What the prelude's `__CODEACT_BY_TURNS__` becomes: `True` for a guest started
-/// by turns, whose prelude leaves its serving loop for the second turn.
-fn by_turns(guest: &Guest) -> &'static str {
-    if guest.launch == Launch::CPython(CPythonBuild::Reactor) {
-        "True"
-    } else {
-        "False"
     }
 }
 
