@@ -412,3 +412,45 @@ fn importlib_metadata_reads_a_distribution_version() {
         .expect("the run finishes");
     assert_eq!(value(&outcome), "2.5.2");
 }
+
+/// An attacker's script plants its own `__codeact_serve` (in `__main__` and the
+/// builtins) and then forces a restart with a memory bomb: the fresh instance
+/// starts from the template, taken before any script ran, so the planted
+/// function never runs and the next script is served by the host's loop.
+#[test]
+fn a_planted_serving_loop_is_not_what_a_restarted_session_runs() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    session
+        .run(concat!(
+            "import __main__, builtins\n",
+            "def planted():\n    print('planted loop ran')\n    while True:\n        pass\n",
+            "__main__.__codeact_serve = planted\n",
+            "builtins.__codeact_serve = planted\n",
+            "final_result(1)",
+        ))
+        .expect("the run finishes");
+    let outcome = session
+        .run("import numpy as np\nblocks = []\nwhile True:\n    blocks.append(np.ones(1 << 24))")
+        .expect("the run finishes");
+    assert!(
+        matches!(
+            &outcome.completion,
+            Err(ScriptError::LimitExceeded {
+                limit: LimitKind::Memory,
+                ..
+            })
+        ),
+        "{:?}",
+        outcome.completion
+    );
+    let outcome = session
+        .run("final_result(6 * 7)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 42);
+    assert!(
+        !outcome.logs.render().contains("planted"),
+        "{}",
+        outcome.logs.render()
+    );
+}
