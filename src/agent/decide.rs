@@ -384,6 +384,11 @@ impl Progress {
     }
 }
 
+/// The most lines besides the proposed ones a script may have changed for
+/// `notes/changed_beside_mend` to show them: past that, the script is a new
+/// one, not the failed one mended.
+const CHANGES_BESIDE_MEND: usize = 3;
+
 /// The object JavaScript scripts call tools through (`tools.get_weather({…})`).
 const TOOLS_OBJECT: &str = "tools";
 
@@ -474,10 +479,17 @@ pub struct Conversation {
     /// that the last step ran as, without failing), if any: the next reply,
     /// when it is that same script again, runs as the rewrite ([`ProposedMend`]).
     proposed_mend: Option<ProposedMend>,
-    /// The mend the script in progress ran as: proposed again if that script
-    /// does not fail, so the same script sent once more runs the same way (and
-    /// the same value shown twice gets `hints/same_observation`).
+    /// The mend the script in progress ran as, or took a line of while
+    /// changing others (`notes/changed_beside_mend`): proposed again if that
+    /// script does not fail, so the same script sent once more runs the same
+    /// way (and the same value shown twice gets `hints/same_observation`),
+    /// and the failed script sent again, as the note invites, runs mended.
     applied_mend: Option<ProposedMend>,
+    /// For the script in progress, when it took the line its feedback
+    /// proposed and changed other lines of the failed script too, the note
+    /// that shows them (`notes/changed_beside_mend`): said with its
+    /// observation.
+    changed_beside_mend: Option<String>,
     /// The feedback of the previous error, so the same text is never sent twice
     /// in a row.
     last_error_feedback: Option<String>,
@@ -612,6 +624,7 @@ impl Conversation {
             failed_script: None,
             proposed_mend: None,
             applied_mend: None,
+            changed_beside_mend: None,
             last_error_feedback: None,
             repeated: false,
             last_observation: None,
@@ -809,6 +822,7 @@ impl Conversation {
         let truncated = *stop_reason == StopReason::OutputTruncated;
         let mend = self.proposed_mend.take();
         self.applied_mend = None;
+        self.changed_beside_mend = None;
         // A reasoning model's thinking stays in the history; its code is not
         // taken from there.
         let text = extract::without_fence_markers(&script_notes::without_thinking(&text));
@@ -871,6 +885,10 @@ impl Conversation {
             return code;
         };
         if !script_notes::same_script(&code, &mend.failed) {
+            self.changed_beside_mend = self.changes_beside(&mend, &code);
+            if self.changed_beside_mend.is_some() {
+                self.applied_mend = Some(mend);
+            }
             return code;
         }
         let note = self.prompts.render(
@@ -881,6 +899,61 @@ impl Conversation {
         let mended = mend.mended.clone();
         self.applied_mend = Some(mend);
         mended
+    }
+
+    /// When `code` took the lines `mend` proposed and changed up to
+    /// [`CHANGES_BESIDE_MEND`] other lines of the failed script, the note
+    /// that shows each change (`notes/changed_beside_mend`), the lines
+    /// fenced. Given a `temp_c` line for its failing sum, the local model
+    /// took it and also dropped the `/ 3` of the next line, then finished
+    /// with the sum it observed (the evaluation's `average-temperature`,
+    /// Python, both runs of label `mend`).
+    fn changes_beside(&self, mend: &ProposedMend, code: &str) -> Option<String> {
+        let (first, last) = mend.lines?;
+        let grown = mend.mended.lines().count() as isize - mend.failed.lines().count() as isize;
+        let last_rewritten = (last as isize + grown).max(first as isize) as usize;
+        let numbered = |script: &str| -> Vec<(usize, String)> {
+            script
+                .lines()
+                .enumerate()
+                .map(|(index, line)| (index + 1, line.trim().to_string()))
+                .filter(|(_, line)| !line.is_empty())
+                .collect()
+        };
+        let proposed = numbered(&mend.mended);
+        let sent = numbered(code);
+        if proposed.len() != sent.len() {
+            return None;
+        }
+        let mut changes = Vec::new();
+        for ((at, was), (line, now)) in proposed.iter().zip(&sent) {
+            if was == now {
+                continue;
+            }
+            if (first..=last_rewritten).contains(at) {
+                // The proposed line itself was not taken.
+                return None;
+            }
+            changes.push((*line, was.clone(), now.clone()));
+        }
+        if changes.is_empty() || changes.len() > CHANGES_BESIDE_MEND {
+            return None;
+        }
+        let limit = self.config.feedback_limit;
+        let changes: Vec<_> = changes
+            .iter()
+            .map(|(line, was, now)| {
+                context! {
+                    line => line,
+                    before => feedback::fenced(was, limit),
+                    after => feedback::fenced(now, limit),
+                }
+            })
+            .collect();
+        Some(self.prompts.render(
+            "notes/changed_beside_mend",
+            context! { changes => changes, first => first, last => last },
+        ))
     }
 
     /// The script to run from the code of a reply, with notes for the next
@@ -1490,7 +1563,17 @@ impl Conversation {
             }
             ScriptOutput::Observation { value } => {
                 let script = self.current_script.as_deref().unwrap_or_default();
-                let text = feedback::observation(&self.prompts, value, script, logs, limit);
+                // A value from lines changed beside a mend is not offered as
+                // the answer: the note after it asks whether they were meant.
+                let may_offer = self.changed_beside_mend.is_none();
+                let text = feedback::observation_offering(
+                    &self.prompts,
+                    value,
+                    script,
+                    logs,
+                    limit,
+                    may_offer,
+                );
                 self.observed(text, value, logs);
                 self.continue_or_stop()
             }
@@ -1601,6 +1684,10 @@ impl Conversation {
 
     fn observed(&mut self, mut text: String, value: &Value, logs: &LogBuffer) {
         if let Some(note) = self.made_up_filter_note() {
+            text.push_str("\n\n");
+            text.push_str(&note);
+        }
+        if let Some(note) = self.changed_beside_mend.take() {
             text.push_str("\n\n");
             text.push_str(&note);
         }
@@ -4060,6 +4147,90 @@ Fn(\"f\")
             text.ends_with("Fix the script and reply with a corrected one."),
             "{text}"
         );
+    }
+
+    /// A Python conversation with `get_weather` whose first script added two
+    /// of its maps on line 1 and failed: its feedback proposed line 1 with
+    /// `["temp_c"]` taken.
+    fn after_maps_were_added() -> Conversation {
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
+        c.on_reply(&python_reply(
+            "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result / 2, 1)\nobservation(result)",
+        ));
+        c.note_tool_results(vec![
+            seen(
+                "get_weather",
+                json!({"city": "Paris"}),
+                json!({"city": "Paris", "temp_c": 14.5}),
+            ),
+            seen(
+                "get_weather",
+                json!({"city": "Oslo"}),
+                json!({"city": "Oslo", "temp_c": 3.0}),
+            ),
+        ]);
+        c.on_completion(
+            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'"),
+            &logs(),
+        );
+        c
+    }
+
+    #[test]
+    fn a_script_that_took_the_proposed_line_and_changed_another_is_shown_that_change() {
+        let mut c = after_maps_were_added();
+        c.on_reply(&python_reply(
+            "result = get_weather(\"Paris\")[\"temp_c\"] + get_weather(\"Oslo\")[\"temp_c\"]\nresult = round(result, 1)\nobservation(result)",
+        ));
+        c.on_completion(&Ok(json!({"type": "observation", "value": 17.5})), &logs());
+        let text = last_feedback(&c);
+        let host = outside_fences(&text);
+        assert!(
+            host.contains("Besides taking line 1 as the host proposed, your script changed another line of the script that failed"),
+            "{text}"
+        );
+        assert!(host.contains("line 2 was\n"), "{text}");
+        assert!(!host.contains("If it is the answer"), "not offered: {text}");
+        assert!(
+            text.contains("\nresult = round(result / 2, 1)\n</untrusted-"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nresult = round(result, 1)\n</untrusted-"),
+            "{text}"
+        );
+        assert!(
+            host.trim_end().ends_with("send the script that failed again: the host runs it with only line 1 written as it proposed."),
+            "{text}"
+        );
+        // The failed script sent again, as invited, runs mended.
+        let failed = "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result / 2, 1)\nobservation(result)";
+        let mended = "result = get_weather(\"Paris\")[\"temp_c\"] + get_weather(\"Oslo\")[\"temp_c\"]\nresult = round(result / 2, 1)\nobservation(result)";
+        assert_eq!(c.on_reply(&python_reply(failed)).next, runs(mended));
+    }
+
+    #[test]
+    fn a_script_that_took_only_the_proposed_line_or_rewrote_it_otherwise_is_shown_no_change() {
+        for script in [
+            // The proposed line, nothing else changed.
+            "result = get_weather(\"Paris\")[\"temp_c\"] + get_weather(\"Oslo\")[\"temp_c\"]\nresult = round(result / 2, 1)\nobservation(result)",
+            // Line 1 mended its own way: no line of the host's was taken.
+            "result = get_weather(\"Paris\")[\"temp\"] + get_weather(\"Oslo\")[\"temp\"]\nresult = round(result, 1)\nobservation(result)",
+            // A new script, not the failed one mended.
+            "observation(get_weather(\"Paris\"))",
+        ] {
+            let mut c = after_maps_were_added();
+            c.on_reply(&python_reply(script));
+            c.on_completion(&Ok(json!({"type": "observation", "value": 17.5})), &logs());
+            let text = last_feedback(&c);
+            assert!(
+                !text.contains("Besides taking the line"),
+                "{script}\n{text}"
+            );
+        }
     }
 
     #[test]

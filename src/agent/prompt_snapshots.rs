@@ -520,6 +520,52 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("notes/changed_beside_mend", {
+            let mut c =
+                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+                    "get_weather".to_string(),
+                    "get_weather(city=string)".to_string(),
+                )]);
+            c.on_reply(&reply(
+                "```python\nresult = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result / 2, 1)\nobservation(result)\n```",
+                StopReason::EndTurn,
+            ));
+            c.note_tool_results(
+                ["Paris", "Oslo"]
+                    .iter()
+                    .map(|city| crate::agent::feedback::ToolResultSeen {
+                        tool: "get_weather".to_string(),
+                        args: json!({"city": city}),
+                        value: json!({"city": city, "condition": "snow", "temp_c": 3.0}),
+                    })
+                    .collect(),
+            );
+            c.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'")),
+                &none,
+            );
+            c.on_reply(&reply(
+                "```python\nresult = get_weather(\"Paris\")[\"temp_c\"] + get_weather(\"Oslo\")[\"temp_c\"]\nresult = round(result, 1)\nobservation(result)\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(&Ok(json!({"type": "observation", "value": 6.0})), &none);
+            fed_back(&c)
+        }),
+        (
+            "feedback/observation (a string observed as a literal, offered fenced)",
+            {
+                let mut c = Conversation::new("task", &["python"], LoopConfig::default());
+                c.on_reply(&reply(
+                    "```python\nobservation(\"four three two one\")\n```",
+                    StopReason::EndTurn,
+                ));
+                c.on_completion(
+                    &Ok(json!({"type": "observation", "value": "four three two one"})),
+                    &none,
+                );
+                fed_back(&c)
+            },
+        ),
         ("feedback/made_up_filter_seen", {
             let mut c = Conversation::new(
                 "How many orders have an amount above 20 euros? Return the count.",

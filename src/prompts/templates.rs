@@ -85,9 +85,10 @@ static BUILTINS: &[Builtin] = &[
     ]),
     builtin!("feedback/fix_it", || vec![context! {}]),
     builtin!("feedback/observation", || vec![
-        context! { value => FENCED, logs => FENCED, offer => false, call => None::<&str> },
-        context! { value => FENCED, logs => "", offer => true, call => "final_result(9)" },
-        context! { value => FENCED, logs => "", offer => true, call => None::<&str> },
+        context! { value => FENCED, logs => FENCED, offer => false, call => None::<&str>, fenced_call => None::<&str> },
+        context! { value => FENCED, logs => "", offer => true, call => "final_result(9)", fenced_call => None::<&str> },
+        context! { value => FENCED, logs => "", offer => true, call => None::<&str>, fenced_call => FENCED },
+        context! { value => FENCED, logs => "", offer => true, call => None::<&str>, fenced_call => None::<&str> },
     ]),
     builtin!("feedback/error", || vec![
         context! { message => FENCED, logs => FENCED },
@@ -327,6 +328,13 @@ static BUILTINS: &[Builtin] = &[
         context! { first => 3, last => 5 },
         context! { first => 9, last => 9 },
         context! { first => None::<usize>, last => None::<usize> },
+    ]),
+    builtin!("notes/changed_beside_mend", || vec![
+        context! { first => 9, last => 9, changes => vec![context! { line => 10, before => FENCED, after => FENCED }] },
+        context! { first => 1, last => 3, changes => vec![
+            context! { line => 4, before => FENCED, after => FENCED },
+            context! { line => 6, before => FENCED, after => FENCED },
+        ] },
     ]),
     builtin!("hints/same_script", || vec![context! {}]),
     builtin!("hints/same_observation", || vec![
