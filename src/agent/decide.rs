@@ -1566,14 +1566,8 @@ impl Conversation {
                 // A value from lines changed beside a mend is not offered as
                 // the answer: the note after it asks whether they were meant.
                 let may_offer = self.changed_beside_mend.is_none();
-                let text = feedback::observation_offering(
-                    &self.prompts,
-                    value,
-                    script,
-                    logs,
-                    limit,
-                    may_offer,
-                );
+                let text =
+                    feedback::observation(&self.prompts, value, script, logs, limit, may_offer);
                 self.observed(text, value, logs);
                 self.continue_or_stop()
             }

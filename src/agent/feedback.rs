@@ -26,19 +26,9 @@ use crate::untrusted::{UntrustedText, fence};
 /// JavaScript). A map is not offered, not even by its one number: offered
 /// `final_result(result["temp_c"])`, the local model took it where the task
 /// wanted a comparison, and took a user's `user_id` for the email asked for.
+/// Nothing is offered unless `may_offer`: not where the host doubts the value
+/// (`notes/changed_beside_mend` follows it).
 pub fn observation(
-    prompts: &Prompts,
-    value: &Value,
-    script: &str,
-    logs: &LogBuffer,
-    limit: usize,
-) -> String {
-    observation_offering(prompts, value, script, logs, limit, true)
-}
-
-/// [`observation`], with the answer offered only when `may_offer`: not where
-/// the host doubts the value (`notes/changed_beside_mend` follows it).
-pub fn observation_offering(
     prompts: &Prompts,
     value: &Value,
     script: &str,
@@ -1107,7 +1097,8 @@ mod tests {
                 &json!("plain"),
                 "observation(word)",
                 &LogBuffer::new(10),
-                100
+                100,
+                true
             )),
             "Observation:\n<untrusted>\nplain\n</untrusted>\n\nIf it is the answer, finish with final_result(word)."
         );
@@ -1117,7 +1108,8 @@ mod tests {
                 &json!({"a": [1]}),
                 "observation(a)",
                 &logs,
-                100
+                100,
+                true
             )),
             "Observation:\n<untrusted>\n{\"a\":[1]}\n</untrusted>\n\nPrinted output:\n<untrusted>\nstep 1\n</untrusted>"
         );
@@ -1156,6 +1148,7 @@ mod tests {
                 script,
                 &LogBuffer::new(10),
                 1_000,
+                true,
             );
             text.rsplit("\n\n").next().unwrap_or_default().to_string()
         };
@@ -1241,6 +1234,7 @@ mod tests {
             "observation(x)",
             &LogBuffer::new(10),
             1_000,
+            true,
         );
         let lines: Vec<&str> = text.lines().collect();
         let close = lines.last().expect("a closing line");

@@ -117,6 +117,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 "observation(rows)",
                 &logs,
                 LIMIT,
+                true,
             ),
         ),
         (
@@ -127,6 +128,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 "let name = best(rows);\nobservation(name);",
                 &none,
                 LIMIT,
+                true,
             ),
         ),
         (
