@@ -1156,6 +1156,60 @@ fn ctrl_c_cancels_a_run_cleanly_and_the_transcript_resumes() {
     );
 }
 
+/// The README's first command: a recorded run of the local model that fails
+/// on a syntax error, takes the lines the host's feedback rewrote, observes
+/// the average and answers it, right. The feedback is recomputed by this
+/// tree, so a change that no longer hands back those lines fails here.
+#[test]
+fn the_readmes_first_command_replays_a_recovery_from_an_error_to_the_right_answer() {
+    let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args([
+            "run",
+            "--model",
+            "replay:fixtures/transcripts/demo-rhai-average.jsonl",
+            "--tools",
+            "fixtures/tools/demo.json",
+            "--events",
+            "jsonl",
+            "What is the average temperature in Paris, Oslo and Madrid, rounded to one decimal place? Return the number.",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("codeact runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let (last, events) = lines.split_last().expect("lines");
+    assert_eq!(*last, r#"{"type":"final_result","value":13.0}"#);
+    let events: Vec<serde_json::Value> = events
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let kind = |event: &serde_json::Value| event["event"].as_str().unwrap_or_default().to_string();
+    let order: Vec<String> = events
+        .iter()
+        .map(kind)
+        .filter(|k| ["error", "observation", "finished"].contains(&k.as_str()))
+        .collect();
+    assert_eq!(order, ["error", "observation", "finished"]);
+    assert_eq!(events.iter().filter(|e| kind(e) == "tool_call").count(), 3);
+    let fed_back = events
+        .iter()
+        .filter(|e| kind(e) == "message" && e["message"]["role"] == "user")
+        .map(|e| e["message"].to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        fed_back.contains("give a variable two names")
+            && fed_back.contains("weather.paris = get_weather"),
+        "{fed_back}"
+    );
+}
+
 /// `--events jsonl`: every event on stdout as a JSON line, as it happens, and the
 /// final ScriptOutput still the last line.
 #[test]
