@@ -469,10 +469,13 @@ pub struct Conversation {
     stub_sections: Vec<String>,
     /// Those readings themselves (`json.loads(read_file(name="a.json"))`).
     stub_readings: Vec<String>,
-    /// The host's tool called with the defaults of each stub kept as its
-    /// reading in the step in progress (`read_file(name="sales.csv")`): what
-    /// a later script writes, the stub being gone by then.
-    kept_reading_calls: Vec<String>,
+    /// For each stub kept as its reading in the step in progress, the
+    /// script that observes that reading in a later script, the stub being
+    /// gone by then: its imports, then `observation(...)` of the reading over
+    /// the host's tool given the stub's defaults
+    /// (`observation(list(csv.DictReader(read_file(name="sales.csv").splitlines())))`),
+    /// or of the tool's call alone when the reading has no defaults to give.
+    kept_reading_observations: Vec<String>,
     /// The script of the previous step, when it failed.
     failed_script: Option<String>,
     /// The rewrite of the failed script that the last feedback proposed (or
@@ -620,7 +623,7 @@ impl Conversation {
             faked_tools: Vec::new(),
             stub_sections: Vec::new(),
             stub_readings: Vec::new(),
-            kept_reading_calls: Vec::new(),
+            kept_reading_observations: Vec::new(),
             failed_script: None,
             proposed_mend: None,
             applied_mend: None,
@@ -964,7 +967,7 @@ impl Conversation {
         self.step_tool_results.clear();
         self.stub_sections.clear();
         self.stub_readings.clear();
-        self.kept_reading_calls.clear();
+        self.kept_reading_observations.clear();
         let helpers = script_notes::HELPERS.len();
         // A Python script that writes its own stub of a tool and then calls
         // it meant to call the tool: the stub is taken out (and the model
@@ -1062,14 +1065,37 @@ impl Conversation {
                 dropped_imports.retain(|(_, import)| !script_notes::uses_import(import, &shim));
                 put_back.push((*line, shim));
                 kept_readings.push(name);
-                // The tool called with the stub's defaults: a later script
-                // has the host's tool back, not this definition.
+                // The reading over the tool given the stub's defaults, with
+                // the imports it uses: a later script has the host's tool
+                // back, not this definition. Else the tool's call alone.
                 let parameters = script_notes::signature_parameters(&self.tool_signatures[tool]);
-                if let Some((_, defaults)) =
-                    script_notes::stub_with_defaults(header, name, &parameters)
-                {
-                    self.kept_reading_calls.push(format!("{name}({defaults})"));
-                }
+                let defaults = script_notes::stub_with_defaults(header, name, &parameters)
+                    .map(|(_, defaults)| defaults);
+                // Without defaults the reading would name the stub's own
+                // parameter, undefined in a later script.
+                let reading = defaults
+                    .as_ref()
+                    .and_then(|_| self.stub_reading(&code, name, false));
+                let observed = match reading {
+                    Some(reading) => {
+                        let imports: Vec<&str> = stubs
+                            .imports
+                            .iter()
+                            .filter(|(_, import)| script_notes::uses_import(import, &reading))
+                            .map(|(_, import)| import.trim())
+                            .collect();
+                        Some(
+                            imports
+                                .into_iter()
+                                .map(String::from)
+                                .chain([format!("observation({reading})")])
+                                .collect::<Vec<_>>()
+                                .join("\n"),
+                        )
+                    }
+                    None => defaults.map(|defaults| format!("observation({name}({defaults}))")),
+                };
+                self.kept_reading_observations.extend(observed);
                 continue;
             }
             // The imports the reading to suggest uses stay too.
@@ -1192,11 +1218,16 @@ impl Conversation {
 
     /// For a script that defined no function of its own but kept a stub's
     /// reading with defaults (`def read_file(name="sales.csv")`, a
-    /// `final_result` stub taken out), the line that looks at what the tool
-    /// gives, `observation(read_file(name="sales.csv"))` (the next script has
-    /// the host's tool back, not the stub: `read_file()` failed for want of a
-    /// name, in an unrecorded run of 2026-12-03), fenced like every line the host hands the
-    /// model to write. The local model, told only that nothing ran, echoed the
+    /// `final_result` stub taken out), the script that looks at what that
+    /// reading gives, written over the host's tool with the stub's defaults
+    /// (`import csv` and
+    /// `observation(list(csv.DictReader(read_file(name="sales.csv").splitlines())))`:
+    /// the next script has the host's tool back, not the stub, and
+    /// `read_file()` failed for want of a name, in an unrecorded run of
+    /// 2026-12-03), fenced like every line the host hands the model to write.
+    /// Offered the tool's call alone, the model read the file's raw text where
+    /// the feedback said "what your reading of the file gives" (label
+    /// `offer-fenced`, `best-seller`). The local model, told only that nothing ran, echoed the
     /// error text until its errors ran out; given the line in the host's words
     /// it sent its script back unchanged (label `echo`); given it fenced, it
     /// replied with the fenced line, markers and all, which now runs
@@ -1205,11 +1236,8 @@ impl Conversation {
         if !uncalled.is_empty() {
             return None;
         }
-        match self.kept_reading_calls.as_slice() {
-            [call] => Some(feedback::fenced(
-                &format!("observation({call})"),
-                self.config.feedback_limit,
-            )),
+        match self.kept_reading_observations.as_slice() {
+            [script] => Some(feedback::fenced(script, self.config.feedback_limit)),
             _ => None,
         }
     }
@@ -3212,22 +3240,21 @@ Fn(\"f\")
             &logs(),
         );
         let text = last_feedback(&c);
+        // The stub's reading, over the host's tool with the stub's default,
+        // and the import it uses.
+        let observe = "import csv\nobservation(list(csv.DictReader(read_file(name=\"sales.csv\").splitlines())))";
         let fenced: Vec<&str> = text
             .lines()
             .skip_while(|line| !line.starts_with("<untrusted-"))
-            .take(3)
+            .take(4)
             .collect();
-        assert_eq!(
-            fenced.get(1).copied(),
-            Some("observation(read_file(name=\"sales.csv\"))"),
-            "{text}"
-        );
-        // The model answers with the fenced line as it was shown: it runs.
+        assert_eq!(fenced[1..3].join("\n"), observe, "{text}");
+        // The model answers with the fenced lines as they were shown: they run.
         let next = c.on_reply(&reply(&fenced.join("\n"))).next;
         assert_eq!(
             next,
             Next::RunScript {
-                code: "observation(read_file(name=\"sales.csv\"))".into()
+                code: observe.into()
             }
         );
     }

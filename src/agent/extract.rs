@@ -110,17 +110,39 @@ pub fn without_fence_markers(reply: &str) -> String {
 
 /// The last line of a reply without blocks, when it is a whole result-helper
 /// call: models often answer an observation with just `final_result(10.0)`.
+/// Python import lines right above it come with it: the host hands a
+/// reading to observe as `import csv` and the call, fenced, and a model that
+/// echoes the fence echoes both.
 fn bare_helper_call(reply: &str) -> Option<String> {
-    let last = reply
-        .lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())?
-        .trim();
+    let mut lines = reply.lines().rev().filter(|line| !line.trim().is_empty());
+    let last = lines.next()?.trim();
     let last = last.strip_suffix(';').unwrap_or(last);
     let calls_helper = ["final_result(", "observation("]
         .iter()
         .any(|helper| last.starts_with(helper));
-    (calls_helper && last.ends_with(')') && balanced(last)).then(|| last.to_string())
+    if !(calls_helper && last.ends_with(')') && balanced(last)) {
+        return None;
+    }
+    let is_import = |line: &str| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["import", names @ ..] => !names.is_empty(),
+            ["from", _, "import", _, ..] => true,
+            _ => false,
+        }
+    };
+    let mut imports: Vec<&str> = lines
+        .map(str::trim)
+        .take_while(|line| is_import(line))
+        .collect();
+    imports.reverse();
+    Some(
+        imports
+            .into_iter()
+            .chain([last])
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
 }
 
 /// Whether the brackets of `code` close in order (quotes are not parsed: a
@@ -367,6 +389,18 @@ mod tests {
         assert_eq!(
             extract_code("The mean is 10.\nfinal_result(mean);", &["js"]),
             code("final_result(mean)")
+        );
+        // The import lines right above the call come with it; prose does not.
+        assert_eq!(
+            extract_code(
+                "Reading it:\nimport csv\nfrom io import StringIO\nobservation(list(csv.reader(x)))",
+                &["python"]
+            ),
+            code("import csv\nfrom io import StringIO\nobservation(list(csv.reader(x)))")
+        );
+        assert_eq!(
+            extract_code("import\nfinal_result(1)", &["python"]),
+            code("final_result(1)")
         );
         assert_eq!(
             extract_code("final_result(f(1)", &["js"]),

@@ -326,7 +326,7 @@ fn a_broken_replacement_is_refused_with_a_clear_error_and_changes_nothing() {
     assert!(matches!(err, TemplateError::Render { .. }), "{err}");
     assert_eq!(
         err.to_string(),
-        "prompt template 'feedback/observation' does not render: undefined value (in feedback/observation:2); the variables the host gives feedback/observation are: value, logs, offer, call"
+        "prompt template 'feedback/observation' does not render: undefined value (in feedback/observation:2); the variables the host gives feedback/observation are: value, logs, offer, call, fenced_call"
     );
 
     let err = prompts
