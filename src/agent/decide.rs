@@ -1048,6 +1048,9 @@ impl Conversation {
         let stubs = script_notes::without_python_defs(&code, &names);
         let mut defaults_of: Vec<(&str, String)> = Vec::new();
         let mut kept_readings: Vec<&str> = Vec::new();
+        // Each kept stub's reading over the host's tool with its defaults,
+        // when it has them: what a later script writes for it.
+        let mut readings_in_place: Vec<(&str, String)> = Vec::new();
         // The readings to suggest for stubs not kept, by tool: said if the
         // script fails (`feedback/stub_reading`).
         let mut suggested_readings: Vec<(&str, String)> = Vec::new();
@@ -1076,6 +1079,9 @@ impl Conversation {
                 let reading = defaults
                     .as_ref()
                     .and_then(|_| self.stub_reading(&code, name, false));
+                if let Some(reading) = &reading {
+                    readings_in_place.push((name.as_str(), reading.clone()));
+                }
                 let observed = match reading {
                     Some(reading) => {
                         let imports: Vec<&str> = stubs
@@ -1143,11 +1149,19 @@ impl Conversation {
             self.pending_notes.push(note);
             if kept_reading {
                 // What to pass a function the script never called: the
-                // stub itself, when its defaults name the file.
+                // stub's reading over the host's tool, when its defaults
+                // name the file. Not the stub itself (`read_file()`): the
+                // local model sent the call alone, where the stub is gone
+                // and the host's tool wants its name (label
+                // `probe-kept-reading`, `out-of-stock`).
                 if stubs.headers.iter().any(|(_, of, header)| {
                     of == name && script_notes::all_parameters_defaulted(header, name)
                 }) {
-                    self.stub_readings.push(format!("{name}()"));
+                    let in_place = readings_in_place
+                        .iter()
+                        .find(|(of, _)| of == name)
+                        .map_or_else(|| format!("{name}()"), |(_, reading)| reading.clone());
+                    self.stub_readings.push(in_place);
                 }
                 continue;
             }
@@ -2147,9 +2161,22 @@ impl Conversation {
         let Some(script) = script.filter(|_| !results.is_empty()) else {
             return false;
         };
+        // A tool the script defines (a Python stub kept as its reading,
+        // `def read_file(name="sales.csv", _host_tool=read_file): return
+        // list(csv.reader(…))`) gives the script what that definition made of
+        // the tool's value, not the value: told that its rows were "the text
+        // `read_file` returned", the local model was misled (label
+        // `probe-kept-reading`, `sales-revenue`).
+        let results: Vec<feedback::ToolResultSeen> = results
+            .iter()
+            .filter(|result| {
+                script_notes::redefined_names(script, std::slice::from_ref(&result.tool)).is_empty()
+            })
+            .cloned()
+            .collect();
         let language = self.language();
         let line = script_notes::failing_line(message, script).map(|(number, _)| number);
-        if let Some(found) = data_paths::misreading(script, message, line, results, language) {
+        if let Some(found) = data_paths::misreading(script, message, line, &results, language) {
             let id_tools: Vec<&str> = match &found {
                 data_paths::Misreading::BrokenPath {
                     kind: data_paths::Kind::Number(_),
@@ -3225,6 +3252,59 @@ Fn(\"f\")
                 code: script.into()
             }
         );
+    }
+
+    #[test]
+    fn rows_a_kept_stub_made_of_a_files_text_are_not_called_that_text() {
+        let said = |script: &str, line: usize| {
+            let mut c = python_reading_files();
+            c.on_reply(&reply(&format!("```python\n{script}\n```")));
+            c.note_tool_results(vec![seen(
+                "read_file",
+                json!({"name": "sales.csv"}),
+                json!("product,quantity,unit_price\nlamp,3,19.5\n"),
+            )]);
+            c.on_completion(
+                &thrown(&format!("Traceback (most recent call last):\n  File \"<script>\", line {line}, in <module>\n    total = sum(float(row[0]) * float(row[1]) for row in sales)\nValueError: could not convert string to float: 'product'")),
+                &logs(),
+            );
+            last_feedback(&c)
+        };
+        let misread = "`sales` is the text `read_file` returned";
+        // The host's tool itself: its text, read as rows.
+        let text = said(
+            "sales = read_file(name=\"sales.csv\")\n\ntotal = sum(float(row[0]) * float(row[1]) for row in sales)\nfinal_result(total)",
+            3,
+        );
+        assert!(text.contains(misread), "{text}");
+        // The stub kept as its reading: `sales` holds its rows, not the text.
+        let text = said(
+            "import csv\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        return list(csv.reader(file))\nsales = read_file()\ntotal = sum(float(row[0]) * float(row[1]) for row in sales)\nfinal_result(total)",
+            6,
+        );
+        assert!(!text.contains(misread), "{text}");
+    }
+
+    #[test]
+    fn a_function_never_called_is_handed_the_kept_reading_over_the_tool_not_the_stub() {
+        let mut c = python_reading_files();
+        c.on_reply(&reply(
+            "```python\nimport json\ndef read_file(name=\"inventory.json\"):\n    with open(name) as file:\n        return json.load(file)\ndef only_zero(items):\n    return [i[\"name\"] for i in items if i[\"stock\"] == 0]\n```",
+        ));
+        c.on_completion(
+            &Err(ScriptError::NoValue {
+                message: "no value".into(),
+            }),
+            &logs(),
+        );
+        let text = last_feedback(&c);
+        // The next script has the host's tool back, which wants the name:
+        // `read_file()` alone would fail there.
+        assert!(
+            text.contains("\nfinal_result(only_zero(json.loads(read_file(name=\"inventory.json\"))))\n</untrusted-"),
+            "{text}"
+        );
+        assert!(!text.contains("read_file())"), "{text}");
     }
 
     #[test]
