@@ -184,6 +184,24 @@ pub fn misreading(
         .or_else(|| cells_misplaced(&lines, results, language))
 }
 
+/// The misreadings of a tool's text that hold whatever the script made of
+/// the text (a header cell the error quotes, cells taken by names the header
+/// puts in other columns): for a tool the script defines for itself (a
+/// Python stub kept as its reading), whose variables hold what the stub made
+/// of the text, not the text.
+pub fn header_misreading(
+    script: &str,
+    message: &str,
+    results: &[ToolResultSeen],
+    language: Language,
+) -> Option<Misreading> {
+    let lines: Vec<&str> = script.lines().collect();
+    if lines.len() > LINES_FOLLOWED {
+        return None;
+    }
+    header_as_data(message, results).or_else(|| cells_misplaced(&lines, results, language))
+}
+
 /// The names `script` sets once from a tool called once that returned a list
 /// (`let orders = list_orders(…)`): what a method of arrays called bare most
 /// likely meant to be called on.

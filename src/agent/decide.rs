@@ -2166,7 +2166,9 @@ impl Conversation {
         // list(csv.reader(…))`) gives the script what that definition made of
         // the tool's value, not the value: told that its rows were "the text
         // `read_file` returned", the local model was misled (label
-        // `probe-kept-reading`, `sales-revenue`).
+        // `probe-kept-reading`, `sales-revenue`). Only what holds of the text
+        // whatever was made of it (its header taken as data) is said of those.
+        let all_results = results;
         let results: Vec<feedback::ToolResultSeen> = results
             .iter()
             .filter(|result| {
@@ -2176,7 +2178,9 @@ impl Conversation {
             .collect();
         let language = self.language();
         let line = script_notes::failing_line(message, script).map(|(number, _)| number);
-        if let Some(found) = data_paths::misreading(script, message, line, &results, language) {
+        let found = data_paths::misreading(script, message, line, &results, language)
+            .or_else(|| data_paths::header_misreading(script, message, all_results, language));
+        if let Some(found) = found {
             let id_tools: Vec<&str> = match &found {
                 data_paths::Misreading::BrokenPath {
                     kind: data_paths::Kind::Number(_),
@@ -3283,6 +3287,9 @@ Fn(\"f\")
             6,
         );
         assert!(!text.contains(misread), "{text}");
+        // What holds of the text whatever the stub made of it is said: the
+        // error quotes a cell of its header.
+        assert!(text.contains("names the columns"), "{text}");
     }
 
     #[test]
