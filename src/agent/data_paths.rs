@@ -131,6 +131,16 @@ pub enum Misreading {
     /// The error quotes a cell of the first line of a tool's multi-line text,
     /// which names columns: the script treated the header as data.
     HeaderAsData { tool: String },
+    /// The error quotes a cell that only one column of a tool's text (with a
+    /// header) holds, below its header: the script converted a value of the
+    /// wrong column (`float(row[0])` over `product,quantity,unit_price`).
+    CellOfColumn {
+        tool: String,
+        /// The column (from 0) that holds the quoted cell.
+        column: usize,
+        /// The text's first line, as the tool wrote it.
+        header: String,
+    },
     /// A row's cells taken in order by names that the first line of a tool's
     /// text puts in other columns: `const [quantity, unitPrice] =
     /// line.split(",")` over `product,quantity,unit_price`.
@@ -182,6 +192,7 @@ pub fn misreading(
         .or_else(|| lines_kept(script, &bindings, language))
         .or_else(|| header_as_data(message, results))
         .or_else(|| cells_misplaced(&lines, results, language))
+        .or_else(|| cell_of_column(message, results))
 }
 
 /// The misreadings of a tool's text that hold whatever the script made of
@@ -199,7 +210,9 @@ pub fn header_misreading(
     if lines.len() > LINES_FOLLOWED {
         return None;
     }
-    header_as_data(message, results).or_else(|| cells_misplaced(&lines, results, language))
+    header_as_data(message, results)
+        .or_else(|| cells_misplaced(&lines, results, language))
+        .or_else(|| cell_of_column(message, results))
 }
 
 /// The names `script` sets once from a tool called once that returned a list
@@ -755,6 +768,45 @@ fn header_as_data(message: &str, results: &[ToolResultSeen]) -> Option<Misreadin
             .then(|| Misreading::HeaderAsData {
                 tool: seen.tool.clone(),
             })
+    })
+}
+
+/// The column of a tool's text with a header that alone holds a cell the
+/// error quotes (`'lamp'`), below the header: the value a script failed to
+/// convert came from that column. A cell that holds a digit, or that more
+/// than one column holds, names no column.
+fn cell_of_column(message: &str, results: &[ToolResultSeen]) -> Option<Misreading> {
+    results.iter().find_map(|seen| {
+        let Value::String(text) = &seen.value else {
+            return None;
+        };
+        let header = header_cells(text)?;
+        let separator = [',', ';', '\t']
+            .into_iter()
+            .find(|c| text.lines().next().is_some_and(|first| first.contains(*c)))?;
+        let quoted = |cell: &str| {
+            message.contains(&format!("'{cell}'")) || message.contains(&format!("\"{cell}\""))
+        };
+        let mut columns: Vec<usize> = Vec::new();
+        for line in text.lines().skip(1).take(LINES_FOLLOWED) {
+            for (column, cell) in line.split(separator).map(str::trim).enumerate() {
+                if !cell.is_empty()
+                    && !cell.chars().any(|c| c.is_ascii_digit())
+                    && quoted(cell)
+                    && !columns.contains(&column)
+                {
+                    columns.push(column);
+                }
+            }
+        }
+        match columns.as_slice() {
+            [column] if *column < header.len() => Some(Misreading::CellOfColumn {
+                tool: seen.tool.clone(),
+                column: *column,
+                header: text.lines().next().unwrap_or_default().to_string(),
+            }),
+            _ => None,
+        }
     })
 }
 

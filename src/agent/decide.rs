@@ -3293,6 +3293,53 @@ Fn(\"f\")
     }
 
     #[test]
+    fn a_value_converted_from_the_wrong_column_is_told_its_column_and_the_header() {
+        let mut c = python_reading_files();
+        c.on_reply(&python_reply(
+            "rows = read_file(name=\"sales.csv\").splitlines()[1:]\ntotal = sum(float(r.split(\",\")[0]) * float(r.split(\",\")[1]) for r in rows)\nfinal_result(total)",
+        ));
+        c.note_tool_results(vec![seen(
+            "read_file",
+            json!({"name": "sales.csv"}),
+            json!("product,quantity,unit_price\nlamp,3,19.5\ndesk,1,120.0\n"),
+        )]);
+        c.on_completion(
+            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 2, in <module>\nValueError: could not convert string to float: 'lamp'"),
+            &logs(),
+        );
+        let text = last_feedback(&c);
+        let host = outside_fences(&text);
+        assert!(
+            host.contains("The value that failed is a cell of column 0 (counting from 0) of the rows `read_file` returned, whose first line names the columns in order:"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nproduct,quantity,unit_price\n</untrusted-"),
+            "the header, fenced: {text}"
+        );
+        // A number that failed, or a cell two columns hold, names no column.
+        for quoted in ["'3'", "'x'"] {
+            let mut c = python_reading_files();
+            c.on_reply(&python_reply("final_result(f())"));
+            c.note_tool_results(vec![seen(
+                "read_file",
+                json!({"name": "a.csv"}),
+                json!("a,b\nx,1\n2,x\n3,1\n"),
+            )]);
+            c.on_completion(
+                &thrown(&format!(
+                    "ValueError: could not convert string to float: {quoted}"
+                )),
+                &logs(),
+            );
+            assert!(
+                !last_feedback(&c).contains("is a cell of column"),
+                "{quoted}"
+            );
+        }
+    }
+
+    #[test]
     fn a_function_never_called_is_handed_the_kept_reading_over_the_tool_not_the_stub() {
         let mut c = python_reading_files();
         c.on_reply(&reply(

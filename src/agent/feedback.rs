@@ -564,6 +564,14 @@ pub fn misread_data(
             let skip = lines_of("text", true, language);
             context! { kind => "header", tool, skip }
         }
+        Misreading::CellOfColumn {
+            tool,
+            column,
+            header,
+        } => {
+            let header = fenced(header, limit);
+            context! { kind => "cell_of_column", tool, column, header }
+        }
         Misreading::CellsMisplaced {
             tool,
             line,

@@ -248,6 +248,7 @@ static BUILTINS: &[Builtin] = &[
         context! { kind => "map", name => "order", item_of => "orders", part => false, tool => "list_orders", at => "order", wanted => "price", attribute => false, map_word => "a dict", keys => FENCED, id_tools => Vec::<&str>::new() },
         context! { kind => "map", name => "user", item_of => None::<&str>, part => false, tool => "get_user", at => "user", wanted => "email", attribute => true, map_word => "a dict", keys => FENCED, id_tools => Vec::<&str>::new() },
         context! { kind => "loop_over_text", text => "sales", tool => "read_file", loop_header => "for row in sales:", header => true, split => "for row in sales.splitlines()[1:]:", id_tools => Vec::<&str>::new() },
+        context! { kind => "cell_of_column", tool => "read_file", column => 0, header => FENCED, id_tools => Vec::<&str>::new() },
         context! { kind => "lines_kept", tool => "read_file", text => "sales", split => "sales.trim().split(\"\\n\").slice(1)", header => true, trailing => true, id_tools => Vec::<&str>::new() },
         context! { kind => "lines_kept", tool => "read_file", text => "log", split => "log.trim().split(\"\\n\")", header => false, trailing => true, id_tools => Vec::<&str>::new() },
         context! { kind => "line_indexed", tool => "read_file", text => "sales", name => "row", cells => "cells = row.split(\",\")", id_tools => Vec::<&str>::new() },
