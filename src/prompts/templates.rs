@@ -198,7 +198,10 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "[42]", tool => "find_user", many => false, calls => vec!["get_user(user_id=42)"] },
         context! { value => "[42,43]", tool => "find_user", many => true, calls => vec!["tools.get_user({user_id: 42})", "tools.get_order({order_id: integer, full: boolean})"] },
     ]),
-    builtin!("feedback/whole_map", || vec![context! { key => "email" },]),
+    builtin!("feedback/whole_map", || vec![
+        context! { key => "email", part => false },
+        context! { key => "email", part => true },
+    ]),
     builtin!("feedback/made_up_filter", || vec![
         context! { value => "0", tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => 1, line => "let orders = list_orders(#{})" },
         context! { value => None::<&str>, tool => "list_orders", argument => "customer", empty => "[]", empty_word => "an empty list", line_number => None::<usize>, line => None::<&str> },

@@ -306,12 +306,17 @@ impl Conversation {
     }
 
     fn hold_as_whole_map(&mut self, value: &Value) -> Option<Held> {
-        let key = self.asked_key_to_hold(value)?;
+        let (key, part) = self.asked_key_to_hold(value)?;
         let text = self
             .prompts
-            .render("feedback/whole_map", context! { key => &key });
+            .render("feedback/whole_map", context! { key => &key, part => part });
+        let what = if part {
+            "a map of a record's keys"
+        } else {
+            "a whole map"
+        };
         let message = format!(
-            "the final result was held back: it is a whole map, and the task asks only for its `{key}`"
+            "the final result was held back: it is {what}, and the task asks only for its `{key}`"
         );
         self.step_tool_results.clear();
         Some(Held { text, message })
@@ -474,16 +479,31 @@ impl Conversation {
 
     /// The key a whole-map final result is held back once for: see
     /// `LoopConfig::hold_whole_maps`.
-    fn asked_key_to_hold(&mut self, value: &Value) -> Option<String> {
+    /// The key the task asks for of a final result that is a map a tool
+    /// returned, whole, or two or more of one such map's entries as they were
+    /// (the local model typed `{"email": …, "name": …, "user_id": 42}` from a
+    /// user's record of four keys: the evaluation's `email-by-name`, label
+    /// `columns`), and whether it was such a part.
+    fn asked_key_to_hold(&mut self, value: &Value) -> Option<(String, bool)> {
         if !self.config.hold_whole_maps || self.held_whole_map {
             return None;
         }
-        if !self.records_seen.contains(value) {
+        let whole = self.records_seen.contains(value);
+        let part = !whole
+            && value.as_object().is_some_and(|map| {
+                map.len() >= 2
+                    && self.records_seen.iter().any(|record| {
+                        record
+                            .as_object()
+                            .is_some_and(|record| map.iter().all(|(k, v)| record.get(k) == Some(v)))
+                    })
+            });
+        if !whole && !part {
             return None;
         }
         let key = answer_shape::asked_key(&self.turn_task()?, value)?;
         self.held_whole_map = true;
-        Some(key)
+        Some((key, part))
     }
 
     /// The message that started the run, or the chat turn: the task the
