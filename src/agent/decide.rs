@@ -488,6 +488,10 @@ pub struct Conversation {
     /// way (and the same value shown twice gets `hints/same_observation`),
     /// and the failed script sent again, as the note invites, runs mended.
     applied_mend: Option<ProposedMend>,
+    /// The first line mend proposed since the last observation that showed no
+    /// change beside a mend: a later mend, proposed for a script that
+    /// already carried such a change, is compared with it too.
+    first_mend: Option<ProposedMend>,
     /// For the script in progress, when it took the line its feedback
     /// proposed and changed other lines of the failed script too, the note
     /// that shows them (`notes/changed_beside_mend`): said with its
@@ -628,6 +632,7 @@ impl Conversation {
             proposed_mend: None,
             applied_mend: None,
             changed_beside_mend: None,
+            first_mend: None,
             last_error_feedback: None,
             repeated: false,
             last_observation: None,
@@ -887,10 +892,28 @@ impl Conversation {
         let Some(mend) = mend else {
             return code;
         };
+        if mend.lines.is_some() && self.first_mend.is_none() {
+            self.first_mend = Some(mend.clone());
+        }
         if !script_notes::same_script(&code, &mend.failed) {
-            self.changed_beside_mend = self.changes_beside(&mend, &code);
-            if self.changed_beside_mend.is_some() {
-                self.applied_mend = Some(mend);
+            // Against this mend, else against the first of the chain: given
+            // `average-temperature`'s line again for a script that had
+            // already dropped the `/ 3` of the next, the model took it, and
+            // this mend alone showed no change (label `columns`, run 1).
+            let first = self
+                .first_mend
+                .clone()
+                .filter(|first| first.failed != mend.failed);
+            let shown = self
+                .changes_beside(&mend, &code)
+                .map(|note| (note, mend))
+                .or_else(|| {
+                    let first = first?;
+                    self.changes_beside(&first, &code).map(|note| (note, first))
+                });
+            if let Some((note, against)) = shown {
+                self.changed_beside_mend = Some(note);
+                self.applied_mend = Some(against);
             }
             return code;
         }
@@ -1723,9 +1746,13 @@ impl Conversation {
             text.push_str("\n\n");
             text.push_str(&note);
         }
-        if let Some(note) = self.changed_beside_mend.take() {
-            text.push_str("\n\n");
-            text.push_str(&note);
+        match self.changed_beside_mend.take() {
+            Some(note) => {
+                text.push_str("\n\n");
+                text.push_str(&note);
+            }
+            // The chain of mends ends with a value shown as it is.
+            None => self.first_mend = None,
         }
         // The same script showing the same value again: at temperature 0 a
         // small model looked at the same list up to its step limit.
@@ -4399,6 +4426,54 @@ Fn(\"f\")
         let failed = "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result / 2, 1)\nobservation(result)";
         let mended = "result = get_weather(\"Paris\")[\"temp_c\"] + get_weather(\"Oslo\")[\"temp_c\"]\nresult = round(result / 2, 1)\nobservation(result)";
         assert_eq!(c.on_reply(&python_reply(failed)).next, runs(mended));
+    }
+
+    #[test]
+    fn a_change_carried_into_the_next_failed_script_is_shown_against_the_first_mend() {
+        let mut c = after_maps_were_added();
+        let observe = |c: &mut Conversation, script: &str| {
+            c.on_reply(&python_reply(script));
+            c.on_completion(&Ok(json!({"type": "observation", "value": 17.5})), &logs());
+            last_feedback(c)
+        };
+        let taken = "result = get_weather(\"Paris\")[\"temp_c\"] + get_weather(\"Oslo\")[\"temp_c\"]\nresult = round(result, 1)\nobservation(result)";
+        assert!(observe(&mut c, taken).contains("Besides taking line 1"));
+        // The failed line back, with the change kept: it fails again, and
+        // the line proposed now is taken with nothing else changed.
+        c.on_reply(&python_reply(
+            "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result, 1)\nobservation(result)",
+        ));
+        c.note_tool_results(vec![
+            seen(
+                "get_weather",
+                json!({"city": "Paris"}),
+                json!({"city": "Paris", "temp_c": 14.5}),
+            ),
+            seen(
+                "get_weather",
+                json!({"city": "Oslo"}),
+                json!({"city": "Oslo", "temp_c": 3.0}),
+            ),
+        ]);
+        c.on_completion(
+            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'"),
+            &logs(),
+        );
+        let text = observe(&mut c, taken);
+        assert!(
+            outside_fences(&text).contains(
+                "Besides taking line 1 as the host proposed, your script changed another line"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nresult = round(result / 2, 1)\n</untrusted-"),
+            "{text}"
+        );
+        // A value shown as it is ends the chain: the same script is then
+        // compared with nothing.
+        let plain = "observation(get_weather(\"Paris\"))";
+        assert!(!observe(&mut c, plain).contains("Besides taking"));
     }
 
     #[test]
