@@ -54,7 +54,10 @@ pub fn extract_code(reply: &str, accepted: &[&str]) -> Extraction {
     }
     match other_language {
         Some(tag) => Extraction::OtherLanguage { tag },
-        None => match inline_helper_call(reply).or_else(|| bare_helper_call(reply)) {
+        None => match inline_helper_call(reply).or_else(|| {
+            let python = accepted.iter().any(|tag| matches!(*tag, "python" | "py"));
+            bare_helper_call(reply, python)
+        }) {
             Some(code) => Extraction::Code { code, closed: true },
             None => Extraction::NoCode,
         },
@@ -80,7 +83,7 @@ pub fn whole_reply_helper_call(reply: &str) -> Option<String> {
         return None;
     }
     let unquoted = trimmed.trim_matches('`');
-    let call = bare_helper_call(unquoted)?;
+    let call = bare_helper_call(unquoted, false)?;
     (unquoted.strip_suffix(';').unwrap_or(unquoted) == call).then_some(call)
 }
 
@@ -110,10 +113,10 @@ pub fn without_fence_markers(reply: &str) -> String {
 
 /// The last line of a reply without blocks, when it is a whole result-helper
 /// call: models often answer an observation with just `final_result(10.0)`.
-/// Python import lines right above it come with it: the host hands a
-/// reading to observe as `import csv` and the call, fenced, and a model that
-/// echoes the fence echoes both.
-fn bare_helper_call(reply: &str) -> Option<String> {
+/// With `python`, the import lines right above it come with it: the host
+/// hands a reading to observe as `import csv` and the call, fenced, and a
+/// model that echoes the fence echoes both.
+fn bare_helper_call(reply: &str, python: bool) -> Option<String> {
     let mut lines = reply.lines().rev().filter(|line| !line.trim().is_empty());
     let last = lines.next()?.trim();
     let last = last.strip_suffix(';').unwrap_or(last);
@@ -133,7 +136,7 @@ fn bare_helper_call(reply: &str) -> Option<String> {
     };
     let mut imports: Vec<&str> = lines
         .map(str::trim)
-        .take_while(|line| is_import(line))
+        .take_while(|line| python && is_import(line))
         .collect();
     imports.reverse();
     Some(
@@ -400,6 +403,11 @@ mod tests {
         );
         assert_eq!(
             extract_code("import\nfinal_result(1)", &["python"]),
+            code("final_result(1)")
+        );
+        // Only Python's: a JavaScript module import cannot run in a script.
+        assert_eq!(
+            extract_code("import fs from 'fs'\nfinal_result(1)", &["js"]),
             code("final_result(1)")
         );
         assert_eq!(
