@@ -682,7 +682,7 @@ fn header_cells(text: &str) -> Option<Vec<&str>> {
     let mut lines = text.lines();
     let first = lines.next()?;
     let second = lines.next()?;
-    let separator = [',', ';', '\t'].into_iter().find(|c| first.contains(*c))?;
+    let separator = cell_separator(first)?;
     let looks_like_header =
         !first.chars().any(|c| c.is_ascii_digit()) && second.chars().any(|c| c.is_ascii_digit());
     looks_like_header.then(|| {
@@ -692,6 +692,13 @@ fn header_cells(text: &str) -> Option<Vec<&str>> {
             .filter(|cell| !cell.is_empty())
             .collect()
     })
+}
+
+/// The character a header line splits its cells by: `,`, `;` or a tab.
+fn cell_separator(first_line: &str) -> Option<char> {
+    [',', ';', '\t']
+        .into_iter()
+        .find(|c| first_line.contains(*c))
 }
 
 /// Ways a script drops a first line (or row), one of which in the script
@@ -781,9 +788,7 @@ fn cell_of_column(message: &str, results: &[ToolResultSeen]) -> Option<Misreadin
             return None;
         };
         let header = header_cells(text)?;
-        let separator = [',', ';', '\t']
-            .into_iter()
-            .find(|c| text.lines().next().is_some_and(|first| first.contains(*c)))?;
+        let separator = cell_separator(text.lines().next()?)?;
         let quoted = |cell: &str| {
             message.contains(&format!("'{cell}'")) || message.contains(&format!("\"{cell}\""))
         };

@@ -4325,28 +4325,10 @@ Fn(\"f\")
 
     #[test]
     fn added_tool_maps_are_answered_with_the_line_taking_their_one_number() {
-        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-            "get_weather".to_string(),
-            "get_weather(city=string)".to_string(),
-        )]);
-        c.on_reply(&reply(
-            "```python\nresult = get_weather(\"Paris\") + get_weather(\"Oslo\")\nfinal_result(result / 2)\n```",
-        ));
-        c.note_tool_results(vec![
-            seen(
-                "get_weather",
-                json!({"city": "Paris"}),
-                json!({"city": "Paris", "temp_c": 14.5}),
-            ),
-            seen(
-                "get_weather",
-                json!({"city": "Oslo"}),
-                json!({"city": "Oslo", "temp_c": 3.0}),
-            ),
-        ]);
-        c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'"),
-            &logs(),
+        let mut c = python_weather();
+        fails_adding_maps(
+            &mut c,
+            "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nfinal_result(result / 2)",
         );
         let text = last_feedback(&c);
         assert!(
@@ -4369,13 +4351,26 @@ Fn(\"f\")
     /// of its maps on line 1 and failed: its feedback proposed line 1 with
     /// `["temp_c"]` taken.
     fn after_maps_were_added() -> Conversation {
-        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+        let mut c = python_weather();
+        fails_adding_maps(
+            &mut c,
+            "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result / 2, 1)\nobservation(result)",
+        );
+        c
+    }
+
+    /// A Python conversation with the one tool `get_weather`.
+    fn python_weather() -> Conversation {
+        Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
             "get_weather".to_string(),
             "get_weather(city=string)".to_string(),
-        )]);
-        c.on_reply(&python_reply(
-            "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result / 2, 1)\nobservation(result)",
-        ));
+        )])
+    }
+
+    /// `c` replies with `script`, whose line 1 adds Paris's and Oslo's
+    /// weather maps, and the script fails there.
+    fn fails_adding_maps(c: &mut Conversation, script: &str) {
+        c.on_reply(&python_reply(script));
         c.note_tool_results(vec![
             seen(
                 "get_weather",
@@ -4392,7 +4387,6 @@ Fn(\"f\")
             &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'"),
             &logs(),
         );
-        c
     }
 
     #[test]
@@ -4440,24 +4434,9 @@ Fn(\"f\")
         assert!(observe(&mut c, taken).contains("Besides taking line 1"));
         // The failed line back, with the change kept: it fails again, and
         // the line proposed now is taken with nothing else changed.
-        c.on_reply(&python_reply(
+        fails_adding_maps(
+            &mut c,
             "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result, 1)\nobservation(result)",
-        ));
-        c.note_tool_results(vec![
-            seen(
-                "get_weather",
-                json!({"city": "Paris"}),
-                json!({"city": "Paris", "temp_c": 14.5}),
-            ),
-            seen(
-                "get_weather",
-                json!({"city": "Oslo"}),
-                json!({"city": "Oslo", "temp_c": 3.0}),
-            ),
-        ]);
-        c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'"),
-            &logs(),
         );
         let text = observe(&mut c, taken);
         assert!(

@@ -85,6 +85,34 @@ fn after_reply(text: &str, stop_reason: StopReason) -> String {
     fed_back(&conversation)
 }
 
+/// A Python conversation with `get_weather` whose `script` added Paris's
+/// and Oslo's weather maps on line 1 and failed there.
+fn failed_adding_maps(script: &str) -> Conversation {
+    let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+        "get_weather".to_string(),
+        "get_weather(city=string)".to_string(),
+    )]);
+    c.on_reply(&reply(
+        &format!("```python\n{script}\n```"),
+        StopReason::EndTurn,
+    ));
+    c.note_tool_results(
+        ["Paris", "Oslo"]
+            .iter()
+            .map(|city| crate::agent::feedback::ToolResultSeen {
+                tool: "get_weather".to_string(),
+                args: json!({"city": city}),
+                value: json!({"city": city, "condition": "snow", "temp_c": 3.0}),
+            })
+            .collect(),
+    );
+    c.on_completion(
+        &Err(ScriptError::thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'")),
+        &LogBuffer::new(10),
+    );
+    c
+}
+
 fn decoded(value: Value) -> String {
     match ScriptOutput::decode(value) {
         ScriptOutput::Error { message } => message,
@@ -497,54 +525,14 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/map_as_number", {
-            let mut c =
-                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-                    "get_weather".to_string(),
-                    "get_weather(city=string)".to_string(),
-                )]);
-            c.on_reply(&reply(
-                "```python\nresult = get_weather(\"Paris\") + get_weather(\"Oslo\")\nfinal_result(result / 2)\n```",
-                StopReason::EndTurn,
-            ));
-            c.note_tool_results(
-                ["Paris", "Oslo"]
-                    .iter()
-                    .map(|city| crate::agent::feedback::ToolResultSeen {
-                        tool: "get_weather".to_string(),
-                        args: json!({"city": city}),
-                        value: json!({"city": city, "condition": "snow", "temp_c": 3.0}),
-                    })
-                    .collect(),
-            );
-            c.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'")),
-                &none,
+            let c = failed_adding_maps(
+                "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nfinal_result(result / 2)",
             );
             fed_back(&c)
         }),
         ("notes/changed_beside_mend", {
-            let mut c =
-                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-                    "get_weather".to_string(),
-                    "get_weather(city=string)".to_string(),
-                )]);
-            c.on_reply(&reply(
-                "```python\nresult = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result / 2, 1)\nobservation(result)\n```",
-                StopReason::EndTurn,
-            ));
-            c.note_tool_results(
-                ["Paris", "Oslo"]
-                    .iter()
-                    .map(|city| crate::agent::feedback::ToolResultSeen {
-                        tool: "get_weather".to_string(),
-                        args: json!({"city": city}),
-                        value: json!({"city": city, "condition": "snow", "temp_c": 3.0}),
-                    })
-                    .collect(),
-            );
-            c.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'")),
-                &none,
+            let mut c = failed_adding_maps(
+                "result = get_weather(\"Paris\") + get_weather(\"Oslo\")\nresult = round(result / 2, 1)\nobservation(result)",
             );
             c.on_reply(&reply(
                 "```python\nresult = get_weather(\"Paris\")[\"temp_c\"] + get_weather(\"Oslo\")[\"temp_c\"]\nresult = round(result, 1)\nobservation(result)\n```",
