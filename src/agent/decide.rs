@@ -3,6 +3,8 @@
 //! and "the script finished", does what it says and reports the events it returns;
 //! every rule here is tested without a model or an engine.
 
+use std::collections::HashMap;
+
 use codeact_runtime::LogBuffer;
 use minijinja::context;
 use serde_json::Value;
@@ -14,6 +16,7 @@ use super::extract::{self, Extraction, extract_code};
 use super::feedback;
 use super::file_stubs;
 use super::js_fallback;
+use super::line_diff::{self, LineChange};
 use super::map_as_number;
 pub use super::outcome::Outcome;
 use super::script_notes;
@@ -497,6 +500,12 @@ pub struct Conversation {
     /// that shows them (`notes/changed_beside_mend`): said with its
     /// observation.
     changed_beside_mend: Option<String>,
+    /// For the script in progress, when it took part of the rewrite its
+    /// feedback proposed but left out or changed up to
+    /// [`CHANGES_BESIDE_MEND`] of its lines: the note that shows them
+    /// (`notes/left_out_of_mend`) and the rewrite, said and proposed again
+    /// (for this script) if the script fails.
+    left_out_of_mend: Option<(String, ProposedMend)>,
     /// The feedback of the previous error, so the same text is never sent twice
     /// in a row.
     last_error_feedback: Option<String>,
@@ -632,6 +641,7 @@ impl Conversation {
             proposed_mend: None,
             applied_mend: None,
             changed_beside_mend: None,
+            left_out_of_mend: None,
             first_mend: None,
             last_error_feedback: None,
             repeated: false,
@@ -831,6 +841,7 @@ impl Conversation {
         let mend = self.proposed_mend.take();
         self.applied_mend = None;
         self.changed_beside_mend = None;
+        self.left_out_of_mend = None;
         // A reasoning model's thinking stays in the history; its code is not
         // taken from there.
         let text = extract::without_fence_markers(&script_notes::without_thinking(&text));
@@ -896,6 +907,9 @@ impl Conversation {
             self.first_mend = Some(mend.clone());
         }
         if !script_notes::same_script(&code, &mend.failed) {
+            self.left_out_of_mend = self
+                .left_out_of(&mend, &code)
+                .map(|note| (note, mend.clone()));
             // Against this mend, else against the first of the chain: given
             // `average-temperature`'s line again for a script that had
             // already dropped the `/ 3` of the next, the model took it, and
@@ -978,6 +992,73 @@ impl Conversation {
             .collect();
         Some(self.prompts.render(
             "notes/changed_beside_mend",
+            context! { changes => changes, first => first, last => last },
+        ))
+    }
+
+    /// When `code` took a line of the rewrite `mend` proposed (one the
+    /// failed script did not have) and differs from that rewrite by up to
+    /// [`CHANGES_BESIDE_MEND`] lines left out, changed or added, the note
+    /// that shows them (`notes/left_out_of_mend`), the lines fenced. Handed
+    /// its `munich-or-berlin` script with the fallback in `catch`, the local
+    /// model took it but for the line that defined the fallback's weather,
+    /// then sent that script again to its error budget (JavaScript, label
+    /// `chain`, run 1).
+    fn left_out_of(&self, mend: &ProposedMend, code: &str) -> Option<String> {
+        // Counted, not only looked for: the rewrite may move a line the
+        // failed script had (the fallback out of `else` into `catch`).
+        let counts = |script: &str| -> HashMap<String, usize> {
+            let mut counts = HashMap::new();
+            for line in script
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+            {
+                *counts.entry(line.to_string()).or_insert(0) += 1;
+            }
+            counts
+        };
+        let (failed, sent) = (counts(&mend.failed), counts(code));
+        let took_a_line = counts(&mend.mended).into_iter().any(|(line, proposed)| {
+            let before = failed.get(&line).copied().unwrap_or(0);
+            proposed > before && sent.get(&line).copied().unwrap_or(0) > before
+        });
+        if !took_a_line {
+            return None;
+        }
+        let changes = line_diff::line_changes(&mend.mended, code)?;
+        if changes.is_empty() || changes.len() > CHANGES_BESIDE_MEND {
+            return None;
+        }
+        let limit = self.config.feedback_limit;
+        let last_line = code.lines().count();
+        let changes: Vec<_> = changes
+            .iter()
+            .map(|change| match change {
+                LineChange::Changed {
+                    line,
+                    before,
+                    after,
+                } => context! {
+                    line => line,
+                    before => feedback::fenced(before, limit),
+                    after => feedback::fenced(after, limit),
+                },
+                LineChange::LeftOut { line, before } => context! {
+                    line => (*line <= last_line).then_some(*line),
+                    before => feedback::fenced(before, limit),
+                    after => None::<String>,
+                },
+                LineChange::Added { line, after } => context! {
+                    line => line,
+                    before => None::<String>,
+                    after => feedback::fenced(after, limit),
+                },
+            })
+            .collect();
+        let (first, last) = mend.lines.unzip();
+        Some(self.prompts.render(
+            "notes/left_out_of_mend",
             context! { changes => changes, first => first, last => last },
         ))
     }
@@ -1865,6 +1946,19 @@ impl Conversation {
             .chain(&std::mem::take(&mut self.closing_sections))
         {
             self.insert_before_fix_it(&mut text, section);
+        }
+        // A script that took part of the proposed rewrite and failed is
+        // shown what it left out, and sent again runs as the rewrite, unless
+        // this step's feedback proposed a rewrite of its own.
+        let left_out = self.left_out_of_mend.take();
+        if let (Some((note, mend)), Some(script), None) = (left_out, &script, &self.proposed_mend) {
+            text.push_str("\n\n");
+            text.push_str(&note);
+            self.proposed_mend = Some(ProposedMend {
+                failed: script.clone(),
+                carried: false,
+                ..mend
+            });
         }
         self.repeated = false;
         if let (Some(script), Some(failed)) = (&script, &self.failed_script)
@@ -4275,6 +4369,124 @@ Fn(\"f\")
         let mut c = after_munich_failed();
         let other = "observation(get_weather(\"Berlin\"))";
         assert_eq!(c.on_reply(&python_reply(other)).next, runs(other));
+    }
+
+    /// The local model's `munich-or-berlin` script (JavaScript, label
+    /// `chain`): its fallback tests the tool's value, which never comes back
+    /// empty, and its `catch` block gives up.
+    const JS_MUNICH_SCRIPT: &str = "try {\n  const weather = tools.get_weather({city: \"Munich\"});\n  if (weather) {\n    observation(weather.temp_c);\n  } else {\n    const weatherBerlin = tools.get_weather({city: \"Berlin\"});\n    observation(weatherBerlin.temp_c);\n  }\n} catch (e) {\n  error(e.message);\n}";
+
+    /// [`JS_MUNICH_SCRIPT`] as the host proposed it, with the fallback in
+    /// its `catch` block.
+    fn js_munich_with_the_fallback_in_catch() -> String {
+        JS_MUNICH_SCRIPT.replace(
+            "  error(e.message);",
+            "  const weatherBerlin = tools.get_weather({city: \"Berlin\"});\n  observation(weatherBerlin.temp_c);",
+        )
+    }
+
+    /// A JavaScript conversation whose first step ran [`JS_MUNICH_SCRIPT`]
+    /// and reported the tool's failure: its feedback proposed the fallback
+    /// in `catch`.
+    fn after_js_munich_gave_up() -> Conversation {
+        let mut c = Conversation::new("task", &["js"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "tools.get_weather({city: string})".to_string(),
+        )]);
+        c.on_reply(&js_reply(JS_MUNICH_SCRIPT));
+        c.on_completion(
+            &Ok(json!({"type": "error", "message": "tool 'get_weather' failed: no weather data for 'Munich'"})),
+            &logs(),
+        );
+        assert!(last_feedback(&c).contains("Here is your script with that fallback"));
+        c
+    }
+
+    fn js_reply(script: &str) -> ModelResponse {
+        reply(&format!("```js\n{script}\n```"))
+    }
+
+    #[test]
+    fn a_script_that_took_the_proposed_rewrite_but_for_a_line_is_shown_it_and_sent_again_runs_the_rewrite()
+     {
+        let mut c = after_js_munich_gave_up();
+        let broken = JS_MUNICH_SCRIPT.replace(
+            "  error(e.message);",
+            "  observation(weatherBerlin.temp_c);",
+        );
+        assert_eq!(c.on_reply(&js_reply(&broken)).next, runs(&broken));
+        c.on_completion(
+            &thrown("ReferenceError: weatherBerlin is not defined\n    at <main> (script:10:29)"),
+            &logs(),
+        );
+        let text = last_feedback(&c);
+        let host = outside_fences(&text);
+        assert!(
+            host.contains("Your script is the one the host proposed, but for one line:\nthe proposed script had this line above your line 10, and your script left it out:\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\nconst weatherBerlin = tools.get_weather({city: \"Berlin\"});\n</untrusted-"
+            ),
+            "{text}"
+        );
+        assert!(
+            host.trim_end().ends_with("send this script again as it is: the host then runs the proposed script in its place."),
+            "{text}"
+        );
+        // Sent again as it is, it runs as the proposed script, and says so.
+        let proposed = js_munich_with_the_fallback_in_catch();
+        assert_eq!(c.on_reply(&js_reply(&broken)).next, runs(&proposed));
+        c.on_completion(&Ok(json!({"type": "observation", "value": 9.0})), &logs());
+        assert!(
+            outside_fences(&last_feedback(&c))
+                .contains("so the host ran it with the change its feedback proposed"),
+            "{}",
+            last_feedback(&c)
+        );
+    }
+
+    #[test]
+    fn a_script_that_took_nothing_of_the_proposed_rewrite_or_changed_too_much_of_it_is_shown_nothing_left_out()
+     {
+        let proposed = js_munich_with_the_fallback_in_catch();
+        for script in [
+            // Its own fallback: no line of the host's rewrite taken.
+            JS_MUNICH_SCRIPT.replace(
+                "  error(e.message);",
+                "  observation(tools.get_weather({city: \"Berlin\"}).temp);\n  undefinedName();",
+            ),
+            // The rewrite's catch taken, four other lines changed.
+            proposed
+                .replace("if (weather) {", "if (weather !== null) {")
+                .replace("observation(weather.temp_c);", "observation(weather.temp);")
+                .replace("} else {", "} else if (true) {")
+                .replace("try {", "try { // Munich"),
+        ] {
+            let mut c = after_js_munich_gave_up();
+            c.on_reply(&js_reply(&script));
+            c.on_completion(
+                &thrown("ReferenceError: undefinedName is not defined"),
+                &logs(),
+            );
+            let text = last_feedback(&c);
+            assert!(
+                !text.contains("the one the host proposed"),
+                "{script}\n{text}"
+            );
+            assert_eq!(c.on_reply(&js_reply(&script)).next, runs(&script));
+        }
+    }
+
+    #[test]
+    fn a_script_that_left_out_a_line_of_the_rewrite_and_did_not_fail_is_told_nothing_of_it() {
+        let mut c = after_js_munich_gave_up();
+        let without_a_log = js_munich_with_the_fallback_in_catch()
+            .replace("    observation(weather.temp_c);\n", "");
+        c.on_reply(&js_reply(&without_a_log));
+        c.on_completion(&Ok(json!({"type": "observation", "value": 9.0})), &logs());
+        assert!(!last_feedback(&c).contains("the one the host proposed"));
     }
 
     #[test]

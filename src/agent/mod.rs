@@ -12,6 +12,7 @@ pub(crate) mod extract;
 pub(crate) mod feedback;
 pub(crate) mod file_stubs;
 pub(crate) mod js_fallback;
+pub(crate) mod line_diff;
 pub(crate) mod made_up_filters;
 pub(crate) mod map_as_number;
 pub(crate) mod outcome;

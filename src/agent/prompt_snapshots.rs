@@ -541,6 +541,38 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "observation", "value": 6.0})), &none);
             fed_back(&c)
         }),
+        ("notes/left_out_of_mend", {
+            let mut c = Conversation::new(
+                "What is the temperature in Munich? If there is no data for Munich, Berlin's.",
+                &["js"],
+                LoopConfig::default(),
+            )
+            .with_tools([(
+                "get_weather".to_string(),
+                "tools.get_weather({city: string})".to_string(),
+            )]);
+            let script = |catch: &str| {
+                format!(
+                    "```js\ntry {{\n  const weather = tools.get_weather({{city: \"Munich\"}});\n  if (weather) {{\n    observation(weather.temp_c);\n  }} else {{\n    const berlin = tools.get_weather({{city: \"Berlin\"}});\n    observation(berlin.temp_c);\n  }}\n}} catch (e) {{\n{catch}\n}}\n```"
+                )
+            };
+            c.on_reply(&reply(&script("  error(e.message);"), StopReason::EndTurn));
+            c.on_completion(
+                &Ok(json!({"type": "error", "message": "tool 'get_weather' failed: no weather data for 'Munich'"})),
+                &none,
+            );
+            c.on_reply(&reply(
+                &script("  observation(berlin.temp_c);"),
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Err(ScriptError::thrown(
+                    "ReferenceError: berlin is not defined\n    at <main> (script:10:29)",
+                )),
+                &none,
+            );
+            fed_back(&c)
+        }),
         (
             "feedback/observation (a string observed as a literal, offered fenced)",
             {

@@ -340,6 +340,16 @@ static BUILTINS: &[Builtin] = &[
             context! { line => 6, before => FENCED, after => FENCED },
         ] },
     ]),
+    builtin!("notes/left_out_of_mend", || vec![
+        context! { first => None::<usize>, last => None::<usize>, changes => vec![
+            context! { line => 10, before => FENCED, after => None::<&str> },
+        ] },
+        context! { first => 2, last => 4, changes => vec![
+            context! { line => 3, before => FENCED, after => FENCED },
+            context! { line => 5, before => None::<&str>, after => FENCED },
+            context! { line => None::<usize>, before => FENCED, after => None::<&str> },
+        ] },
+    ]),
     builtin!("hints/same_script", || vec![context! {}]),
     builtin!("hints/same_observation", || vec![
         context! { task => FENCED, key => None::<&str>, call => None::<&str> },
