@@ -175,10 +175,14 @@ fn numbers(
     )
 }
 
+/// A result helper's output, remembered as the run's last: a script that
+/// ends in a statement (a `for` loop whose body calls `observation(…)`)
+/// answers with it, as the JavaScript and Python runtimes do.
 fn tagged(kind: &str, field: &str, value: Dynamic) -> Map {
     let mut map = Map::new();
     map.insert("type".into(), Dynamic::from(kind.to_string()));
     map.insert(field.into(), value);
+    run_state::remember_output(&map);
     map
 }
 
@@ -247,6 +251,7 @@ fn register_helpers(engine: &mut Engine, max_depth: usize) {
     engine.register_fn("final_result", |value: Dynamic, artifacts: rhai::Array| {
         let mut map = tagged("final_result", "value", value);
         map.insert("artifacts".into(), Dynamic::from_array(artifacts));
+        run_state::remember_output(&map);
         map
     });
     engine.register_fn("error", |message: Dynamic| {

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use codeact_alloc_meter::Metering;
 use codeact_runtime::{LogBuffer, ToolDispatch};
+use rhai::Map;
 
 /// What a run installs.
 pub(crate) struct RunState {
@@ -46,6 +47,9 @@ pub(crate) struct MeterSchedule {
 struct ColdState {
     tools: Arc<dyn ToolDispatch>,
     logs: LogBuffer,
+    /// The output the run's last result helper made (`observation(…)`,
+    /// `final_result(…)`, …), for a script that ends in a statement.
+    last_output: Option<Map>,
 }
 
 /// What the memory meter last found in one call level's frame.
@@ -127,6 +131,7 @@ impl RunGuard {
         let cold = ColdState {
             tools: state.tools,
             logs: state.logs,
+            last_output: None,
         };
         Self {
             previous_deadline: DEADLINE.replace(Some(state.deadline)),
@@ -222,6 +227,21 @@ pub(crate) fn log_line(line: &str) {
             state.logs.push_line(line);
         }
     });
+}
+
+/// Keeps `output` as the active run's last helper output (nothing when no run
+/// is active).
+pub(crate) fn remember_output(output: &Map) {
+    COLD.with(|slot| {
+        if let Some(state) = slot.borrow_mut().as_mut() {
+            state.last_output = Some(output.clone());
+        }
+    });
+}
+
+/// Takes the output the active run's last result helper made, if any.
+pub(crate) fn take_last_output() -> Option<Map> {
+    COLD.with(|slot| slot.borrow_mut().as_mut()?.last_output.take())
 }
 
 /// The active run's tools. Cloned out so the slot is free while the tool runs.

@@ -9,7 +9,7 @@ use codeact_runtime::{
 };
 use rhai::{AST, Dynamic, Engine, Scope};
 
-use crate::run_state::{MeterSchedule, RunGuard, RunState};
+use crate::run_state::{self, MeterSchedule, RunGuard, RunState};
 use crate::{
     alarm, big_stack, convert, errors, memory_meter, semicolons, snapshot, tool_functions,
 };
@@ -224,7 +224,14 @@ impl RhaiSession {
                 )),
             ));
         }
-        let value = result?;
+        let mut value = result?;
+        if value.is_unit()
+            && let Some(last) = run_state::take_last_output()
+        {
+            // A script that ends in a statement (an `if`, a loop) answers with
+            // the last result helper it called, as in the other runtimes.
+            value = Dynamic::from_map(last);
+        }
         convert::to_json(&value, limits.max_nesting_depth)
             .map_err(|message| ScriptError::Unrepresentable { message })
     }
@@ -419,6 +426,47 @@ mod tests {
             })
             .expect("thread starts");
         worker.join().expect("no stack overflow");
+    }
+
+    #[test]
+    fn a_script_that_ends_in_a_loop_answers_with_the_last_result_helper_it_called() {
+        let mut session = session(Limits::default());
+        let outcome = session
+            .run("let ids = [41, 42];\nfor id in ids {\n    observation(id * 2)\n}")
+            .expect("host ok");
+        assert_eq!(
+            outcome.completion,
+            Ok(json!({"type": "observation", "value": 84}))
+        );
+        let outcome = session
+            .run("if true { let x = final_result(\"a\", [\"out.md\"]); }")
+            .expect("host ok");
+        assert_eq!(
+            outcome.completion,
+            Ok(json!({"type": "final_result", "value": "a", "artifacts": ["out.md"]}))
+        );
+        // A value the script ends with wins over a helper called before it.
+        let outcome = session.run("observation(1);\n2").expect("host ok");
+        assert_eq!(outcome.completion, Ok(json!(2)));
+    }
+
+    #[test]
+    fn a_script_that_ends_in_a_statement_without_calling_a_helper_has_no_value_even_after_one_that_did()
+     {
+        let mut session = session(Limits::default());
+        session
+            .run("for i in 0..2 { observation(i) }")
+            .expect("host ok");
+        let outcome = session.run("let y = 3;").expect("host ok");
+        assert_eq!(outcome.completion, Ok(Value::Null));
+        // A helper called inside a function the script defines counts too.
+        let outcome = session
+            .run("fn look(x) { observation(x); }\nlook(5);\nlet z = 1;")
+            .expect("host ok");
+        assert_eq!(
+            outcome.completion,
+            Ok(json!({"type": "observation", "value": 5}))
+        );
     }
 
     #[test]
