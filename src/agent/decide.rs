@@ -89,10 +89,12 @@ pub struct LoopConfig {
     /// Default: true.
     pub hold_rhai_pitfalls: bool,
     /// Whether a final result that cannot have come from the tools is held
-    /// back once: the session has tools, none was called in the run, and the
-    /// result holds a word found nowhere in the conversation (an invented
-    /// `["item1", "item3"]`). Sent again, it is accepted, so an answer that
-    /// needs no tool costs one step. Default: true.
+    /// back once: the session has tools, and the result holds a word the
+    /// script typed that is found nowhere in the conversation (an invented
+    /// `["item1", "item3"]`) nor, when tools were called, in anything they
+    /// returned (`"Laptop"` answered after a reading of sales.csv that found
+    /// nothing). Sent again, it is accepted, so an answer that needs no tool
+    /// costs one step. Default: true.
     pub hold_unfounded_results: bool,
     /// Whether a final result that is a tool's number in another unit than the
     /// task asks for is held back once: the tool's description names the unit
@@ -531,6 +533,18 @@ pub struct Conversation {
     tool_calls_made: usize,
     /// Whether a final result was held back already as unfounded (once a run).
     held_unfounded: bool,
+    /// The text of the run's tool results, lowercased (at most
+    /// [`holds::TOOL_TEXT_KEPT`] bytes), for a final result's words found in
+    /// none of them ([`LoopConfig::hold_unfounded_results`]).
+    tool_text_seen: String,
+    /// Whether [`tool_text_seen`](Self::tool_text_seen) holds every tool
+    /// result noted: not past its size.
+    tool_text_complete: bool,
+    /// The tool results noted in the run: fewer than its calls when a call
+    /// failed or was refused (a script may answer with the error it caught,
+    /// which is not kept) or a script's results were not all kept, and then
+    /// no answer is taken for made up.
+    tool_results_noted: usize,
     /// The tools' descriptions, by name, for the units they name.
     tool_descriptions: Vec<(String, String)>,
     /// Numbers the run's tools returned (at most [`holds::NUMBERS_KEPT`]), for a final
@@ -651,6 +665,9 @@ impl Conversation {
             flagged_pitfalls: Vec::new(),
             tool_calls_made: 0,
             held_unfounded: past_first_step,
+            tool_text_seen: String::new(),
+            tool_text_complete: true,
+            tool_results_noted: 0,
             tool_descriptions: Vec::new(),
             numbers_seen: Vec::new(),
             held_other_unit: false,
@@ -3783,9 +3800,56 @@ Fn(\"f\")
     }
 
     #[test]
-    fn answers_after_a_tool_call_from_the_tasks_words_or_with_the_check_off_are_not_held() {
+    fn a_made_up_answer_after_tool_calls_that_returned_none_of_its_words_is_held_back_once() {
+        // Rhai's `best-seller` (label `chain`): a reading of sales.csv that
+        // found nothing was observed as "", and the next script answered
+        // `final_result("Laptop")`.
+        let mut c = out_of_stock(LoopConfig::default());
+        c.note_tool_results(vec![seen(
+            "read_file",
+            json!({"name": "sales.csv"}),
+            json!("product,quantity\nlamp,3\npen,25\n"),
+        )]);
+        c.note_tool_calls_made(1);
+        c.on_reply(&reply("```python\nobservation(\"\")\n```"));
+        c.on_completion(&Ok(json!({"type": "observation", "value": ""})), &logs());
+        let first = final_result_of(&mut c, json!("Laptop"));
+        assert!(matches!(first.next, Next::CallModel), "{:?}", first.next);
+        let text = last_feedback(&c);
+        assert!(
+            text.contains(
+                "appear nowhere in the task or in anything the tools returned in this run"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("`read_file(name=string)`"), "{text}");
+        let again = final_result_of(&mut c, json!("Laptop"));
+        assert!(
+            matches!(again.next, Next::CheckResult { .. }),
+            "sent again, it is accepted: {:?}",
+            again.next
+        );
+    }
+
+    #[test]
+    fn answers_from_the_tasks_or_the_tools_words_or_with_the_check_off_are_not_held() {
         let mut called = out_of_stock(LoopConfig::default());
+        called.note_tool_results(vec![seen(
+            "read_file",
+            json!({"name": "inventory.json"}),
+            json!("{\"Item1\": 0, \"item2\": 4}"),
+        )]);
         called.note_tool_calls_made(1);
+        // More calls than results kept (one failed, or a script's results
+        // were not all kept): the run's results are not all known, so no
+        // word is taken for made up.
+        let mut many = out_of_stock(LoopConfig::default());
+        many.note_tool_results(
+            (0..16)
+                .map(|n| seen("read_file", json!({"name": n.to_string()}), json!(n)))
+                .collect(),
+        );
+        many.note_tool_calls_made(17);
         let mut from_task = out_of_stock(LoopConfig::default());
         let mut off = out_of_stock(LoopConfig {
             hold_unfounded_results: false,
@@ -3805,6 +3869,7 @@ Fn(\"f\")
         );
         for (c, value) in [
             (&mut called, json!(["item1"])),
+            (&mut many, json!(["item1"])),
             (&mut from_task, json!("Items OUT, 3 of stock")),
             (&mut off, json!(["item1"])),
             (&mut no_tools, json!("apple")),

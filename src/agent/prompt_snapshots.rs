@@ -338,6 +338,32 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("feedback/unfounded_result (after tool calls)", {
+            let mut c = Conversation::new(
+                "In the file sales.csv, which product has the largest total quantity sold?",
+                &["rhai"],
+                LoopConfig::default(),
+            )
+            .with_tools([(
+                "read_file".to_string(),
+                "read_file(#{name: string})".to_string(),
+            )]);
+            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
+                tool: "read_file".to_string(),
+                args: json!({"name": "sales.csv"}),
+                value: json!("product,quantity\nlamp,3\npen,25\n"),
+            }]);
+            c.note_tool_calls_made(1);
+            c.on_reply(&reply(
+                "```rhai\nfinal_result(\"Laptop\")\n```",
+                StopReason::EndTurn,
+            ));
+            c.on_completion(
+                &Ok(json!({"type": "final_result", "value": "Laptop"})),
+                &none,
+            );
+            fed_back(&c)
+        }),
         ("feedback/fallback_in_catch", {
             let mut c = Conversation::new(
                 "What is the temperature in Munich? If there is no data for Munich, Berlin's.",

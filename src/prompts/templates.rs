@@ -187,8 +187,9 @@ static BUILTINS: &[Builtin] = &[
         context! { value => "4", name => None::<&str> },
     ]),
     builtin!("feedback/unfounded_result", || vec![
-        context! { signatures => vec!["read_file(name=string)"] },
-        context! { signatures => Vec::<&str>::new() },
+        context! { signatures => vec!["read_file(name=string)"], called => false },
+        context! { signatures => Vec::<&str>::new(), called => false },
+        context! { signatures => vec!["read_file(name=string)"], called => true },
     ]),
     builtin!("feedback/other_unit", || vec![
         context! { value => "7.8", tool => "get_price", given => "euros", asked => "US dollars", from_code => "EUR", to_code => "USD", converters => vec!["tools.convert_currency({amount: number, from_currency: string, to_currency: string})"] },

@@ -28,6 +28,11 @@ pub(super) const NUMBERS_KEPT: usize = 1_000;
 pub(super) const RECORDS_KEPT: usize = 200;
 pub(super) const RECORD_BYTES: usize = 4_096;
 
+/// The bytes of the run's tool results kept as text for
+/// `LoopConfig::hold_unfounded_results`: past them, a run's results are not
+/// all known, and its answers are not checked for words found nowhere.
+pub(super) const TOOL_TEXT_KEPT: usize = 256 * 1024;
+
 /// A list of more integers than this is not read as ids by
 /// `LoopConfig::hold_ids_as_results`.
 pub(super) const IDS_LISTED: usize = 10;
@@ -130,7 +135,18 @@ impl Conversation {
     /// Keeps from a script's tool results what the checks compare a final
     /// result with: numbers, ids and maps.
     pub(super) fn remember_results(&mut self, results: &[feedback::ToolResultSeen]) {
+        self.tool_results_noted += results.len();
         for result in results {
+            let text = match &result.value {
+                Value::String(text) => text.to_lowercase(),
+                other => other.to_string().to_lowercase(),
+            };
+            if self.tool_text_seen.len() + text.len() < TOOL_TEXT_KEPT {
+                self.tool_text_seen.push_str(&text);
+                self.tool_text_seen.push('\n');
+            } else {
+                self.tool_text_complete = false;
+            }
             let maps: Vec<&Value> = match &result.value {
                 Value::Object(_) => vec![&result.value],
                 Value::Array(items) => items.iter().filter(|item| item.is_object()).collect(),
@@ -196,14 +212,22 @@ impl Conversation {
 
     fn hold_as_unfounded(&mut self, script: &str, value: &Value) -> Option<Held> {
         let words = self.unfounded_words(script, value)?;
+        let called = self.tool_calls_made > 0;
         let text = self.prompts.render(
             "feedback/unfounded_result",
-            context! { signatures => &self.tool_signatures },
+            context! { signatures => &self.tool_signatures, called => called },
         );
-        let message = format!(
-            "the final result was held back: no tool was called, and it holds words found nowhere in the conversation ({})",
-            words.join(", ")
-        );
+        let message = if called {
+            format!(
+                "the final result was held back: it holds words found nowhere in the conversation or in the tools' results ({})",
+                words.join(", ")
+            )
+        } else {
+            format!(
+                "the final result was held back: no tool was called, and it holds words found nowhere in the conversation ({})",
+                words.join(", ")
+            )
+        };
         Some(Held { text, message })
     }
 
@@ -344,14 +368,17 @@ impl Conversation {
     /// unfounded: see `LoopConfig::hold_unfounded_results`. Only words of its
     /// strings count (numbers are computed), and only words the script wrote
     /// (a word it computed, `"tcaedoc"` from `"codeact"`, is not invented
-    /// data). Not with the file tools: Python's `open` reads the working
-    /// directory without a tool call. At most five are returned, for the error
-    /// event.
+    /// data). After tool calls, the words are looked for in all they returned
+    /// too, and not at all when that is not all known (a call failed or was
+    /// refused, and its error may be the answer; a result was not kept). Not with the file
+    /// tools: Python's `open` reads the working directory without a tool
+    /// call. At most five are returned, for the error event.
     fn unfounded_words(&mut self, script: &str, value: &Value) -> Option<Vec<String>> {
         if !self.config.hold_unfounded_results
             || self.held_unfounded
             || self.tool_signatures.is_empty()
-            || self.tool_calls_made > 0
+            || (self.tool_calls_made > 0
+                && !(self.tool_text_complete && self.tool_results_noted == self.tool_calls_made))
             || self
                 .provided_names
                 .iter()
@@ -362,6 +389,7 @@ impl Conversation {
         let seen: String = self
             .texts_the_model_read()
             .map(|text| text.to_lowercase())
+            .chain(std::iter::once(self.tool_text_seen.clone()))
             .collect::<Vec<_>>()
             .join("\n");
         let typed = script.to_lowercase();
