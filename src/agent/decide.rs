@@ -1887,9 +1887,16 @@ impl Conversation {
                 context! {
                     task => task,
                     key => number.as_ref().map(|(key, _)| *key),
+                    // The whole script, ending with that call: the local
+                    // model resent its CPython `munich-or-berlin` script six
+                    // times when offered the call alone (label `chain`); it
+                    // copies a whole script it is handed.
                     call => number.as_ref().map(|(_, access)| {
                         feedback::fenced(
-                            &format!("final_result({access})"),
+                            &script_notes::with_last_line_as(
+                                &script,
+                                &format!("final_result({access})"),
+                            ),
                             self.config.feedback_limit,
                         )
                     }),
@@ -4790,7 +4797,9 @@ Fn(\"f\")
         let by_name = twice("let w = get_weather(\"Berlin\");\nobservation(w)", &weather);
         assert!(
             by_name.contains("The map's one number is its `temp_c`.")
-                && by_name.contains("\nfinal_result(w.temp_c)\n"),
+                && by_name.contains(
+                    "\nlet w = get_weather(\"Berlin\");\nfinal_result(w.temp_c)\n</untrusted-"
+                ),
             "{by_name}"
         );
         for (script, value) in [

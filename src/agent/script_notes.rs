@@ -783,6 +783,42 @@ pub fn observed_expression(script: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// `script` up to its last non-blank line, that line written as
+/// `replacement` (its indentation and a closing `;` kept): the script that
+/// ends with a call where it ended with an observation. Blank lines at its
+/// start go, and a run of them becomes one (a stub taken out leaves them).
+pub fn with_last_line_as(script: &str, replacement: &str) -> String {
+    let lines: Vec<&str> = script.lines().collect();
+    let Some(last) = lines.iter().rposition(|line| !line.trim().is_empty()) else {
+        return replacement.to_string();
+    };
+    let line = lines[last];
+    let indent = &line[..line.len() - line.trim_start().len()];
+    let semicolon = if line.trim_end().ends_with(';') {
+        ";"
+    } else {
+        ""
+    };
+    let mut out: Vec<String> = Vec::new();
+    for line in &lines[..last] {
+        let blank = line.trim().is_empty();
+        if blank
+            && out
+                .last()
+                .is_none_or(|previous: &String| previous.trim().is_empty())
+        {
+            continue;
+        }
+        out.push(if blank {
+            String::new()
+        } else {
+            line.to_string()
+        });
+    }
+    out.push(format!("{indent}{replacement}{semicolon}"));
+    out.join("\n")
+}
+
 /// The method Rhai could not find for a receiver of `()` (`Function not
 /// found: join ((), &str | …)`): the value before the dot was nothing, most
 /// often what an in-place method returned (`parts.sort().join(" ")`). The
@@ -1178,6 +1214,29 @@ fn skip_spaces(bytes: &[u8], at: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scripts_last_line_is_written_as_the_call_with_its_indentation_and_semicolon() {
+        assert_eq!(
+            with_last_line_as(
+                "result = get_weather(\"Berlin\")\nobservation(result)\n\n",
+                "final_result(result[\"temp_c\"])"
+            ),
+            "result = get_weather(\"Berlin\")\nfinal_result(result[\"temp_c\"])"
+        );
+        assert_eq!(
+            with_last_line_as("if (w) {\n  observation(w);", "final_result(w.temp_c)"),
+            "if (w) {\n  final_result(w.temp_c);"
+        );
+        assert_eq!(
+            with_last_line_as("  \n", "final_result(1)"),
+            "final_result(1)"
+        );
+        assert_eq!(
+            with_last_line_as("\n\n\nx = 1\n\n \n\nobservation(x)", "final_result(x)"),
+            "x = 1\n\nfinal_result(x)"
+        );
+    }
 
     #[test]
     fn a_value_is_made_up_only_when_nothing_the_model_read_holds_it() {
