@@ -323,3 +323,35 @@ fn splitting_keeps_its_meaning() {
         ]))
     );
 }
+
+/// If this fails, the copy a result helper keeps for a script that ends in a
+/// statement lets a run grow past its limit: an array that grows past it,
+/// observed after every push, must still stop the run, and the session go on.
+/// (The copy holds one output at a time, and the script cannot read it back.)
+#[test]
+fn a_value_a_result_helper_keeps_is_no_place_to_hide_memory() {
+    assert_stopped_by_memory(
+        r#"
+        let kept = [];
+        for i in 0..100 {
+            let big = "";
+            big.pad(2000000, "x");
+            kept.push(big + i);
+            observation(kept);
+        }
+        "#,
+    );
+}
+
+/// If this fails, a loop that hands a large value to a result helper (which
+/// keeps a copy of its output) runs past its time limit.
+#[test]
+fn a_loop_of_result_helpers_over_a_large_value_stops_within_the_time_limit() {
+    assert_stopped_quickly(
+        r#"
+        let big = [];
+        for i in 0..20000 { big.push(i); }
+        loop { observation(big); }
+        "#,
+    );
+}
