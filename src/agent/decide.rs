@@ -819,11 +819,12 @@ impl Conversation {
         })
     }
 
-    /// The host ends the run with `outcome` (a budget the driver keeps: tool
-    /// calls, the run's deadline).
     /// The first decision of a chat's next turn: `message` from the user joins
     /// the conversation after everything before it, and the model is asked.
+    /// A rewrite the last turn proposed is not carried into the new task.
     pub fn next_turn(&mut self, turn: usize, message: &str) -> Decision {
+        self.proposed_mend = None;
+        self.first_mend = None;
         self.record(Event::TurnStarted { turn });
         self.record(Event::Message {
             message: Message::user(message),
@@ -4430,6 +4431,16 @@ Fn(\"f\")
         let mut c = after_munich_failed();
         c.on_reply(&python_reply(MUNICH_SCRIPT));
         c.on_completion(&thrown("ZeroDivisionError: division by zero"), &logs());
+        assert_eq!(
+            c.on_reply(&python_reply(MUNICH_SCRIPT)).next,
+            runs(MUNICH_SCRIPT)
+        );
+    }
+
+    #[test]
+    fn a_chats_next_turn_runs_the_last_turns_failed_script_as_written() {
+        let mut c = after_munich_failed();
+        c.next_turn(2, "What is the temperature in Oslo?");
         assert_eq!(
             c.on_reply(&python_reply(MUNICH_SCRIPT)).next,
             runs(MUNICH_SCRIPT)

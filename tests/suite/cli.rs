@@ -1162,26 +1162,10 @@ fn ctrl_c_cancels_a_run_cleanly_and_the_transcript_resumes() {
 /// tree, so a change that no longer hands back those lines fails here.
 #[test]
 fn the_readmes_first_command_replays_a_recovery_from_an_error_to_the_right_answer() {
-    let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
-        .args([
-            "run",
-            "--model",
-            "replay:fixtures/transcripts/demo-rhai-average.jsonl",
-            "--tools",
-            "fixtures/tools/demo.json",
-            "--events",
-            "jsonl",
-            "What is the average temperature in Paris, Oslo and Madrid, rounded to one decimal place? Return the number.",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("codeact runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = replay_demo_with_events(
+        "demo-rhai-average.jsonl",
+        "What is the average temperature in Paris, Oslo and Madrid, rounded to one decimal place? Return the number.",
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     let (last, events) = lines.split_last().expect("lines");
     assert_eq!(*last, r#"{"type":"final_result","value":13.0}"#);
@@ -1210,20 +1194,21 @@ fn the_readmes_first_command_replays_a_recovery_from_an_error_to_the_right_answe
     );
 }
 
-/// `--events jsonl`: every event on stdout as a JSON line, as it happens, and the
-/// final ScriptOutput still the last line.
-#[test]
-fn events_jsonl_streams_every_event_to_stdout_before_the_final_line() {
+/// What `codeact run --events jsonl` prints replaying the recorded transcript
+/// `fixtures/transcripts/{transcript}` with the demo tools on `task`, after
+/// asserting it succeeded.
+fn replay_demo_with_events(transcript: &str, task: &str) -> String {
+    let model = format!("replay:fixtures/transcripts/{transcript}");
     let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
         .args([
             "run",
             "--model",
-            "replay:fixtures/transcripts/demo-rhai-weather.jsonl",
+            &model,
             "--tools",
             "fixtures/tools/demo.json",
             "--events",
             "jsonl",
-            "Which is warmer right now, Paris or Oslo? Return the name of the city.",
+            task,
         ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -1233,7 +1218,17 @@ fn events_jsonl_streams_every_event_to_stdout_before_the_final_line() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `--events jsonl`: every event on stdout as a JSON line, as it happens, and the
+/// final ScriptOutput still the last line.
+#[test]
+fn events_jsonl_streams_every_event_to_stdout_before_the_final_line() {
+    let stdout = replay_demo_with_events(
+        "demo-rhai-weather.jsonl",
+        "Which is warmer right now, Paris or Oslo? Return the name of the city.",
+    );
     let lines: Vec<&str> = stdout.lines().collect();
     let (last, events) = lines.split_last().expect("lines");
     assert_eq!(*last, r#"{"type":"final_result","value":"Paris"}"#);
