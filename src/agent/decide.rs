@@ -925,6 +925,17 @@ impl Conversation {
             self.first_mend = Some(mend.clone());
         }
         if !script_notes::same_script(&code, &mend.failed) {
+            if let Some(reapplied) = mend_reapplied(&mend, &code) {
+                let (first, last) = reapplied.lines.unzip();
+                let note = self.prompts.render(
+                    "notes/mend_applied",
+                    context! { first => first, last => last, kept_failed_lines => true },
+                );
+                self.pending_notes.push(note);
+                let mended = reapplied.mended.clone();
+                self.applied_mend = Some(reapplied);
+                return mended;
+            }
             self.left_out_of_mend = self
                 .left_out_of(&mend, &code)
                 .map(|note| (note, mend.clone()));
@@ -951,7 +962,7 @@ impl Conversation {
         }
         let note = self.prompts.render(
             "notes/mend_applied",
-            context! { first => mend.lines.map(|(first, _)| first), last => mend.lines.map(|(_, last)| last) },
+            context! { first => mend.lines.map(|(first, _)| first), last => mend.lines.map(|(_, last)| last), kept_failed_lines => false },
         );
         self.pending_notes.push(note);
         let mended = mend.mended.clone();
@@ -2423,6 +2434,53 @@ impl Conversation {
             Next::CallModel
         }
     }
+}
+
+/// `code` with the lines `mend` rewrote written as it proposed, when `code`
+/// is the failed script with only its last line changed (how it ends, not
+/// what it computes): the rewritten lines fail as they did. A change to any
+/// other line is the model's own reckoning, shown against the mend instead
+/// (`notes/changed_beside_mend`). Handed its `munich-or-berlin` script with
+/// its last line as `final_result(result["temp_c"])` after the rewrite that
+/// caught the `ToolError` had run, the local model took that last line into
+/// its own failed script, without the catch, and its error came back until
+/// the step limit (CPython, label `whole-offer`, both runs).
+fn mend_reapplied(mend: &ProposedMend, code: &str) -> Option<ProposedMend> {
+    let (first, last) = mend.lines?;
+    let failed: Vec<&str> = mend.failed.lines().map(str::trim).collect();
+    let sent: Vec<&str> = code.lines().map(str::trim).collect();
+    if failed.len() != sent.len() || first == 0 || last > failed.len() {
+        return None;
+    }
+    let rewritten = first - 1..last;
+    if failed[rewritten.clone()] != sent[rewritten.clone()]
+        || failed[rewritten.clone()].iter().all(|line| line.is_empty())
+    {
+        return None;
+    }
+    let last_line = sent.iter().rposition(|line| !line.is_empty())?;
+    let changed: Vec<usize> = (0..sent.len())
+        .filter(|&index| failed[index] != sent[index])
+        .collect();
+    if changed != [last_line] || rewritten.contains(&last_line) {
+        return None;
+    }
+    // The proposed lines: the rewrite's lines from `first`, as many as the
+    // rewrite has more than the failed script, past `last`.
+    let grown = mend.mended.lines().count() as isize - mend.failed.lines().count() as isize;
+    let count = (last - first + 1) as isize + grown;
+    let replacement: Vec<&str> = mend
+        .mended
+        .lines()
+        .skip(first - 1)
+        .take(usize::try_from(count).ok()?)
+        .collect();
+    Some(ProposedMend::lines(
+        code,
+        first,
+        last,
+        &replacement.join("\n"),
+    ))
 }
 
 /// The script's line with `found`'s regular expression mended where it
@@ -4444,6 +4502,81 @@ Fn(\"f\")
         assert_eq!(
             c.on_reply(&python_reply(MUNICH_SCRIPT)).next,
             runs(MUNICH_SCRIPT)
+        );
+    }
+
+    #[test]
+    fn the_failed_script_with_its_last_line_changed_after_the_rewrite_ran_runs_with_the_rewritten_lines()
+     {
+        let mut c = after_munich_failed();
+        let berlin = json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}});
+        c.on_reply(&python_reply(MUNICH_SCRIPT));
+        c.on_completion(&Ok(berlin), &logs());
+        // The whole-script offer's last line taken into the script that
+        // failed, without the catch that made it run (the evaluation's
+        // `munich-or-berlin`, CPython, label `whole-offer`).
+        let finishing =
+            MUNICH_SCRIPT.replace("observation(result)", "final_result(result[\"temp_c\"])");
+        let mended = "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nfinal_result(result[\"temp_c\"])";
+        assert_eq!(c.on_reply(&python_reply(&finishing)).next, runs(mended));
+        c.on_completion(&Ok(json!({"type": "observation", "value": 9.0})), &logs());
+        let text = last_feedback(&c);
+        assert!(
+            outside_fences(&text).contains("Note: your script kept lines 1 to 3 of the script that failed, which fail the same way, so the host ran those lines written as its feedback proposed, and the rest as you wrote it."),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_failed_script_with_another_line_changed_runs_with_the_rewritten_lines_right_after_the_feedback()
+     {
+        let mut c = after_munich_failed();
+        let printing =
+            MUNICH_SCRIPT.replace("observation(result)", "print(result)\nobservation(result)");
+        // A line added moves the rest: not the failed script at its places.
+        assert_eq!(c.on_reply(&python_reply(&printing)).next, runs(&printing));
+        let mut c = after_munich_failed();
+        let oslo = MUNICH_SCRIPT.replace("observation(result)", "observation(result[\"temp_c\"])");
+        let mended = "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result[\"temp_c\"])";
+        assert_eq!(c.on_reply(&python_reply(&oslo)).next, runs(mended));
+    }
+
+    #[test]
+    fn a_script_that_changed_a_rewritten_line_or_one_before_its_last_runs_as_written() {
+        let mut c = after_munich_failed();
+        let other_city = MUNICH_SCRIPT.replace("\"Munich\"", "\"Paris\"");
+        assert_eq!(
+            c.on_reply(&python_reply(&other_city)).next,
+            runs(&other_city)
+        );
+        let long = format!("{MUNICH_SCRIPT}\na = 1\nb = 2\nc = 3\nd = 4");
+        let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+            "get_weather".to_string(),
+            "get_weather(city=string)".to_string(),
+        )]);
+        c.on_reply(&python_reply(&long));
+        c.on_completion(
+            &thrown(
+                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
+            ),
+            &logs(),
+        );
+        let rewritten = long.replace("c = 3", "c = 30").replace("d = 4", "d = 40");
+        assert_eq!(c.on_reply(&python_reply(&rewritten)).next, runs(&rewritten));
+        // The same failure, its last line alone changed: mended.
+        c.on_completion(
+            &thrown(
+                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
+            ),
+            &logs(),
+        );
+        let ending = rewritten.replace("d = 40", "observation(d)");
+        let Next::RunScript { code } = c.on_reply(&python_reply(&ending)).next else {
+            panic!("not run");
+        };
+        assert!(
+            code.starts_with("try:\n") && code.ends_with("c = 30\nobservation(d)"),
+            "{code}"
         );
     }
 

@@ -538,6 +538,30 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
+        ("notes/mend_applied (kept the failed lines)", {
+            let mut c =
+                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+                    "get_weather".to_string(),
+                    "get_weather(city=string)".to_string(),
+                )]);
+            let script = "```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```";
+            c.on_reply(&reply(script, StopReason::EndTurn));
+            c.on_completion(
+                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
+                &none,
+            );
+            c.on_reply(&reply(script, StopReason::EndTurn));
+            c.on_completion(
+                &Ok(json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}})),
+                &none,
+            );
+            c.on_reply(&reply(
+                &script.replace("observation(result)", "observation(result[\"temp_c\"])"),
+                StopReason::EndTurn,
+            ));
+            c.on_completion(&Ok(json!({"type": "observation", "value": 9.0})), &none);
+            fed_back(&c)
+        }),
         ("feedback/open_file", {
             let mut c = python_reading_files();
             c.on_reply(&reply(

@@ -330,9 +330,11 @@ static BUILTINS: &[Builtin] = &[
         context! { name => "final_result", signature => None::<&str> },
     ]),
     builtin!("notes/mend_applied", || vec![
-        context! { first => 3, last => 5 },
-        context! { first => 9, last => 9 },
-        context! { first => None::<usize>, last => None::<usize> },
+        context! { first => 3, last => 5, kept_failed_lines => false },
+        context! { first => 9, last => 9, kept_failed_lines => false },
+        context! { first => None::<usize>, last => None::<usize>, kept_failed_lines => false },
+        context! { first => 3, last => 5, kept_failed_lines => true },
+        context! { first => 9, last => 9, kept_failed_lines => true },
     ]),
     builtin!("notes/changed_beside_mend", || vec![
         context! { first => 9, last => 9, changes => vec![context! { line => 10, before => FENCED, after => FENCED }] },
