@@ -113,6 +113,31 @@ fn failed_adding_maps(script: &str) -> Conversation {
     c
 }
 
+/// A Python script that tests `get_weather`'s result for `None` where the
+/// tool raises (`munich-or-berlin`).
+const MUNICH: &str = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
+
+/// A Python conversation whose [`MUNICH`] script failed on the tool's
+/// `ToolError`, then, sent again, ran as the catch its feedback proposed.
+fn munich_ran_mended() -> Conversation {
+    let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+        "get_weather".to_string(),
+        "get_weather(city=string)".to_string(),
+    )]);
+    let script = format!("```python\n{MUNICH}\n```");
+    c.on_reply(&reply(&script, StopReason::EndTurn));
+    c.on_completion(
+        &Err(ScriptError::thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
+        &LogBuffer::new(10),
+    );
+    c.on_reply(&reply(&script, StopReason::EndTurn));
+    c.on_completion(
+        &Ok(json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}})),
+        &LogBuffer::new(10),
+    );
+    c
+}
+
 fn decoded(value: Value) -> String {
     match ScriptOutput::decode(value) {
         ScriptOutput::Error { message } => message,
@@ -519,44 +544,14 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
-        ("notes/mend_applied", {
-            let mut c =
-                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-                    "get_weather".to_string(),
-                    "get_weather(city=string)".to_string(),
-                )]);
-            let script = "```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```";
-            c.on_reply(&reply(script, StopReason::EndTurn));
-            c.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
-                &none,
-            );
-            c.on_reply(&reply(script, StopReason::EndTurn));
-            c.on_completion(
-                &Ok(json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}})),
-                &none,
-            );
-            fed_back(&c)
-        }),
+        ("notes/mend_applied", fed_back(&munich_ran_mended())),
         ("notes/mend_applied (kept the failed lines)", {
-            let mut c =
-                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-                    "get_weather".to_string(),
-                    "get_weather(city=string)".to_string(),
-                )]);
-            let script = "```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```";
-            c.on_reply(&reply(script, StopReason::EndTurn));
-            c.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
-                &none,
-            );
-            c.on_reply(&reply(script, StopReason::EndTurn));
-            c.on_completion(
-                &Ok(json!({"type": "observation", "value": {"city": "Berlin", "temp_c": 9.0}})),
-                &none,
-            );
+            let mut c = munich_ran_mended();
             c.on_reply(&reply(
-                &script.replace("observation(result)", "observation(result[\"temp_c\"])"),
+                &format!(
+                    "```python\n{}\n```",
+                    MUNICH.replace("observation(result)", "observation(result[\"temp_c\"])")
+                ),
                 StopReason::EndTurn,
             ));
             c.on_completion(&Ok(json!({"type": "observation", "value": 9.0})), &none);
