@@ -436,6 +436,12 @@ impl ProposedMend {
             carried: false,
         }
     }
+
+    /// How many lines longer the rewrite is than the failed script (a
+    /// `try:`/`except` around one line adds three).
+    fn grown(&self) -> isize {
+        self.mended.lines().count() as isize - self.failed.lines().count() as isize
+    }
 }
 
 /// The conversation and the counters the rules need.
@@ -926,15 +932,7 @@ impl Conversation {
         }
         if !script_notes::same_script(&code, &mend.failed) {
             if let Some(reapplied) = mend_reapplied(&mend, &code) {
-                let (first, last) = reapplied.lines.unzip();
-                let note = self.prompts.render(
-                    "notes/mend_applied",
-                    context! { first => first, last => last, kept_failed_lines => true },
-                );
-                self.pending_notes.push(note);
-                let mended = reapplied.mended.clone();
-                self.applied_mend = Some(reapplied);
-                return mended;
+                return self.run_as_mend(reapplied, true);
             }
             self.left_out_of_mend = self
                 .left_out_of(&mend, &code)
@@ -960,9 +958,17 @@ impl Conversation {
             }
             return code;
         }
+        self.run_as_mend(mend, false)
+    }
+
+    /// The script `mend` rewrote to, said in a note (`notes/mend_applied`;
+    /// `kept_failed_lines` when the reply changed the failed script's last
+    /// line) and remembered as the mend the step runs as.
+    fn run_as_mend(&mut self, mend: ProposedMend, kept_failed_lines: bool) -> String {
+        let (first, last) = mend.lines.unzip();
         let note = self.prompts.render(
             "notes/mend_applied",
-            context! { first => mend.lines.map(|(first, _)| first), last => mend.lines.map(|(_, last)| last), kept_failed_lines => false },
+            context! { first => first, last => last, kept_failed_lines => kept_failed_lines },
         );
         self.pending_notes.push(note);
         let mended = mend.mended.clone();
@@ -979,7 +985,7 @@ impl Conversation {
     /// Python, both runs of label `mend`).
     fn changes_beside(&self, mend: &ProposedMend, code: &str) -> Option<String> {
         let (first, last) = mend.lines?;
-        let grown = mend.mended.lines().count() as isize - mend.failed.lines().count() as isize;
+        let grown = mend.grown();
         let last_rewritten = (last as isize + grown).max(first as isize) as usize;
         let numbered = |script: &str| -> Vec<(usize, String)> {
             script
@@ -2467,8 +2473,7 @@ fn mend_reapplied(mend: &ProposedMend, code: &str) -> Option<ProposedMend> {
     }
     // The proposed lines: the rewrite's lines from `first`, as many as the
     // rewrite has more than the failed script, past `last`.
-    let grown = mend.mended.lines().count() as isize - mend.failed.lines().count() as isize;
-    let count = (last - first + 1) as isize + grown;
+    let count = (last - first + 1) as isize + mend.grown();
     let replacement: Vec<&str> = mend
         .mended
         .lines()
@@ -4528,7 +4533,7 @@ Fn(\"f\")
     }
 
     #[test]
-    fn the_failed_script_with_another_line_changed_runs_with_the_rewritten_lines_right_after_the_feedback()
+    fn the_failed_script_with_its_last_line_changed_runs_with_the_rewritten_lines_right_after_the_feedback()
      {
         let mut c = after_munich_failed();
         let printing =
