@@ -29,6 +29,7 @@ use super::events::{Event, Listener, ToolCallOutcome};
 use super::feedback::{FailedCall, ToolResultSeen};
 use super::outcome::Outcome;
 use crate::chat::{ContentBlock, Message, ModelResponse, Role, StopReason, Usage};
+use crate::tools::toolbox::wait_for_decision;
 
 /// Why a transcript cannot be resumed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -846,37 +847,6 @@ impl HostTools {
             None => None,
         }
     }
-}
-
-/// Waits on this (blocking) thread for an approver's decision; a cancelled run
-/// denies at once.
-fn wait_for_decision(
-    decision: crate::agent::approval::ApprovalFuture,
-    cancel: Option<&tokio_util::sync::CancellationToken>,
-) -> ApprovalDecision {
-    let cancelled = || ApprovalDecision::deny("the run was cancelled").by("cancellation");
-    if cancel.is_some_and(|token| token.is_cancelled()) {
-        return cancelled();
-    }
-    let handle = match tokio::runtime::Handle::try_current() {
-        Ok(handle) => handle,
-        Err(_) => match crate::tools::toolbox::fallback_runtime() {
-            Some(handle) => handle.clone(),
-            None => {
-                return ApprovalDecision::deny("the host could not wait for a decision").by("host");
-            }
-        },
-    };
-    crate::exec::run_slots::released_during(|| match cancel {
-        None => handle.block_on(decision),
-        Some(token) => handle.block_on(async {
-            tokio::select! {
-                biased;
-                () = token.cancelled() => cancelled(),
-                decision = decision => decision,
-            }
-        }),
-    })
 }
 
 impl ToolDispatch for HostTools {

@@ -45,9 +45,14 @@ fn ask_at_terminal(request: &ApprovalRequest) -> ApprovalDecision {
         return no_terminal();
     };
     let args = codeact_runtime::text::shorten(&request.args.to_string(), 400);
+    let caller = if request.agent.is_empty() {
+        "a script".to_string()
+    } else {
+        format!("agent '{}' (step {})", request.agent, request.step)
+    };
     let question = format!(
-        "\n── approval: agent '{}' (step {}) calls {}({})\n   approve? [y/N, or a reason to deny] ",
-        request.agent, request.step, request.tool, args
+        "\n── approval: {caller} calls {}({})\n   approve? [y/N, or a reason to deny] ",
+        request.tool, args
     );
     if tty.write_all(terminal_safe(&question).as_bytes()).is_err() {
         return no_terminal();

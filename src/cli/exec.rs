@@ -26,6 +26,12 @@ pub(crate) struct ExecArgs {
     tools: ToolArgs,
     #[command(flatten)]
     files: FileArgs,
+    /// Who decides on calls of tools that need approval ("approval": true in a
+    /// tools manifest): ask (a prompt on the terminal), allow or deny [default:
+    /// ask when stdin is a terminal, else deny]. A denied call throws a tool
+    /// error the script can catch.
+    #[arg(long, value_name = "MODE", value_parser = ["ask", "allow", "deny"])]
+    approve: Option<String>,
     /// The script file, or - for stdin.
     #[arg(value_name = "FILE|-")]
     file: String,
@@ -72,7 +78,7 @@ pub(crate) fn exec(args: &ExecArgs) -> ExitCode {
         })
         .and_then(|tools| ToolBox::new(tools).map_err(|e| format!("--tool: {e}")))
     {
-        Ok(toolbox) => toolbox,
+        Ok(toolbox) => toolbox.approved_by(super::approve::approver(args.approve.as_deref())),
         Err(e) => return usage_error(&e),
     };
     let script = match read_script(&args.file) {

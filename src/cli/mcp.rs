@@ -53,6 +53,12 @@ pub(crate) struct McpArgs {
     limits: LimitArgs,
     #[command(flatten)]
     tools: ToolArgs,
+    /// Who decides on calls of tools that need approval ("approval": true in a
+    /// tools manifest): ask (a prompt on the operator's terminal), allow or deny
+    /// [default: deny]. A denied call throws a tool error the client's script
+    /// can catch.
+    #[arg(long, value_name = "MODE", value_parser = ["ask", "allow", "deny"], default_value = "deny")]
+    approve: String,
 }
 
 /// The environment variable holding the bearer token of `--listen`.
@@ -96,7 +102,7 @@ pub(crate) fn serve(args: &McpArgs) -> ExitCode {
         .tools(&host)
         .and_then(|tools| ToolBox::new(tools).map_err(|e| format!("--tool: {e}")))
     {
-        Ok(tools) => Arc::new(tools),
+        Ok(tools) => Arc::new(tools.approved_by(super::approve::approver(Some(&args.approve)))),
         Err(e) => return usage_error(&e),
     };
     let server = Sandboxes {

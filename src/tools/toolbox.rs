@@ -9,6 +9,10 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use codeact_runtime::{ToolDispatch, ToolError, ToolSpec, is_identifier};
+
+use crate::agent::approval::{
+    ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver,
+};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -264,6 +268,12 @@ pub struct ToolBox {
     /// Once cancelled, no call starts and a waiting one ends at once (its future
     /// dropped: a command tool's process group is killed).
     cancel: Option<tokio_util::sync::CancellationToken>,
+    /// Who decides on calls of tools that need approval. Default: nobody, so
+    /// such a call is denied (fail closed).
+    approver: Option<Approver>,
+    /// Set by an agent, whose own tool layer asks its approver before a call
+    /// reaches this toolbox. Default: false.
+    approved_upstream: bool,
 }
 
 impl ToolBox {
@@ -292,6 +302,57 @@ impl ToolBox {
         self
     }
 
+    /// The same tools, whose calls that need approval
+    /// ([`Tool::needing_approval`]) ask `approver` first; a denied call fails
+    /// with a tool error giving the approver's reason. Without an approver such
+    /// calls are denied: a tool that needs approval never runs unapproved,
+    /// whatever runs the script (an agent asks its own approver, see
+    /// [`AgentBuilder::on_approval`](crate::AgentBuilder::on_approval)).
+    pub fn approved_by(mut self, approver: Approver) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// The same tools for an agent, whose tool layer has asked for approval
+    /// before a call reaches them.
+    pub(crate) fn approved_upstream(mut self) -> Self {
+        self.approved_upstream = true;
+        self
+    }
+
+    /// `None` when the call of `name` may run; otherwise the tool error that
+    /// refuses it, after asking the approver if there is one.
+    fn approval_refusal(&self, name: &str, args: &Value) -> Option<ToolError> {
+        let Some(approver) = &self.approver else {
+            return Some(ToolError::new(format!(
+                "'{name}' was not called: it needs approval and nothing here can ask for it \
+                 (the operator can choose who decides, e.g. `--approve ask`)"
+            )));
+        };
+        let request = ApprovalRequest {
+            agent: String::new(),
+            step: 0,
+            tool: name.to_string(),
+            args: args.clone(),
+            script: String::new(),
+            reason: ApprovalReason::Marked,
+        };
+        let decision = wait_for_decision(approver.decide(request), self.cancel.as_ref());
+        if decision.approved {
+            return None;
+        }
+        let reason = if decision.deferred {
+            "a decision cannot be deferred outside an agent's run".to_string()
+        } else {
+            decision
+                .reason
+                .unwrap_or_else(|| "no reason given".to_string())
+        };
+        Some(ToolError::new(format!(
+            "'{name}' was not called: approval was denied ({reason})"
+        )))
+    }
+
     fn unknown(&self, name: &str) -> ToolError {
         if self.tools.is_empty() {
             return ToolError::new(format!("unknown tool '{name}': no tools are available"));
@@ -318,6 +379,12 @@ impl ToolDispatch for ToolBox {
             .is_some_and(|token| token.is_cancelled())
         {
             return Err(cancelled());
+        }
+        if tool.needs_approval
+            && !self.approved_upstream
+            && let Some(refusal) = self.approval_refusal(name, &args)
+        {
+            return Err(refusal);
         }
         if let Some(immediate) = &tool.immediate {
             return immediate(args);
@@ -358,6 +425,37 @@ impl ToolDispatch for ToolBox {
             .get(name)
             .is_some_and(|tool| tool.immediate.is_some() && !tool.needs_approval)
     }
+}
+
+/// Waits on this (blocking) thread for an approver's decision; a cancelled run
+/// denies at once.
+pub(crate) fn wait_for_decision(
+    decision: ApprovalFuture,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
+) -> ApprovalDecision {
+    let cancelled = || ApprovalDecision::deny("the run was cancelled").by("cancellation");
+    if cancel.is_some_and(|token| token.is_cancelled()) {
+        return cancelled();
+    }
+    let handle = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle,
+        Err(_) => match fallback_runtime() {
+            Some(handle) => handle.clone(),
+            None => {
+                return ApprovalDecision::deny("the host could not wait for a decision").by("host");
+            }
+        },
+    };
+    crate::exec::run_slots::released_during(|| match cancel {
+        None => handle.block_on(decision),
+        Some(token) => handle.block_on(async {
+            tokio::select! {
+                biased;
+                () = token.cancelled() => cancelled(),
+                decision = decision => decision,
+            }
+        }),
+    })
 }
 
 /// A one-worker runtime for tool calls made outside any tokio runtime, started on

@@ -566,3 +566,147 @@ fn approve_ask_asks_at_the_terminal_and_takes_the_answer_as_the_reason() {
         "{shown}"
     );
 }
+
+/// A tools manifest in `dir` with one command tool, `pay`, marked as needing
+/// approval, that leaves `paid` in `dir` when it runs; and that file's path.
+fn pay_needing_approval(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let manifest = dir.join("pay.json");
+    let paid = dir.join("paid");
+    std::fs::write(
+        &manifest,
+        json!([{
+            "name": "pay",
+            "description": "Pays an amount.",
+            "parameters": {"type": "object", "properties": {"amount": {"type": "integer"}}},
+            "command": ["python3", "-c", "import sys; open(sys.argv[1], 'w').write('paid'); print(1)", paid.to_str().expect("utf-8")],
+            "approval": true
+        }])
+        .to_string(),
+    )
+    .expect("written");
+    (manifest, paid)
+}
+
+/// A Rhai script that calls `pay` and answers with what happened.
+const PAY_AND_SAY: &str = r#"let said = "paid";
+try { pay(#{amount: 1000}); } catch (e) { said = `${e}`; }
+final_result(said)"#;
+
+#[test]
+fn codeact_exec_denies_a_tool_that_needs_approval_unless_the_operator_allows_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (manifest, paid) = pay_needing_approval(dir.path());
+    let manifest = manifest.to_str().expect("utf-8");
+    let out = crate::cli::codeact(
+        &["exec", "--tools", manifest, "-"],
+        Some(PAY_AND_SAY.as_bytes()),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("approval was denied"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!paid.exists(), "the tool ran without approval");
+
+    let out = crate::cli::codeact(
+        &["exec", "--tools", manifest, "--approve", "deny", "-"],
+        Some(PAY_AND_SAY.as_bytes()),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("approval was denied"), "{stdout}");
+    assert!(!paid.exists(), "the tool ran although denied");
+
+    let out = crate::cli::codeact(
+        &["exec", "--tools", manifest, "--approve", "allow", "-"],
+        Some(PAY_AND_SAY.as_bytes()),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(r#""value":"paid""#), "{stdout}");
+    assert!(paid.exists(), "the approved call did not run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codeact_mcp_denies_a_tool_that_needs_approval_to_every_client() {
+    use codeact::{McpServer, ToolBox, ToolDispatch};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (manifest, paid) = pay_needing_approval(dir.path());
+    let server = McpServer::stdio(
+        "codeact",
+        env!("CARGO_BIN_EXE_codeact"),
+        [
+            "mcp",
+            "--runtimes",
+            "rhai",
+            "--tools",
+            manifest.to_str().expect("utf-8"),
+        ],
+    );
+    let tools = server.tools().await.expect("the server lists its tools");
+    let toolbox = Arc::new(ToolBox::new(tools).expect("valid names"));
+    let ran = tokio::task::spawn_blocking(move || {
+        toolbox.call(
+            "codeact_run_script",
+            json!({"runtime": "rhai", "code": PAY_AND_SAY}),
+        )
+    })
+    .await
+    .expect("the call's thread finishes")
+    .expect("the script ran");
+    let said = ran["output"]["value"].as_str().unwrap_or_default();
+    assert!(said.contains("approval was denied"), "{ran}");
+    assert!(
+        !paid.exists(),
+        "an MCP client's script ran the tool unapproved"
+    );
+}
+
+#[test]
+fn a_toolbox_used_without_an_agent_asks_its_approver_and_denies_without_one() {
+    use codeact::{ToolBox, ToolDispatch};
+
+    let calls = Arc::new(Mutex::new(0));
+    let counted = calls.clone();
+    let pay = Tool::from_fn("pay", "Pays.", move |_| {
+        *counted.lock().expect("not poisoned") += 1;
+        Ok(json!("paid"))
+    })
+    .needing_approval();
+    let unattended = ToolBox::new([pay.clone()]).expect("valid");
+    assert!(!unattended.is_immediate("pay"));
+    let refused = unattended.call("pay", json!({})).expect_err("denied");
+    assert!(refused.message.contains("needs approval"), "{refused:?}");
+
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    let approving = ToolBox::new([pay.clone()])
+        .expect("valid")
+        .approved_by(Approver::new(move |request: ApprovalRequest| {
+            seen.lock()
+                .expect("not poisoned")
+                .push(request.args.clone());
+            async { ApprovalDecision::approve() }
+        }));
+    assert_eq!(
+        approving.call("pay", json!({"amount": 5})),
+        Ok(json!("paid"))
+    );
+    assert_eq!(*asked.lock().expect("not poisoned"), [json!({"amount": 5})]);
+
+    let deferring = ToolBox::new([pay])
+        .expect("valid")
+        .approved_by(Approver::defer_all());
+    let refused = deferring
+        .call("pay", json!({}))
+        .expect_err("no deferral here");
+    assert!(
+        refused.message.contains("cannot be deferred"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        *calls.lock().expect("not poisoned"),
+        1,
+        "only the approved call ran"
+    );
+}

@@ -225,7 +225,11 @@ impl AgentBuilder {
         } else {
             None
         };
-        let tools = ToolBox::new(tools).map_err(|e| AgentError::Setup(e.to_string()))?;
+        // The agent's tool layer (`HostTools`) asks its approver before a call
+        // reaches the toolbox.
+        let tools = ToolBox::new(tools)
+            .map_err(|e| AgentError::Setup(e.to_string()))?
+            .approved_upstream();
         let contract = self.output.load()?;
         let mut agent = Agent {
             name: self.name,
