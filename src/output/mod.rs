@@ -4,5 +4,6 @@
 
 pub(crate) mod answer;
 pub(crate) mod final_output;
+pub(crate) mod schema_budget;
 pub(crate) mod script_output;
 pub(crate) mod spec;

@@ -33,7 +33,9 @@ use codeact_runtime::Limits;
 use minijinja::context;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
+use super::schema_budget::{BudgetedSchema, SchemaBudget, SchemaCheck};
 use crate::prompts::{PromptError, Prompts};
 use crate::untrusted::UntrustedText;
 
@@ -258,7 +260,7 @@ pub type ExtraCheck = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct OutputContract {
     spec: OutputSpec,
-    schema: Option<Arc<jsonschema::Validator>>,
+    schema: Option<Arc<BudgetedSchema>>,
     validator: Option<RhaiValidator>,
     extra: Option<ExtraCheck>,
 }
@@ -280,8 +282,7 @@ impl OutputContract {
     pub fn load(spec: OutputSpec) -> Result<Self, OutputSpecError> {
         let schema = match &spec.schema {
             Some(schema) => Some(Arc::new(
-                jsonschema::validator_for(schema)
-                    .map_err(|e| OutputSpecError::Schema(e.to_string()))?,
+                BudgetedSchema::compile(schema).map_err(OutputSpecError::Schema)?,
             )),
             None => None,
         };
@@ -324,6 +325,13 @@ impl OutputContract {
     /// the format is json, any other value as it is. The validator sees the result
     /// as text: a string is the string itself, any other value its JSON text.
     pub fn check(&self, value: &Value) -> Check {
+        self.check_cancellable(value, None)
+    }
+
+    /// [`check`](Self::check), stopped by `cancel`: the schema check looks at it
+    /// as it goes, and stops at its own budget (1,000,000 references followed
+    /// or 1 s), so neither a costly schema nor a cancelled run holds a thread.
+    pub fn check_cancellable(&self, value: &Value, cancel: Option<&CancellationToken>) -> Check {
         let structured = match structured(value, self.spec.wants_json()) {
             Ok(structured) => structured,
             Err(reason) => {
@@ -335,35 +343,38 @@ impl OutputContract {
             }
         };
         if let Some(schema) = &self.schema {
-            let errors: Vec<String> = schema
-                .iter_errors(&structured)
-                .map(|error| {
-                    let at = error.instance_path().as_str();
-                    let at = if at.is_empty() { "the top level" } else { at };
-                    format!("at {at}: {error}")
-                })
-                .collect();
-            if !errors.is_empty() {
-                // The errors quote the result's values and keys: model text.
-                let mut reason =
-                    "the final result does not match the required JSON Schema".to_string();
-                if errors.len() > MAX_SCHEMA_ERRORS {
-                    reason.push_str(&format!(
-                        " ({} more errors than shown)",
-                        errors.len() - MAX_SCHEMA_ERRORS
-                    ));
+            match schema.check(
+                &structured,
+                SchemaBudget::default(),
+                cancel,
+                MAX_SCHEMA_ERRORS,
+            ) {
+                SchemaCheck::Valid => {}
+                SchemaCheck::Invalid { shown, total } => {
+                    // The errors quote the result's values and keys: model text.
+                    let mut reason =
+                        "the final result does not match the required JSON Schema".to_string();
+                    if total > shown.len() {
+                        reason.push_str(&format!(
+                            " ({} more errors than shown)",
+                            total - shown.len()
+                        ));
+                    }
+                    return Check::Refused {
+                        by: RefusedBy::Schema,
+                        reason,
+                        quoted: Some(UntrustedText::new(shown.join("; "))),
+                    };
                 }
-                let quoted = errors
-                    .iter()
-                    .take(MAX_SCHEMA_ERRORS)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                return Check::Refused {
-                    by: RefusedBy::Schema,
-                    reason,
-                    quoted: Some(UntrustedText::new(quoted)),
-                };
+                SchemaCheck::Stopped(why) => {
+                    return Check::Refused {
+                        by: RefusedBy::Schema,
+                        reason: format!(
+                            "the final result could not be checked against the required JSON Schema: {why}"
+                        ),
+                        quoted: None,
+                    };
+                }
             }
         }
         if let Some(validator) = &self.validator {

@@ -39,8 +39,9 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 use tokio::sync::Mutex;
 
+use crate::output::schema_budget::BudgetedSchema;
 use crate::tools::pid_namespace;
-use crate::tools::toolbox::{Tool, first_schema_error};
+use crate::tools::toolbox::Tool;
 
 /// How long a call may take before the host gives up on the server. Default: 30 s,
 /// as command tools.
@@ -437,12 +438,13 @@ fn remote_tool(connection: &Arc<Connection>, name: String, tool: rmcp::model::To
         .unwrap_or_default()
         .trim()
         .to_string();
-    // A schema that does not compile is the server's problem, not the call's: the
-    // server checks the arguments itself then.
-    let inputs = jsonschema::validator_for(&parameters).ok().map(Arc::new);
+    // A schema that does not compile, or is too costly to check (see
+    // `schema_budget`), is the server's problem, not the call's: the server
+    // checks the arguments itself then.
+    let inputs = BudgetedSchema::compile(&parameters).ok().map(Arc::new);
     let outputs = output_schema
         .as_ref()
-        .and_then(|schema| jsonschema::validator_for(schema).ok())
+        .and_then(|schema| BudgetedSchema::compile(schema).ok())
         .map(Arc::new);
     let server = connection.server.name.clone();
     let connection = Arc::clone(connection);
@@ -453,7 +455,11 @@ fn remote_tool(connection: &Arc<Connection>, name: String, tool: rmcp::model::To
         let outputs = outputs.clone();
         async move {
             if let Some(inputs) = &inputs {
-                first_schema_error(inputs, &args)?;
+                inputs.first_error(&args).map_err(|error| {
+                    ToolError::new(format!(
+                        "the arguments do not match the tool's schema {error}"
+                    ))
+                })?;
             }
             let result = connection.call(&remote, args).await?;
             script_value(&connection.server.name, result, outputs.as_deref())
@@ -472,7 +478,7 @@ fn remote_tool(connection: &Arc<Connection>, name: String, tool: rmcp::model::To
 fn script_value(
     server: &str,
     result: CallToolResult,
-    outputs: Option<&jsonschema::Validator>,
+    outputs: Option<&BudgetedSchema>,
 ) -> Result<Value, ToolError> {
     let blocks: Vec<Value> = result
         .content
@@ -494,11 +500,9 @@ fn script_value(
     // `"structuredContent": null` (some servers send it) is no structured content.
     let value = match result.structured_content.filter(|value| !value.is_null()) {
         Some(structured) => {
-            if let Some(error) = outputs.and_then(|outputs| outputs.iter_errors(&structured).next())
-            {
+            if let Some(Err(error)) = outputs.map(|outputs| outputs.first_error(&structured)) {
                 return Err(ToolError::new(format!(
-                    "MCP server '{server}' answered wrongly: its result does not match the tool's output schema at {}: {error}",
-                    error.instance_path()
+                    "MCP server '{server}' answered wrongly: its result does not match the tool's output schema {error}"
                 )));
             }
             structured
@@ -683,7 +687,7 @@ mod tests {
     fn a_result_against_the_output_schema_is_refused() {
         let schema =
             json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
-        let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+        let validator = BudgetedSchema::compile(&schema).expect("schema compiles");
         let wrong = result(vec![], Some(json!({"n": "seven"})), false);
         let err = script_value("s", wrong, Some(&validator)).expect_err("refused");
         assert!(

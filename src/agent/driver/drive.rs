@@ -320,7 +320,7 @@ impl Agent {
                 }
                 Next::CheckResult { value, artifacts } => {
                     let (check, artifacts) =
-                        check_result(contract, working_dir, &value, &artifacts).await;
+                        check_result(contract, working_dir, &value, &artifacts, cancel).await;
                     let mut decision = conversation.on_check(value.clone(), &check);
                     if let Next::Finish(Outcome::FinalResult { .. }) = &decision.next {
                         let output =
@@ -401,12 +401,14 @@ impl Agent {
 
 /// Checks a submitted result: its artifact paths first (relative to
 /// `working_dir`, normalised), then the output contract, on a thread allowed to
-/// block (a validator may run up to its time limit).
+/// block (a validator may run up to its time limit; a schema check stops at its
+/// budget or at `cancel`).
 async fn check_result(
     contract: &OutputContract,
     working_dir: &Path,
     value: &Value,
     declared: &[String],
+    cancel: Option<&CancellationToken>,
 ) -> (Check, Vec<PathBuf>) {
     let mut artifacts = Vec::with_capacity(declared.len());
     for path in declared {
@@ -434,12 +436,14 @@ async fn check_result(
         .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     let check = if in_place {
         tokio::task::block_in_place(|| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| contract.check(value)))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                contract.check_cancellable(value, cancel)
+            }))
         })
         .unwrap_or_else(|_| panicked("it panicked".into()))
     } else {
-        let (contract, value) = (contract.clone(), value.clone());
-        tokio::task::spawn_blocking(move || contract.check(&value))
+        let (contract, value, cancel) = (contract.clone(), value.clone(), cancel.cloned());
+        tokio::task::spawn_blocking(move || contract.check_cancellable(&value, cancel.as_ref()))
             .await
             .unwrap_or_else(|e| panicked(e.to_string()))
     };
