@@ -563,17 +563,95 @@ fn too_large(policy: &FetchPolicy) -> ToolError {
     ))
 }
 
-/// `text` with every configured header value replaced by `[redacted]`.
+/// The shortest run of a secret that is redacted on its own. Default: 8 bytes.
+const REDACTED_RUN: usize = 8;
+
+/// `text` with every configured header value replaced by `[redacted]`: the
+/// whole value, and every run of at least [`REDACTED_RUN`] bytes of it or of
+/// its common encodings (base64 standard and URL-safe at each of its three
+/// alignments, percent-encoding, hex in either case), so a server that quotes
+/// part of a token or echoes it encoded hands none of it on.
 fn redacted(policy: &FetchPolicy, text: &str) -> String {
+    let secrets: Vec<&str> = policy
+        .headers
+        .iter()
+        .filter_map(|secret| secret.value.to_str().ok())
+        .filter(|value| !value.is_empty())
+        .collect();
+    redact_secrets(&secrets, text)
+}
+
+fn redact_secrets(secrets: &[&str], text: &str) -> String {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+
     let mut out = text.to_string();
-    for secret in &policy.headers {
-        if let Ok(value) = secret.value.to_str()
-            && !value.is_empty()
-        {
-            out = out.replace(value, "[redacted]");
+    let mut runs: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    for secret in secrets {
+        // A short value can only be matched whole.
+        out = out.replace(secret, "[redacted]");
+        let bytes = secret.as_bytes();
+        let mut forms: Vec<Vec<u8>> = vec![bytes.to_vec()];
+        for offset in 0..3.min(bytes.len()) {
+            for engine in [&STANDARD, &URL_SAFE] {
+                forms.push(
+                    engine
+                        .encode(&bytes[offset..])
+                        .trim_end_matches('=')
+                        .as_bytes()
+                        .to_vec(),
+                );
+            }
+        }
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        forms.push(hex.clone().into_bytes());
+        forms.push(hex.to_uppercase().into_bytes());
+        let percent: String = bytes.iter().map(|b| format!("%{b:02X}")).collect();
+        forms.push(percent.clone().into_bytes());
+        forms.push(percent.to_lowercase().into_bytes());
+        let escaped: String = secret
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        forms.push(escaped.into_bytes());
+        for form in forms {
+            for run in form.windows(REDACTED_RUN) {
+                runs.insert(run.to_vec());
+            }
         }
     }
-    out
+    if runs.is_empty() || out.len() < REDACTED_RUN {
+        return out;
+    }
+    let bytes = out.as_bytes();
+    let mut marked = vec![false; bytes.len()];
+    for (at, window) in bytes.windows(REDACTED_RUN).enumerate() {
+        if runs.contains(window) {
+            marked[at..at + REDACTED_RUN]
+                .iter_mut()
+                .for_each(|m| *m = true);
+        }
+    }
+    let mut redacted = String::with_capacity(out.len());
+    let mut in_run = false;
+    for (at, ch) in out.char_indices() {
+        if marked[at..at + ch.len_utf8()].iter().any(|m| *m) {
+            if !in_run {
+                redacted.push_str("[redacted]");
+                in_run = true;
+            }
+        } else {
+            redacted.push(ch);
+            in_run = false;
+        }
+    }
+    redacted
 }
 
 /// An IPv4 address inside IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it is.
@@ -860,6 +938,47 @@ mod tests {
             .expect("fetched");
         assert_eq!(answer["json"]["x-api-key"], "[redacted]");
         assert!(!answer.to_string().contains("k-123456789"));
+    }
+
+    #[test]
+    fn part_of_a_secret_or_its_encodings_never_reaches_the_script() {
+        use base64::Engine as _;
+
+        let secret = "s3cret-T0ken/with+odd=chars";
+        let cases = [
+            format!("token {} is expired", &secret[..9]),
+            format!("token …{} is expired", &secret[7..19]),
+            base64::engine::general_purpose::STANDARD.encode(secret),
+            base64::engine::general_purpose::URL_SAFE.encode(&secret.as_bytes()[1..]),
+            base64::engine::general_purpose::STANDARD.encode(&secret.as_bytes()[2..14]),
+            secret
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+            secret
+                .bytes()
+                .map(|b| format!("{b:02X}"))
+                .collect::<String>()[4..30]
+                .to_string(),
+            "s3cret-T0ken%2Fwith%2Bodd%3Dchars".to_string(),
+            "s3cret-T0ken%2fwith".to_string(),
+        ];
+        for case in cases {
+            let text = format!("before {case} after ü");
+            let shown = redact_secrets(&[secret], &text);
+            assert!(shown.contains("[redacted]"), "{text} -> {shown}");
+            assert!(
+                shown.starts_with("before ") && shown.ends_with(" after ü"),
+                "{shown}"
+            );
+            for run in secret.as_bytes().windows(REDACTED_RUN) {
+                let run = std::str::from_utf8(run).expect("ascii");
+                assert!(!shown.contains(run), "{text} -> {shown} keeps {run}");
+            }
+        }
+        let unrelated = "an answer about tokens and secrets, 1234567";
+        assert_eq!(redact_secrets(&[secret], unrelated), unrelated);
+        assert_eq!(redact_secrets(&["k1"], "k1 and k2"), "[redacted] and k2");
     }
 
     #[tokio::test]
