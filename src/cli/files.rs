@@ -1,6 +1,7 @@
 //! The flags that give scripts a working directory (`--files`, `--workdir`,
 //! `--mount`…) and `--artifacts`, which copies a result's files out.
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -67,12 +68,13 @@ impl FileArgs {
 
 /// Copies each artifact of `output` that exists under `workdir` into `dest`, at
 /// the same relative path; returns how many were copied. The path is checked again
-/// (the script may have run on since it was named), and only regular files are
-/// copied.
+/// (the script may have run on since it was named), and only regular files no
+/// longer than `max_bytes` (the run's disk limit) are copied.
 pub(crate) fn copy_artifacts(
     output: &FinalOutput,
     workdir: &Path,
     dest: &Path,
+    max_bytes: u64,
 ) -> Result<usize, String> {
     let mut copied = 0;
     for artifact in &output.artifacts {
@@ -84,6 +86,12 @@ pub(crate) fn copy_artifacts(
             eprintln!("── artifact {shown} was not written; nothing to copy");
             continue;
         };
+        let length = from.metadata().map_or(u64::MAX, |meta| meta.len());
+        if length > max_bytes {
+            return Err(format!(
+                "artifact '{shown}' is {length} bytes long, more than the run's disk limit of {max_bytes}: not copied"
+            ));
+        }
         let target = dest.join(&relative);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)
@@ -91,7 +99,7 @@ pub(crate) fn copy_artifacts(
         }
         let mut to = std::fs::File::create(&target)
             .map_err(|e| format!("cannot write '{}': {e}", target.display()))?;
-        std::io::copy(&mut from, &mut to)
+        std::io::copy(&mut (&mut from).take(max_bytes), &mut to)
             .map_err(|e| format!("cannot copy '{shown}' to '{}': {e}", target.display()))?;
         copied += 1;
     }

@@ -341,11 +341,14 @@ fn copy_out(
     let (Some(dest), Some(output)) = (&args.artifacts, output) else {
         return code;
     };
-    let workdir = match area {
-        Some(area) => area.root().to_path_buf(),
-        None => std::env::current_dir().unwrap_or_default(),
+    let (workdir, max_bytes) = match area {
+        Some(area) => (area.root().to_path_buf(), area.max_disk_bytes()),
+        None => (
+            std::env::current_dir().unwrap_or_default(),
+            crate::files::DEFAULT_MAX_DISK_BYTES,
+        ),
     };
-    match copy_artifacts(output, &workdir, dest) {
+    match copy_artifacts(output, &workdir, dest, max_bytes) {
         Ok(copied) => {
             if copied > 0 {
                 eprintln!("── {copied} artifact(s) copied to {}", dest.display());

@@ -328,6 +328,11 @@ impl FileArea {
         &self.inner.root_path
     }
 
+    /// The disk limit in bytes.
+    pub fn max_disk_bytes(&self) -> u64 {
+        self.inner.disk.max()
+    }
+
     /// Bytes charged against the disk limit so far.
     pub fn written_bytes(&self) -> u64 {
         self.inner.disk.written()

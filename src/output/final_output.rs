@@ -1,6 +1,7 @@
 //! The record of an accepted final result: what was submitted, in what format, by
 //! which agent, when, with which artifacts, and how it was checked.
 
+use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -94,13 +95,22 @@ pub struct Artifact {
 impl Artifact {
     /// Describes `path` (already checked by [`artifact_path`]) as it is now in
     /// `workdir`: its size and digest when it is a regular file reached beneath
-    /// `workdir`, nothing more otherwise.
-    pub fn describe(workdir: &Path, path: PathBuf) -> Self {
+    /// `workdir`, nothing more otherwise. A file longer than `max_bytes` (the
+    /// run's disk limit) is not read: its size alone is recorded.
+    pub fn describe(workdir: &Path, path: PathBuf, max_bytes: u64) -> Self {
         use sha2::Digest;
         let mut found = (None, None);
         if let Some(mut file) = beneath::open_regular(workdir, &path) {
+            let length = file.metadata().map_or(u64::MAX, |meta| meta.len());
+            if length > max_bytes {
+                return Self {
+                    path,
+                    bytes: Some(length),
+                    sha256: None,
+                };
+            }
             let mut hasher = sha2::Sha256::new();
-            if let Ok(bytes) = std::io::copy(&mut file, &mut hasher) {
+            if let Ok(bytes) = std::io::copy(&mut (&mut file).take(max_bytes), &mut hasher) {
                 let hex: String = hasher
                     .finalize()
                     .iter()
@@ -399,6 +409,24 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn an_artifact_longer_than_the_disk_limit_is_measured_but_not_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sparse = std::fs::File::create(dir.path().join("huge")).expect("created");
+        sparse.set_len(1 << 40).expect("a sparse 1 TiB file");
+        std::fs::write(dir.path().join("small"), b"abc").expect("written");
+        let started = std::time::Instant::now();
+        let huge = Artifact::describe(dir.path(), PathBuf::from("huge"), 1 << 20);
+        assert_eq!((huge.bytes, huge.sha256), (Some(1 << 40), None));
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let small = Artifact::describe(dir.path(), PathBuf::from("small"), 1 << 20);
+        assert_eq!(small.bytes, Some(3));
+        assert_eq!(
+            small.sha256.as_deref(),
+            Some("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        );
+    }
 
     #[test]
     fn content_over_the_cap_is_cut_at_a_character_boundary_and_flagged() {

@@ -11,8 +11,11 @@
 //! each import, on the session's `WasiP1Ctx` and the guest's memory):
 //!
 //! - `fd_write` and `fd_pwrite` to a file (any descriptor past the three standard
-//!   ones): the bytes asked for, refused with `ENOSPC` when they would pass the
-//!   limit; what was not written is given back.
+//!   ones): the bytes asked for, and the gap between the file's end and where
+//!   the write starts (a write past the end makes the file that much longer,
+//!   sparse on the host but not when it is copied out or hashed), refused with
+//!   `ENOSPC` when they would pass the limit; what was not written is given
+//!   back.
 //! - `path_open` with `O_CREAT`, `path_create_directory` and `path_symlink`: one
 //!   block ([`ENTRY_COST_BYTES`]) each, whether or not the name was new, so a
 //!   script cannot fill the disk with empty files.
@@ -151,7 +154,7 @@ pub(crate) fn link_checks(linker: &mut Linker<HostState>) -> wasmtime::Result<()
         "fd_write",
         |mut caller: Caller<'_, HostState>, (fd, iovs, count, written): (i32, i32, i32, i32)| {
             Box::new(async move {
-                let charge = match charge_write(&mut caller, fd, iovs, count)? {
+                let charge = match charge_write(&mut caller, fd, iovs, count, None).await? {
                     Ok(charge) => charge,
                     Err(errno) => return Ok(errno),
                 };
@@ -167,7 +170,8 @@ pub(crate) fn link_checks(linker: &mut Linker<HostState>) -> wasmtime::Result<()
         |mut caller: Caller<'_, HostState>,
          (fd, iovs, count, offset, written): (i32, i32, i32, i64, i32)| {
             Box::new(async move {
-                let charge = match charge_write(&mut caller, fd, iovs, count)? {
+                let at = u64::try_from(offset).unwrap_or(0);
+                let charge = match charge_write(&mut caller, fd, iovs, count, Some(at)).await? {
                     Ok(charge) => charge,
                     Err(errno) => return Ok(errno),
                 };
@@ -362,32 +366,89 @@ fn settle(caller: &Caller<'_, HostState>, cost: u64, errno: i32) -> wasmtime::Re
     Ok(())
 }
 
-/// Charges a write to `fd` what its iovecs ask for: nothing for printed output
-/// (the standard descriptors); `Ok(Err(errno))` when the array lies outside memory
-/// or the bytes would pass the limit.
-fn charge_write(
+/// What a write was charged: its bytes and the gap before them.
+#[derive(Debug, Clone, Copy, Default)]
+struct WriteCharge {
+    bytes: u64,
+    gap: u64,
+}
+
+/// Charges a write to `fd` what its iovecs ask for, and the gap between the
+/// file's end and where the write starts (`at`, or the descriptor's offset):
+/// nothing for printed output (the standard descriptors); `Ok(Err(errno))` when
+/// the array lies outside memory or the bytes would pass the limit.
+async fn charge_write(
     caller: &mut Caller<'_, HostState>,
     fd: i32,
     iovs: i32,
     count: i32,
-) -> wasmtime::Result<Result<u64, i32>> {
+    at: Option<u64>,
+) -> wasmtime::Result<Result<WriteCharge, i32>> {
     if fd < FIRST_FILE_FD {
-        return Ok(Ok(0));
+        return Ok(Ok(WriteCharge::default()));
     }
-    let Some(wanted) = iovec_bytes(caller, iovs, count) else {
+    let Some(bytes) = iovec_bytes(caller, iovs, count) else {
         return Ok(Err(ERRNO_FAULT));
     };
-    Ok(charge(caller, wanted)?.map(|()| wanted))
+    let gap = if bytes == 0 {
+        0
+    } else {
+        gap_before(caller, fd, at).await?
+    };
+    let charged = WriteCharge { bytes, gap };
+    Ok(charge(caller, bytes.saturating_add(gap))?.map(|()| charged))
 }
 
-/// Gives back what a charged write did not write.
+/// How far past the end of `fd`'s file a write at `at` (the descriptor's own
+/// offset when `None`; the end for a descriptor opened to append) would start:
+/// 0 when it starts within the file, or `fd` is no regular file.
+async fn gap_before(
+    caller: &mut Caller<'_, HostState>,
+    fd: i32,
+    at: Option<u64>,
+) -> wasmtime::Result<u64> {
+    use wasmtime_wasi::p1::types;
+
+    let Some(wasmtime::Extern::Memory(memory)) = caller.get_export("memory") else {
+        return Err(wasmtime::Error::msg("missing required memory export"));
+    };
+    let (memory, state) = memory.data_and_store_mut(&mut *caller);
+    let ctx = state.wasi();
+    let mut memory = wiggle::GuestMemory::Unshared(memory);
+    let Ok(fd) = u32::try_from(fd) else {
+        return Ok(0);
+    };
+    let fd = types::Fd::from(fd);
+    let Ok(stat) = ctx.fd_filestat_get(&mut memory, fd).await else {
+        return Ok(0);
+    };
+    if stat.filetype != types::Filetype::RegularFile {
+        return Ok(0);
+    }
+    let start = match at {
+        Some(at) => at,
+        None => {
+            let Ok(fdstat) = ctx.fd_fdstat_get(&mut memory, fd).await else {
+                return Ok(0);
+            };
+            if fdstat.fs_flags.contains(types::Fdflags::APPEND) {
+                return Ok(0);
+            }
+            ctx.fd_tell(&mut memory, fd).unwrap_or(0)
+        }
+    };
+    Ok(start.saturating_sub(stat.size))
+}
+
+/// Gives back what a charged write did not write: all of it when it wrote
+/// nothing (no gap was made), else the bytes it left out.
 fn settle_write(
     caller: &mut Caller<'_, HostState>,
-    charged: u64,
+    charged: WriteCharge,
     errno: i32,
     written: i32,
 ) -> wasmtime::Result<()> {
-    if charged == 0 {
+    if charged.bytes == 0 && charged.gap == 0 {
         return Ok(());
     }
     let done = if errno == ERRNO_SUCCESS {
@@ -395,7 +456,12 @@ fn settle_write(
     } else {
         0
     };
-    files(caller)?.disk.refund(charged.saturating_sub(done));
+    let refund = if done == 0 {
+        charged.bytes.saturating_add(charged.gap)
+    } else {
+        charged.bytes.saturating_sub(done)
+    };
+    files(caller)?.disk.refund(refund);
     Ok(())
 }
 

@@ -392,7 +392,7 @@ impl Agent {
             &self.name,
             artifacts
                 .into_iter()
-                .map(|path| Artifact::describe(working_dir, path))
+                .map(|path| Artifact::describe(working_dir, path, self.artifact_cap()))
                 .collect(),
             validation,
         )

@@ -179,6 +179,17 @@ impl Agent {
         &self.name
     }
 
+    /// The most bytes of an artifact the host reads to describe it: the run's
+    /// disk limit, [`DEFAULT_MAX_DISK_BYTES`](crate::files::DEFAULT_MAX_DISK_BYTES)
+    /// without files of its own.
+    fn artifact_cap(&self) -> u64 {
+        self.files
+            .as_ref()
+            .map_or(crate::files::DEFAULT_MAX_DISK_BYTES, |area| {
+                area.max_disk_bytes()
+            })
+    }
+
     /// Builds an event of the driver's own only when someone listens: events
     /// clone messages and values, which a run without listeners should not pay
     /// for.

@@ -276,6 +276,16 @@ fn disk_limit(column: &str) -> Option<Result<String, String>> {
             "lambda: open('sparse', 'w').truncate(1 << 40)",
             "refused",
         ),
+        (
+            "one byte written 1 GiB past the end",
+            "lambda: seek_write('far', 1 << 30)",
+            "51",
+        ),
+        (
+            "one byte written at an offset 1 GiB past the end",
+            "lambda: pwrite_far('far2', 1 << 30)",
+            "refused",
+        ),
         ("many empty files", "fill", "51"),
         ("many open descriptors", "hold", "33"),
         ("closing them", "release", "ok"),
@@ -285,7 +295,9 @@ fn disk_limit(column: &str) -> Option<Result<String, String>> {
             "ok",
         ),
     ];
-    let source = "def fill():\n    for i in range(1000):\n        open('e%d' % i, 'w').close()\n    return 1000\n\
+    let source = "def seek_write(p, at):\n    f = open(p, 'w')\n    f.seek(at)\n    f.write('x')\n    f.close()\n    return at\n\
+                  def pwrite_far(p, at):\n    fd = os.open(p, os.O_WRONLY | os.O_CREAT)\n    try:\n        return os.pwrite(fd, b'x', at)\n    finally:\n        os.close(fd)\n\
+                  def fill():\n    for i in range(1000):\n        open('e%d' % i, 'w').close()\n    return 1000\n\
                   HELD = []\n\
                   def hold():\n    for i in range(1000):\n        HELD.append(open('data/prices.csv'))\n    return len(HELD)\n\
                   def release():\n    for f in HELD:\n        f.close()\n    return len(HELD)\n";
@@ -294,13 +306,14 @@ fn disk_limit(column: &str) -> Option<Result<String, String>> {
     Some(run(column, &area, &source).and_then(|got| {
         judge(&labels, &wants, &got)?;
         let on_disk = disk_bytes(&tree.path("work"))? + disk_bytes(&tree.path("out"))?;
-        if area.written_bytes() > 64 * 1024 || on_disk > 64 * 1024 {
+        let sizes = file_sizes(&tree.path("work"))? + file_sizes(&tree.path("out"))?;
+        if area.written_bytes() > 64 * 1024 || on_disk > 64 * 1024 || sizes > 64 * 1024 {
             return Err(format!(
-                "{} bytes charged, {on_disk} bytes on disk, for a limit of 65536",
+                "{} bytes charged, {on_disk} bytes on disk, files {sizes} bytes long, for a limit of 65536",
                 area.written_bytes()
             ));
         }
-        Ok("a write past the limit, a sparse file, a thousand empty files (a block each): refused with ENOSPC and the disk under the limit; a thousand open files: refused at 128 with EMFILE, and open again once closed".into())
+        Ok("a write past the limit, a sparse file by truncation or by a write far past the end, a thousand empty files (a block each): refused with ENOSPC, the disk and the files' lengths under the limit; a thousand open files: refused at 128 with EMFILE, and open again once closed".into())
     }))
 }
 
@@ -313,6 +326,21 @@ fn table(
     let wants = attempts.iter().map(|a| a.2).collect();
     let list: Vec<&str> = attempts.iter().map(|a| a.1).collect();
     (labels, wants, format!("ATTEMPTS = [{}]", list.join(", ")))
+}
+
+/// The lengths of the files under `dir`, holes included: what copying them out
+/// or hashing them would read.
+fn file_sizes(dir: &std::path::Path) -> Result<u64, String> {
+    let mut total: u64 = 0;
+    for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
+        let meta = entry.path().symlink_metadata().map_err(|e| e.to_string())?;
+        total = total.saturating_add(if meta.is_dir() {
+            file_sizes(&entry.path())?
+        } else {
+            meta.len()
+        });
+    }
+    Ok(total)
 }
 
 /// Bytes the files under `dir` hold, as `du` counts them (blocks).
