@@ -241,8 +241,12 @@ impl StdioSession {
                 } else {
                     "False"
                 };
-                render_prelude(template, tools.specs(), &blueprint.limits)
-                    .replace("__CODEACT_BY_TURNS__", by_turns)
+                render_prelude(
+                    template,
+                    tools.specs(),
+                    &blueprint.limits,
+                    &[("__CODEACT_BY_TURNS__", by_turns)],
+                )
             })
             .unwrap_or_default();
         let argv = blueprint.guest.argv(&prelude, &blueprint.limits);
@@ -736,11 +740,14 @@ impl Session for WasmSession {
 /// Fills the prelude's placeholders for a session with these tools and limits:
 /// the tools' names (a JSON array), each tool's parameter names in the order its
 /// signature shows them (a JSON object), for positional calls, and the namespace
-/// objects (`codeact_runtime::namespaces`).
+/// objects (`codeact_runtime::namespaces`), and `also`'s. In one pass over the
+/// template: a tool's or parameter's name that spells a placeholder (an MCP
+/// server chooses them) is never expanded.
 pub(crate) fn render_prelude(
     template: &str,
     tools: &[codeact_runtime::ToolSpec],
     limits: &Limits,
+    also: &[(&str, &str)],
 ) -> String {
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     let params: serde_json::Map<String, serde_json::Value> = tools
@@ -754,17 +761,81 @@ pub(crate) fn render_prelude(
         serde_json::to_string(&codeact_runtime::namespaces(tools)).unwrap_or_else(|_| "{}".into());
     let names = serde_json::to_string(&names).unwrap_or_else(|_| "[]".into());
     let params = serde_json::to_string(&params).unwrap_or_else(|_| "{}".into());
-    template
-        .replace("__CODEACT_TOOLS__", &names)
-        .replace("__CODEACT_TOOL_PARAMS__", &params)
-        .replace("__CODEACT_NAMESPACES__", &namespaces)
-        .replace(
-            "__CODEACT_MAX_DEPTH__",
-            &limits.max_nesting_depth.to_string(),
-        )
-        .replace(
-            "__CODEACT_MAX_CALL_DEPTH__",
-            &limits.max_call_depth.to_string(),
-        )
-        .replace("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER)
+    let max_depth = limits.max_nesting_depth.to_string();
+    let max_call_depth = limits.max_call_depth.to_string();
+    let mut values: Vec<(&str, &str)> = vec![
+        ("__CODEACT_TOOLS__", &names),
+        ("__CODEACT_TOOL_PARAMS__", &params),
+        ("__CODEACT_NAMESPACES__", &namespaces),
+        ("__CODEACT_MAX_DEPTH__", &max_depth),
+        ("__CODEACT_MAX_CALL_DEPTH__", &max_call_depth),
+        ("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER),
+    ];
+    values.extend_from_slice(also);
+    fill_placeholders(template, &values)
+}
+
+/// `template` with each of `values`' placeholders replaced, scanning the
+/// template once, left to right: what a value brings in is never read again as
+/// a placeholder.
+fn fill_placeholders(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find("__CODEACT_") {
+        out.push_str(&rest[..at]);
+        let here = &rest[at..];
+        match values
+            .iter()
+            .find(|(placeholder, _)| here.starts_with(placeholder))
+        {
+            Some((placeholder, value)) => {
+                out.push_str(value);
+                rest = &here[placeholder.len()..];
+            }
+            None => {
+                out.push_str("__CODEACT_");
+                rest = &here["__CODEACT_".len()..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parameter_named_like_a_placeholder_is_not_expanded_in_the_prelude() {
+        let tools = [
+            codeact_runtime::ToolSpec::new("convert", "").with_parameters(serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "x__CODEACT_NAMESPACES__": {"type": "string"},
+                    "y__CODEACT_ENCODER__": {"type": "string"},
+                    "z__CODEACT_BY_TURNS__": {"type": "string"},
+                }
+            })),
+        ];
+        let template = "P = __CODEACT_TOOL_PARAMS__\nN = __CODEACT_NAMESPACES__\nB = __CODEACT_BY_TURNS__\n__CODEACT_UNKNOWN__";
+        let rendered = render_prelude(
+            template,
+            &tools,
+            &Limits::default(),
+            &[("__CODEACT_BY_TURNS__", "True")],
+        );
+        let params_line = rendered.lines().next().expect("a first line");
+        for name in [
+            "x__CODEACT_NAMESPACES__",
+            "y__CODEACT_ENCODER__",
+            "z__CODEACT_BY_TURNS__",
+        ] {
+            assert!(params_line.contains(name), "{params_line}");
+        }
+        assert!(
+            rendered.contains("\nN = {}\nB = True\n__CODEACT_UNKNOWN__"),
+            "{rendered}"
+        );
+    }
 }
