@@ -137,16 +137,37 @@ impl ToolSpec {
     /// its own in the prompt. Each says whether the schema requires it: a model
     /// shown every argument alike invents a value for an optional one (a
     /// `customer: "all"` that filters everything out) instead of leaving it out.
+    /// At most [`MAX_SIGNATURE_FIELDS`] are shown (required ones first):
+    /// [`signature_is_cut`](Self::signature_is_cut) says when some were left out.
     pub fn signature_fields(&self) -> Vec<SignatureField> {
         let required = self.required_names();
         self.argument_names()
             .into_iter()
+            .take(MAX_SIGNATURE_FIELDS)
             .map(|(name, ty)| SignatureField {
                 required: required.contains(&name.as_str()),
                 name: shown_name(&name),
                 ty,
             })
             .collect()
+    }
+
+    /// Whether the signature leaves arguments out (more than
+    /// [`MAX_SIGNATURE_FIELDS`]); a signature then ends in `…`.
+    pub fn signature_is_cut(&self) -> bool {
+        self.parameters
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|properties| properties.len() > MAX_SIGNATURE_FIELDS)
+    }
+
+    /// `fields` joined for a signature, with `…` after them when some were left out.
+    pub fn join_signature_fields(&self, fields: &[String]) -> String {
+        let mut joined = fields.join(", ");
+        if self.signature_is_cut() {
+            joined.push_str(", …");
+        }
+        joined
     }
 
     /// The names `parameters.required` lists.
@@ -180,7 +201,7 @@ impl ToolSpec {
         format!(
             "{}({{{}}}){}",
             self.js_call_name(),
-            fields.join(", "),
+            self.join_signature_fields(&fields),
             self.return_suffix()
         )
     }
@@ -205,11 +226,20 @@ impl ToolSpec {
         format!(
             "{}({}){}",
             self.function_call_name(),
-            fields.join(", "),
+            self.join_signature_fields(&fields),
             self.return_suffix()
         )
     }
 }
+
+/// The most arguments a signature shows: a third party's schema (an MCP
+/// server's) adds at most this many names to the prompt. Default: 32.
+pub const MAX_SIGNATURE_FIELDS: usize = 32;
+
+/// The most properties of one object, and the deepest nesting, that
+/// [`compact_type`] shows: 16 and 3.
+const MAX_COMPACT_PROPERTIES: usize = 16;
+const MAX_COMPACT_DEPTH: usize = 3;
 
 /// One argument as a tool's signature shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,18 +284,35 @@ fn schema_type(schema: &Value) -> &str {
 /// A JSON Schema in one line a model reads as a type: `{city: string, temps:
 /// number[]}` for an object's properties, `T[]` for an array, else the schema's
 /// `type` (`any` without one).
+///
+/// At most [`MAX_COMPACT_PROPERTIES`] properties of an object are shown (then
+/// `…`), and nothing deeper than [`MAX_COMPACT_DEPTH`] levels (`object`).
 pub fn compact_type(schema: &Value) -> String {
+    compact_type_within(schema, 0)
+}
+
+fn compact_type_within(schema: &Value, depth: usize) -> String {
     let ty = schema_type(schema);
     match (ty, schema.get("properties").and_then(Value::as_object)) {
-        ("object", Some(properties)) => {
-            let fields: Vec<String> = properties
+        ("object", Some(properties)) if depth < MAX_COMPACT_DEPTH => {
+            let mut fields: Vec<String> = properties
                 .iter()
-                .map(|(name, property)| format!("{}: {}", shown_name(name), compact_type(property)))
+                .take(MAX_COMPACT_PROPERTIES)
+                .map(|(name, property)| {
+                    format!(
+                        "{}: {}",
+                        shown_name(name),
+                        compact_type_within(property, depth + 1)
+                    )
+                })
                 .collect();
+            if properties.len() > MAX_COMPACT_PROPERTIES {
+                fields.push("…".to_string());
+            }
             format!("{{{}}}", fields.join(", "))
         }
-        ("array", _) => match schema.get("items") {
-            Some(items) => format!("{}[]", compact_type(items)),
+        ("array", _) if depth < MAX_COMPACT_DEPTH => match schema.get("items") {
+            Some(items) => format!("{}[]", compact_type_within(items, depth + 1)),
             None => "array".to_string(),
         },
         (ty, _) => ty.to_string(),
@@ -456,6 +503,33 @@ impl ToolDispatch for NoTools {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_schema_with_hundreds_of_properties_adds_a_bounded_signature_to_the_prompt() {
+        let properties: serde_json::Map<String, Value> = (0..500)
+            .map(|i| (format!("p{i:03}"), serde_json::json!({"type": "string"})))
+            .collect();
+        let mut nested = serde_json::json!({"type": "string"});
+        for _ in 0..50 {
+            nested = serde_json::json!({"type": "object", "properties": {"deeper": nested}});
+        }
+        let spec = ToolSpec::new("wide", "")
+            .with_parameters(serde_json::json!({"type": "object", "properties": properties}))
+            .with_returns(serde_json::json!({"type": "object", "properties": {
+                "nested": nested,
+                "wide": {"type": "object", "properties": properties},
+            }}));
+        assert!(spec.signature_is_cut());
+        for signature in [spec.js_signature(), spec.python_signature()] {
+            assert!(
+                signature.contains("p031") && !signature.contains("p032"),
+                "{signature}"
+            );
+            assert!(signature.contains(", …"), "{signature}");
+            assert!(signature.len() < 1200, "{} bytes", signature.len());
+            assert_eq!(signature.matches("deeper").count(), 2, "{signature}");
+        }
+    }
 
     #[test]
     fn a_servers_tool_is_a_method_of_its_object_in_each_language() {

@@ -142,7 +142,11 @@ pub fn tool_signature(tool: &ToolSpec) -> String {
         }
         _ => tool.name.clone(),
     };
-    format!("{call}(#{{{}}}){}", fields.join(", "), tool.return_suffix())
+    format!(
+        "{call}(#{{{}}}){}",
+        tool.join_signature_fields(&fields),
+        tool.return_suffix()
+    )
 }
 
 /// The Rhai spelling of a JSON Schema type.
