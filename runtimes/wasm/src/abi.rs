@@ -521,6 +521,15 @@ impl AbiSession {
                 })
         };
         let baseline = number("baseline")?;
+        // The cap comes from this runtime's limits: a started guest never held
+        // more than the cap it started under, so a larger baseline is not one
+        // this host wrote.
+        let most = STARTUP_MEMORY.saturating_add(session.blueprint.limits.max_memory_bytes);
+        if baseline > most {
+            return Err(SnapshotError::Session(format!(
+                "the snapshot says its guest held {baseline} bytes when it started, more than a guest may start with under this runtime's memory limit ({most}); it is refused"
+            )));
+        }
         let memory_bytes = number("memory_bytes")?;
         let sparse = SparseMemory::read(memory_bytes, memory).map_err(SnapshotError::Corrupt)?;
         let (mut live, alarm) = session

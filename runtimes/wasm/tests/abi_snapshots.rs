@@ -141,6 +141,57 @@ fn a_snapshot_of_another_guest_other_tools_or_damaged_bytes_is_refused() {
     ));
 }
 
+/// `snapshot` with its guest state's `baseline` set to `baseline` and sealed
+/// again, as anyone who can write the file can: the seal is a checksum, not a
+/// signature.
+fn forge_baseline(snapshot: &Snapshot, baseline: u64) -> Snapshot {
+    let bytes = snapshot.as_bytes();
+    let mut at = b"CODEACT-SNAPSHOT\n".len() + 4;
+    let mut text = || {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let text = std::str::from_utf8(&bytes[at + 4..at + 4 + len]).expect("utf-8");
+        at += 4 + len;
+        text.to_string()
+    };
+    let (runtime, identity, _version) = (text(), text(), text());
+    let payload_len = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes")) as usize;
+    let payload = &bytes[at + 8..at + 8 + payload_len];
+    let header_len = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes")) as usize;
+    let mut header: Value = serde_json::from_slice(&payload[8..8 + header_len]).expect("json");
+    header["baseline"] = json!(baseline);
+    let header = header.to_string();
+    let mut forged = (header.len() as u64).to_le_bytes().to_vec();
+    forged.extend_from_slice(header.as_bytes());
+    forged.extend_from_slice(&payload[8 + header_len..]);
+    Snapshot::seal(&runtime, &identity, &forged)
+}
+
+/// If this fails, a snapshot file decides how much memory its restored session
+/// may hold: its header's baseline, raised and the checksum recomputed, lifts
+/// the memory cap far past the restoring runtime's limit.
+#[test]
+fn a_snapshot_whose_baseline_was_raised_is_refused_by_the_runtime_that_restores_it() {
+    let limits = Limits {
+        max_memory_bytes: 8 << 20,
+        ..Limits::default()
+    };
+    let boa = runtime("wasm:boa", limits);
+    let mut session = boa.new_session(Arc::new(NoTools)).expect("starts");
+    value(&mut *session, "var n = 1; 0");
+    let sealed = session.snapshot().expect("snapshots");
+    let forged = forge_baseline(&sealed, 450 << 20);
+    let refused = boa
+        .restore(&forged, Arc::new(NoTools))
+        .map(|_| ())
+        .expect_err("a forged baseline");
+    assert!(
+        refused
+            .to_string()
+            .contains("more than a guest may start with"),
+        "{refused}"
+    );
+}
+
 /// If this fails, a restored guest session runs past its time limit.
 #[test]
 fn a_restored_guest_session_is_held_to_its_limits() {
