@@ -87,10 +87,20 @@ struct FilesEntry {
 }
 
 impl FilesEntry {
-    fn open(&self, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<FileArea, String> {
+    /// Opens the area; with `run`, a `workdir` holds one folder per run, named
+    /// by it, and the run works in that.
+    fn open(
+        &self,
+        resolve: &dyn Fn(&Path) -> PathBuf,
+        run: Option<&str>,
+    ) -> Result<FileArea, String> {
         let mut builder = FileArea::builder().keep(self.keep);
         if let Some(dir) = &self.workdir {
-            builder = builder.workdir(resolve(dir));
+            let dir = resolve(dir);
+            builder = builder.workdir(match run {
+                Some(run) => dir.join(run),
+                None => dir,
+            });
         }
         if let Some(mb) = self.max_disk_mb {
             builder = builder.max_disk_bytes(mb.saturating_mul(1 << 20));
@@ -209,6 +219,38 @@ pub fn load_team(
     tool_timeout: Duration,
     configure: impl Fn(crate::agent::driver::AgentBuilder) -> crate::agent::driver::AgentBuilder,
 ) -> Result<LoadedTeam, TeamConfigError> {
+    load(path, limits, tool_timeout, None, configure)
+}
+
+/// [`load_team`] for one run of many that share the file (a server's): a
+/// `[files] workdir` holds a folder per run, named `run` (letters, digits, `_`
+/// and `-` only), so no run sees another's files.
+pub fn load_team_for_run(
+    path: &Path,
+    limits: &Limits,
+    tool_timeout: Duration,
+    run: &str,
+    configure: impl Fn(crate::agent::driver::AgentBuilder) -> crate::agent::driver::AgentBuilder,
+) -> Result<LoadedTeam, TeamConfigError> {
+    let plain = !run.is_empty()
+        && run
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !plain {
+        return Err(TeamConfigError::Invalid(format!(
+            "'{run}' cannot name a run's folder: letters, digits, '_' and '-' only"
+        )));
+    }
+    load(path, limits, tool_timeout, Some(run), configure)
+}
+
+fn load(
+    path: &Path,
+    limits: &Limits,
+    tool_timeout: Duration,
+    run: Option<&str>,
+    configure: impl Fn(crate::agent::driver::AgentBuilder) -> crate::agent::driver::AgentBuilder,
+) -> Result<LoadedTeam, TeamConfigError> {
     let invalid =
         |message: String| TeamConfigError::Invalid(format!("'{}': {message}", path.display()));
     let text = std::fs::read_to_string(path)
@@ -235,7 +277,7 @@ pub fn load_team(
         let entry = file.files.as_ref().unwrap_or(&temporary);
         Some(
             entry
-                .open(&resolve)
+                .open(&resolve, run)
                 .map_err(|e| invalid(format!("[files]: {e}")))?,
         )
     } else {
@@ -336,4 +378,43 @@ pub fn load_team(
         first,
         files: area,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn team_with_workdir(dir: &Path) -> PathBuf {
+        std::fs::write(dir.join("replies.json"), r#"{"replies": []}"#).expect("written");
+        let path = dir.join("team.toml");
+        std::fs::write(
+            &path,
+            "[files]\nworkdir = \"work\"\n\n[[agent]]\nname = \"a\"\nmodel = \"replay:replies.json\"\n",
+        )
+        .expect("written");
+        path
+    }
+
+    #[test]
+    fn runs_of_one_team_file_get_folders_of_their_own_in_its_workdir() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = team_with_workdir(dir.path());
+        let limits = Limits::default();
+        let timeout = Duration::from_secs(5);
+        let root = |loaded: LoadedTeam| loaded.files.expect("files").root().to_path_buf();
+        let first =
+            root(load_team_for_run(&path, &limits, timeout, "run_1", |b| b).expect("loads"));
+        let second =
+            root(load_team_for_run(&path, &limits, timeout, "run_2", |b| b).expect("loads"));
+        assert_eq!(first, dir.path().join("work").join("run_1"));
+        assert_eq!(second, dir.path().join("work").join("run_2"));
+        let shared = root(load_team(&path, &limits, timeout, |b| b).expect("loads"));
+        assert_eq!(shared, dir.path().join("work"));
+        for bad in ["../escape", "a/b", "", ".."] {
+            assert!(
+                load_team_for_run(&path, &limits, timeout, bad, |b| b).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

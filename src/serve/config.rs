@@ -36,6 +36,8 @@
 //! team = "serve/demo.toml"   # a team file, as `codeact run --agents` reads it
 //! entry = "triage"           # the agent that starts; default: the file's entry, else its first
 //! description = "Answers."   # shown by `GET /agents`; default: the entry agent's
+//! shared_workdir = false     # every run in the team file's `[files] workdir` itself,
+//!                            # rather than in a folder of its own there; default false
 //! ```
 //!
 //! Relative paths are read from the config file's folder.
@@ -143,6 +145,8 @@ struct AgentEntry {
     team: PathBuf,
     entry: Option<String>,
     description: Option<String>,
+    #[serde(default)]
+    shared_workdir: bool,
 }
 
 /// A caller the config knows: the name its runs carry, and whether it sees all.
@@ -168,6 +172,9 @@ pub(crate) struct OfferedAgent {
     /// The file declares one agent: runs are single-agent runs, which can wait
     /// for approvals and hold conversations. With several, a team run.
     pub single: bool,
+    /// Every run works in the team file's `[files] workdir` itself, seeing the
+    /// others' files; by default each run has a folder of its own there.
+    pub shared_workdir: bool,
 }
 
 /// The server's config, checked: every team file loaded once at start, so a
@@ -298,6 +305,7 @@ impl ServeConfig {
                     .description
                     .unwrap_or_else(|| loaded.builder.description_of(&start)),
                 single: names.len() == 1,
+                shared_workdir: entry.shared_workdir,
                 entry: start,
             };
             if agents.insert(entry.name.clone(), offered).is_some() {

@@ -29,7 +29,7 @@ use crate::agent::events::{Event, Listener};
 use crate::agent::outcome::Outcome;
 use crate::agent::resume::ResumePoint;
 use crate::agent::team::{Team, TeamOutcome, TeamRun};
-use crate::agent::team_config::load_team;
+use crate::agent::team_config::{load_team, load_team_for_run};
 use crate::output::spec::OutputSpec;
 
 /// What a piece of work on a run does; on PostgreSQL, stored as JSON in the
@@ -403,12 +403,17 @@ impl Work {
             Approver::defer_all()
         };
         let agent_listener = listener.clone();
-        let loaded = load_team(&offered.team, &limits, tool_timeout, |builder| {
+        let configure = |builder: crate::agent::driver::AgentBuilder| {
             builder
                 .stream(true)
                 .listener(agent_listener.clone())
                 .on_approval(approver.clone())
-        });
+        };
+        let loaded = if offered.shared_workdir {
+            load_team(&offered.team, &limits, tool_timeout, configure)
+        } else {
+            load_team_for_run(&offered.team, &limits, tool_timeout, &run.id, configure)
+        };
         let loaded = match loaded {
             Ok(loaded) => loaded,
             Err(e) => return failed(e.to_string()),
