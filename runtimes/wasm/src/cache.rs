@@ -633,14 +633,25 @@ mod tests {
         );
     }
 
-    /// If this fails, the cache key no longer names the wasmtime in `Cargo.toml`,
-    /// and a module compiled by another wasmtime could pass for this one's.
+    /// If this fails, the cache key no longer names the wasmtime `Cargo.lock`
+    /// builds (the manifest takes its patch releases), and a module compiled by
+    /// another wasmtime could pass for this one's.
     #[test]
-    fn the_cache_key_names_the_pinned_wasmtime() {
-        let manifest = include_str!("../Cargo.toml");
-        assert!(
-            manifest.contains(&format!("wasmtime = {{ version = \"={WASMTIME_VERSION}\"")),
-            "update WASMTIME_VERSION to the wasmtime pinned in Cargo.toml"
+    fn the_cache_key_names_the_locked_wasmtime() {
+        let lock = include_str!("../../../Cargo.lock");
+        let locked = lock
+            .split("[[package]]")
+            .find(|package| package.contains("\nname = \"wasmtime\"\n"))
+            .and_then(|package| {
+                package
+                    .lines()
+                    .find_map(|line| line.strip_prefix("version = \""))
+                    .map(|version| version.trim_end_matches('"'))
+            });
+        assert_eq!(
+            locked,
+            Some(WASMTIME_VERSION),
+            "update WASMTIME_VERSION to the wasmtime in Cargo.lock"
         );
     }
 
