@@ -17,6 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use boa_engine::context::{ContextBuilder, HostHooks};
+use boa_engine::module::IdleModuleLoader;
 use boa_engine::realm::Realm;
 use boa_engine::{
     Context, JsError, JsNativeError, JsResult, JsString, JsValue, NativeFunction, Source, js_string,
@@ -244,8 +245,11 @@ impl HostHooks for NoDynamicCode {
 }
 
 pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
+    // No module loader: scripts import nothing, and Boa's default one looks up
+    // the working directory.
     let mut context = ContextBuilder::new()
         .host_hooks(Rc::new(NoDynamicCode))
+        .module_loader(Rc::new(IdleModuleLoader))
         .build()?;
     apply_runtime_limits(&mut context, limits);
     context.register_global_builtin_callable(
