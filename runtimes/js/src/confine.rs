@@ -3,15 +3,31 @@
 //! the engine; this is the wall behind that one, for a script that finds a bug in
 //! the engine and runs code of its own.
 //!
-//! On Linux the worker makes only the system calls of an allow-list, with a
-//! seccomp filter ([`confine_worker`], which also sets `no_new_privs`).
-//! Everything else fails with `EPERM`, not a kill, so a call the list missed is an
-//! error the worker reports rather than a crash without a message. A refusal
-//! opens no other way: whatever code does after an error (glibc, std, an exploit)
-//! goes through the same list, and the calls that would lift the wall (`prctl`,
-//! `seccomp`, `setrlimit`, which root could otherwise use to lift its memory cap)
-//! are refused too. A system call of another ABI (32-bit `int 0x80` on x86-64),
-//! whose numbers mean other calls, kills the process; x32 numbers match nothing.
+//! On Linux, before it serves, the worker ([`confine_worker`]):
+//!
+//! 1. **Dies with its host.** `PR_SET_PDEATHSIG` has the kernel SIGKILL it when
+//!    the host ends, however it ends; then the worker checks that its parent is
+//!    still the host whose pid it was given, and exits if not (the host died
+//!    before the request took effect). The kernel ties the signal to the host
+//!    *thread* that started the worker, so the host starts its workers from one
+//!    thread that lasts as long as the process (`session.rs`).
+//! 2. **Holds only its three standard streams.** Every other descriptor is closed:
+//!    one the host, the app embedding it or the host's own parent left without
+//!    close-on-exec (a database, a socket) is not the worker's to use. They are
+//!    listed from `/proc/self/fd`; without `/proc`, every number below the
+//!    `RLIMIT_NOFILE` soft limit is closed (one call each).
+//! 3. **Is not dumpable** (`PR_SET_DUMPABLE` 0): a process of the same user can
+//!    neither ptrace it nor read its `/proc` files (memory, environment), and it
+//!    writes no core file (`RLIMIT_CORE` is 0 too) with a tenant's data in it.
+//! 4. **Makes only the system calls of an allow-list**, with a seccomp filter
+//!    (which also sets `no_new_privs`). Everything else fails with `EPERM`, not a
+//!    kill, so a call the list missed is an error the worker reports rather than
+//!    a crash without a message. A refusal opens no other way: whatever code does
+//!    after an error (glibc, std, an exploit) goes through the same list, and the
+//!    calls that would lift the wall (`prctl`, `seccomp`, `setrlimit`, which root
+//!    could otherwise use to lift its memory cap) are refused too. A system call
+//!    of another ABI (32-bit `int 0x80` on x86-64), whose numbers mean other
+//!    calls, kills the process; x32 numbers match nothing.
 //!
 //! The allow-list, found by tracing the worker through its tests (Boa, Rust's
 //! std, glibc's allocator; the worker starts no threads):
@@ -33,25 +49,72 @@
 //! and module loading are refused. Boa looks for the local time zone
 //! (`/etc/localtime`) when it starts, is refused, and keeps UTC.
 //!
-//! The worker also starts with an empty environment and only its three standard
-//! streams (the host's descriptors are close-on-exec). Elsewhere (not Linux) the
-//! worker runs without a filter, its memory capped only; the host still kills it
-//! at the deadline. Not applied on Linux either: user, mount and network
-//! namespaces (unprivileged user namespaces are disabled on many hosts) and a
-//! read-only view of the filesystem.
+//! Elsewhere (not Linux) the worker runs without any of this, its memory capped
+//! only; the host still kills it at the deadline. Not applied on Linux either:
+//! user, mount and network namespaces (unprivileged user namespaces are disabled
+//! on many hosts) and a read-only view of the filesystem.
 
-/// Confines this process as the module docs describe: installs the seccomp
-/// filter. Call it in a worker process only, never on a thread of the host.
+/// Confines this process as the module docs describe, in order: dies with the
+/// host `host` (a pid), keeps only its standard streams, turns dumpable off,
+/// installs the seccomp filter. Call it in a worker process only, never on a
+/// thread of the host: it closes descriptors and cannot be undone.
 #[cfg(target_os = "linux")]
-pub(crate) fn confine_worker() -> Result<(), String> {
-    let program = filter_program(std::process::id())?;
-    seccompiler::apply_filter(&program).map_err(|e| format!("cannot apply seccomp: {e}"))
+pub(crate) fn confine_worker(host: u32) -> Result<(), String> {
+    contain(host)?;
+    install_filter()
 }
 
-/// Elsewhere the worker runs without a filter (README: what is applied where).
+/// Elsewhere the worker is not confined (README: what is applied where).
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn confine_worker() -> Result<(), String> {
+pub(crate) fn confine_worker(_host: u32) -> Result<(), String> {
     Ok(())
+}
+
+/// Steps 1 to 3 of the module docs: everything but the filter.
+#[cfg(target_os = "linux")]
+fn contain(host: u32) -> Result<(), String> {
+    use nix::sys::{prctl, signal::Signal};
+
+    prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| format!("cannot ask to die with the host: {e}"))?;
+    // A host that died before the line above left this process to another
+    // parent, which no death signal will come from.
+    let parent = nix::unistd::getppid().as_raw();
+    if u32::try_from(parent).ok() != Some(host) {
+        return Err(format!(
+            "its host (pid {host}) is gone: the parent is now pid {parent}"
+        ));
+    }
+    close_inherited_descriptors();
+    prctl::set_dumpable(false).map_err(|e| format!("cannot turn dumpable off: {e}"))?;
+    rlimit::setrlimit(rlimit::Resource::CORE, 0, 0)
+        .map_err(|e| format!("cannot turn core files off: {e}"))
+}
+
+/// Closes every descriptor but stdin, stdout and stderr.
+#[cfg(target_os = "linux")]
+fn close_inherited_descriptors() {
+    let listed: Option<Vec<i32>> = std::fs::read_dir("/proc/self/fd").ok().map(|entries| {
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect()
+    });
+    let numbers = listed.unwrap_or_else(|| {
+        let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((1024, 1024));
+        (0..i32::try_from(soft).unwrap_or(i32::MAX)).collect()
+    });
+    for fd in numbers.into_iter().filter(|&fd| fd > 2) {
+        // The listing's own descriptor is among them, already closed: EBADF. Any
+        // other error still leaves the number closed (close(2)).
+        let _ = nix::unistd::close(fd);
+    }
+}
+
+/// Step 4 of the module docs: the seccomp allow-list, for this process.
+#[cfg(target_os = "linux")]
+fn install_filter() -> Result<(), String> {
+    let program = filter_program(std::process::id())?;
+    seccompiler::apply_filter(&program).map_err(|e| format!("cannot apply seccomp: {e}"))
 }
 
 /// The filter for a worker whose pid is `own_pid`: the allow-list of the module
@@ -206,6 +269,16 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         println!("CONFINED: temporary directory {}", dir.display());
 
+        contain(parent).expect("the worker contains itself");
+        let fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+            .expect("fds")
+            .filter_map(|entry| Some(entry.ok()?.file_name().to_string_lossy().into_owned()))
+            .collect();
+        println!("CONFINED: descriptors {fds:?}");
+        println!(
+            "CONFINED: dumpable {}",
+            nix::sys::prctl::get_dumpable().expect("dumpable")
+        );
         let pid = |raw: u32| Pid::from_raw(raw as i32).expect("a pid");
         let (parent_pid, sleeper_pid) = (pid(parent), pid(sleeper.id()));
         // Opened before the filter, to try what an open pidfd would give.
@@ -213,7 +286,7 @@ mod tests {
             .expect("a pidfd of the parent");
         let sleeper_pidfd = rustix::process::pidfd_open(sleeper_pid, PidfdFlags::empty())
             .expect("a pidfd of the sleeper");
-        confine_worker().expect("the filter applies");
+        install_filter().expect("the filter applies");
 
         let nix_pid = |pid: Pid| nix::unistd::Pid::from_raw(pid.as_raw_nonzero().get());
         let read_memory_of = |pid: Pid| {
@@ -371,6 +444,11 @@ mod tests {
         }
         use std::os::unix::process::ExitStatusExt;
         let report = format!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            stdout.contains("CONFINED: descriptors [\"0\", \"1\", \"2\", \"3\"]"),
+            "only the standard streams and the listing's own: {report}"
+        );
+        assert!(stdout.contains("CONFINED: dumpable false"), "{report}");
         assert!(stdout.contains("CONFINED: allowed []"), "{report}");
         assert!(stdout.contains("CONFINED: memory still works"), "{report}");
         assert_eq!(

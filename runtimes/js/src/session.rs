@@ -1,12 +1,14 @@
 //! The host side of a JavaScript session: a worker process it feeds scripts and
-//! tool results, killed at the run's deadline.
+//! tool results, killed at the run's deadline. Workers are started with their
+//! limits and this process's pid (`protocol::WORKER_ARG`), from one lasting
+//! thread ([`spawn_from_lasting_thread`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use codeact_runtime::{
@@ -192,21 +194,22 @@ impl JsSession {
             )));
         }
         let limits = serde_json::to_string(&*self.limits).map_err(|e| start(e.to_string()))?;
-        let mut child = Command::new(&self.worker_path)
+        let mut command = Command::new(&self.worker_path);
+        command
             .arg(WORKER_ARG)
             .arg(limits)
+            .arg(std::process::id().to_string())
             .env_clear()
             .env(WORKER_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                start(format!(
-                    "cannot start the worker '{}': {e}",
-                    self.worker_path.display()
-                ))
-            })?;
+            .stderr(Stdio::null());
+        let mut child = spawn_from_lasting_thread(command).map_err(|e| {
+            start(format!(
+                "cannot start the worker '{}': {e}",
+                self.worker_path.display()
+            ))
+        })?;
         let stdin = child
             .stdin
             .take()
@@ -367,6 +370,41 @@ impl Session for JsSession {
         let completion = self.drive(script, &mut logs, Some(interrupt))?;
         Ok(RunOutcome { completion, logs })
     }
+}
+
+/// A command to start, and where to send the started process.
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Starts `command` from a thread that lasts as long as this process. A worker
+/// asks the kernel to kill it when its parent dies (`PR_SET_PDEATHSIG`, see
+/// `confine.rs`), and the kernel means the parent *thread*: a worker started from
+/// a thread that ends (a pooled blocking thread, a request's thread) would be
+/// killed with it, mid-session. The thread starts on the first call and never
+/// ends; each start costs a channel round trip on top of the process start.
+fn spawn_from_lasting_thread(command: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Result<mpsc::Sender<SpawnRequest>, String>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (sender, requests) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("codeact-js-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in requests {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .map(|_| sender)
+            .map_err(|e| format!("cannot start the thread that starts workers: {e}"))
+    });
+    let spawner = spawner
+        .as_ref()
+        .map_err(|e| std::io::Error::other(e.clone()))?;
+    let (reply, started) = mpsc::channel();
+    spawner
+        .send((command, reply))
+        .map_err(|_| std::io::Error::other("the thread that starts workers has ended"))?;
+    started
+        .recv()
+        .map_err(|_| std::io::Error::other("the thread that starts workers has ended"))?
 }
 
 /// How often a run that can be interrupted looks at its interrupt while it waits

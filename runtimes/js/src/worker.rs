@@ -1,9 +1,10 @@
 //! The engine side of a session: one Boa context, driven by the requests of
 //! [`protocol`](crate::protocol). In a worker process they travel as JSON lines on
-//! stdin/stdout, memory is capped by `RLIMIT_DATA` and the host kills the process
-//! at the deadline; on an in-process thread they travel over channels, uncapped;
-//! driven in place ([`EmbeddedJs`](crate::EmbeddedJs), the WebAssembly guest), tool
-//! calls go to a function and printed text to a buffer.
+//! stdin/stdout, memory is capped by `RLIMIT_DATA`, the process confines itself
+//! (`confine.rs`) and the host kills it at the deadline; on an in-process thread
+//! they travel over channels, uncapped; driven in place
+//! ([`EmbeddedJs`](crate::EmbeddedJs), the WebAssembly guest), tool calls go to a
+//! function and printed text to a buffer.
 
 // Compiled to WebAssembly, only the in-place driver is built.
 #![cfg_attr(target_family = "wasm", allow(dead_code, unused_imports))]
@@ -61,11 +62,18 @@ pub fn run_worker_if_requested() -> Option<ExitCode> {
         .next()
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or_default();
-    Some(worker_main(&limits))
+    let Some(host) = args.next().and_then(|pid| pid.parse().ok()) else {
+        send(Reply::fatal(
+            "the JavaScript worker was not told its host's process id",
+        ));
+        return Some(ExitCode::FAILURE);
+    };
+    Some(worker_main(&limits, host))
 }
 
+/// A worker process: caps its memory, confines itself (`confine.rs`), serves.
 #[cfg(not(target_family = "wasm"))]
-fn worker_main(limits: &Limits) -> ExitCode {
+fn worker_main(limits: &Limits, host: u32) -> ExitCode {
     let cap = (limits.max_memory_bytes as u64).saturating_add(BASELINE_BYTES);
     if rlimit::setrlimit(rlimit::Resource::DATA, cap, cap).is_err() {
         send(Reply::fatal(
@@ -73,7 +81,7 @@ fn worker_main(limits: &Limits) -> ExitCode {
         ));
         return ExitCode::FAILURE;
     }
-    if let Err(problem) = crate::confine::confine_worker() {
+    if let Err(problem) = crate::confine::confine_worker(host) {
         send(Reply::fatal(&format!(
             "the JavaScript worker could not confine itself: {problem}"
         )));

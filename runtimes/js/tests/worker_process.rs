@@ -1,20 +1,35 @@
-//! The JavaScript worker as a process: a tour of the language under its seccomp
-//! filter, and its end.
+//! The JavaScript worker as a process among others: the audit's findings against
+//! its containment (what it inherits, who can read it, what outlives whom), and a
+//! tour of the language under its seccomp filter.
 //!
 //! This binary is its own worker: `main` calls `run_worker_if_requested` first,
 //! as an app must (so it has no test harness, and runs the tests below in order).
+//! It is also the intermediary host some tests start and kill ([`HOST_ROLE`]).
 //! Linux only: elsewhere the worker is not confined, and the tests do not run.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use codeact_js::{JsRuntime, WORKER_ARG};
 use codeact_runtime::{
-    LimitKind, Limits, Runtime, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
+    LimitKind, Limits, NoTools, Runtime, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
 };
 use serde_json::{Value, json};
+
+/// Set to `host` in the environment of the intermediary host this binary starts.
+const HOST_ROLE: &str = "CODEACT_JS_TEST_ROLE";
+
+/// A script that backtracks for far longer than any test runs (2^40 steps) inside
+/// one native call, where Boa's loop limit never looks.
+const RUNAWAY_REGEX: &str = r#"/(a+)+$/.test("a".repeat(40) + "b")"#;
+
+/// The user the intermediary host runs as when the tests run as root, so that
+/// the worker is not root either (root may read any process).
+const NOBODY: u32 = 65534;
 
 fn main() -> ExitCode {
     if let Some(code) = codeact_js::run_worker_if_requested() {
@@ -24,6 +39,9 @@ fn main() -> ExitCode {
         println!("0 passed, 0 failed: the worker confines itself on Linux only");
         return ExitCode::SUCCESS;
     }
+    if std::env::var(HOST_ROLE).as_deref() == Ok("host") {
+        return intermediary_host();
+    }
     let tests: &[(&str, fn())] = &[
         (
             "a_worker_runs_every_kind_of_script_under_its_confinement",
@@ -32,6 +50,26 @@ fn main() -> ExitCode {
         (
             "a_worker_whose_host_closes_its_input_exits_cleanly",
             a_worker_whose_host_closes_its_input_exits_cleanly,
+        ),
+        (
+            "a_worker_dies_with_its_host_when_the_host_is_killed",
+            a_worker_dies_with_its_host_when_the_host_is_killed,
+        ),
+        (
+            "a_worker_outlives_the_thread_that_started_it",
+            a_worker_outlives_the_thread_that_started_it,
+        ),
+        (
+            "a_worker_whose_parent_is_not_its_host_refuses_to_serve",
+            a_worker_whose_parent_is_not_its_host_refuses_to_serve,
+        ),
+        (
+            "a_descriptor_the_host_leaves_open_across_exec_is_closed_in_the_worker",
+            a_descriptor_the_host_leaves_open_across_exec_is_closed_in_the_worker,
+        ),
+        (
+            "a_process_of_the_workers_user_cannot_read_the_worker",
+            a_process_of_the_workers_user_cannot_read_the_worker,
         ),
     ];
     let filter: Vec<String> = std::env::args()
@@ -204,11 +242,13 @@ fn a_worker_runs_every_kind_of_script_under_its_confinement() {
     );
 }
 
-/// Starts this binary as a worker directly, as a host would.
-fn start_worker(limits: &Limits) -> Child {
+/// Starts this binary as a worker directly, as a host would, telling it that its
+/// host is `host`.
+fn start_worker(limits: &Limits, host: u32) -> Child {
     Command::new(std::env::current_exe().expect("this binary"))
         .arg(WORKER_ARG)
         .arg(serde_json::to_string(limits).expect("limits as JSON"))
+        .arg(host.to_string())
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -243,7 +283,7 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
 /// If this fails, a worker cannot end normally under its filter (flushing,
 /// freeing its signal stack, exiting) once its host closes its input.
 fn a_worker_whose_host_closes_its_input_exits_cleanly() {
-    let mut worker = start_worker(&Limits::default());
+    let mut worker = start_worker(&Limits::default(), std::process::id());
     send_run(&mut worker, "6 * 7");
     let mut reply = String::new();
     BufReader::new(worker.stdout.take().expect("stdout"))
@@ -256,4 +296,213 @@ fn a_worker_whose_host_closes_its_input_exits_cleanly() {
     drop(worker.stdin.take());
     let status = wait_for(&mut worker, Duration::from_secs(10)).expect("the worker ends");
     assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// If this fails, a worker started by a host that died at once serves whoever
+/// adopted it: it must check that its parent is the host it was told of.
+fn a_worker_whose_parent_is_not_its_host_refuses_to_serve() {
+    // pid 1 is never this test's process.
+    let mut worker = start_worker(&Limits::default(), 1);
+    send_run(&mut worker, "6 * 7");
+    // A worker that serves ends when its input does.
+    drop(worker.stdin.take());
+    let mut replies = String::new();
+    let _ = worker
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut replies);
+    let status = wait_for(&mut worker, Duration::from_secs(10)).expect("the worker ends");
+    assert_eq!(status.code(), Some(1), "{status:?} {replies}");
+    assert!(
+        replies.contains("\"fatal\"") && replies.contains("host") && !replies.contains("42"),
+        "{replies}"
+    );
+}
+
+/// If this fails, a worker dies when the thread that started it ends (the kernel
+/// sends the parent-death signal when that *thread* exits): a session used from
+/// a pool of threads would lose its worker, and its variables, between runs.
+fn a_worker_outlives_the_thread_that_started_it() {
+    let mut session = session(Limits::default());
+    let mut session = std::thread::spawn(move || {
+        assert_eq!(value(&mut session, "var kept = 41; kept"), json!(41));
+        session
+    })
+    .join()
+    .expect("the thread ran");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(value(&mut session, "kept + 1"), json!(42));
+}
+
+/// The worker processes whose parent is `parent`.
+fn workers_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // After the command's name, which may hold anything, in parentheses:
+            // the state, then the parent's pid.
+            let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let ppid = after_name.split_whitespace().nth(1);
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(&parent.to_string())
+                && String::from_utf8_lossy(&cmdline).contains(WORKER_ARG)
+        })
+        .collect()
+}
+
+/// Whether `pid` is a process that has not ended (a zombie has ended).
+fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().next().map(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// The intermediary host: starts a session, reports its worker, tries to read
+/// the worker's environment as a process of the same user, then runs a runaway
+/// regex under a 60 s deadline until the test kills it.
+fn intermediary_host() -> ExitCode {
+    let limits = Limits {
+        wall_time: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let mut session = JsRuntime::new(limits)
+        .new_session(Arc::new(NoTools))
+        .expect("a session");
+    session.run("1").expect("the worker starts");
+    let [worker] = workers_of(std::process::id())[..] else {
+        println!("HOST found no single worker");
+        return ExitCode::FAILURE;
+    };
+    match std::fs::read(format!("/proc/{worker}/environ")) {
+        Ok(_) => println!("HOST environ readable"),
+        Err(e) => println!("HOST environ refused: {:?}", e.kind()),
+    }
+    println!("HOST worker {worker}");
+    let outcome = session.run(RUNAWAY_REGEX);
+    println!("HOST the runaway run ended: {outcome:?}");
+    ExitCode::SUCCESS
+}
+
+/// This binary as an intermediary host, as another user if the tests run as
+/// root; its lines as they come.
+fn start_intermediary_host() -> (Child, Receiver<String>) {
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .env(HOST_ROLE, "host")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if rustix::process::getuid().is_root() {
+        command.uid(NOBODY).gid(NOBODY);
+    }
+    let mut host = command.spawn().expect("the intermediary host starts");
+    let stdout = host.stdout.take().expect("stdout");
+    let (sender, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (host, lines)
+}
+
+/// The lines of the intermediary host up to its worker's pid.
+fn until_worker(lines: &Receiver<String>) -> (Vec<String>, u32) {
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("the host said {seen:?}, then {e}"));
+        if let Some(pid) = line.strip_prefix("HOST worker ") {
+            return (seen, pid.parse().expect("a pid"));
+        }
+        seen.push(line);
+    }
+}
+
+/// If this fails, a worker outlives a host killed with SIGKILL and runs on,
+/// here a catastrophic regex under a 60 s deadline nobody is left to keep.
+fn a_worker_dies_with_its_host_when_the_host_is_killed() {
+    let (mut host, lines) = start_intermediary_host();
+    let (_, worker) = until_worker(&lines);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(is_running(worker), "the worker runs the regex");
+    host.kill().expect("SIGKILL to the host");
+    let _ = host.wait();
+    let started = Instant::now();
+    while is_running(worker) && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let alive = is_running(worker);
+    kill_if_running(worker);
+    assert!(!alive, "the worker {worker} outlived its host by 5 s");
+}
+
+/// Kills `pid` if it still runs: a worker whose host a test killed, when it did
+/// not die with it.
+fn kill_if_running(pid: u32) {
+    if is_running(pid) {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid as i32).expect("a pid"),
+            rustix::process::Signal::KILL,
+        );
+    }
+}
+
+/// If this fails, a process of the worker's user can read the worker's memory
+/// and environment through /proc, or trace it: the worker is dumpable.
+fn a_process_of_the_workers_user_cannot_read_the_worker() {
+    use std::os::unix::fs::MetadataExt;
+
+    let (mut host, lines) = start_intermediary_host();
+    let (said, worker) = until_worker(&lines);
+    let owner = std::fs::metadata(format!("/proc/{worker}/mem")).map(|m| m.uid());
+    let _ = host.kill();
+    let _ = host.wait();
+    std::thread::sleep(Duration::from_millis(100));
+    kill_if_running(worker);
+    assert!(
+        said.iter()
+            .any(|line| line == "HOST environ refused: PermissionDenied"),
+        "{said:?}"
+    );
+    // A process that is not dumpable has its /proc files owned by root (its
+    // /proc/<pid> directory keeps its user's, for ps).
+    assert_eq!(owner.ok(), Some(0), "the owner of /proc/{worker}/mem");
+}
+
+/// If this fails, a worker holds descriptors its host left open across exec (an
+/// app's database, a socket), and a script that escaped the engine can use them.
+fn a_descriptor_the_host_leaves_open_across_exec_is_closed_in_the_worker() {
+    use rustix::io::{FdFlags, fcntl_setfd};
+
+    let (mut reader, writer) = std::io::pipe().expect("a pipe");
+    fcntl_setfd(&writer, FdFlags::empty()).expect("the writer stays open across exec");
+    let mut session = session(Limits::default());
+    // The worker answers only once it has confined itself.
+    assert_eq!(value(&mut session, "1"), json!(1));
+    drop(writer);
+    // With no writer left anywhere, the reader sees the end at once; if the
+    // worker held the writer, the read would wait for the worker to end.
+    let (sender, ended) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        let _ = sender.send(reader.read_to_end(&mut rest).map(|_| rest.len()));
+    });
+    let seen = ended.recv_timeout(Duration::from_secs(3));
+    drop(session);
+    assert!(
+        matches!(seen, Ok(Ok(0))),
+        "the worker held the host's descriptor: {seen:?}"
+    );
 }
