@@ -24,10 +24,10 @@
 //!    kill, so a call the list missed is an error the worker reports rather than
 //!    a crash without a message. A refusal opens no other way: whatever code does
 //!    after an error (glibc, std, an exploit) goes through the same list, and the
-//!    calls that would lift the wall (`prctl`, `seccomp`, `setrlimit`, which root
-//!    could otherwise use to lift its memory cap) are refused too. A system call
-//!    of another ABI (32-bit `int 0x80` on x86-64), whose numbers mean other
-//!    calls, kills the process; x32 numbers match nothing.
+//!    calls that would lift the wall (`prctl`, `seccomp`, `setrlimit` of anything
+//!    but the CPU limit, which root could otherwise use to lift its memory cap)
+//!    are refused too. A system call of another ABI (32-bit `int 0x80` on x86-64),
+//!    whose numbers mean other calls, kills the process; x32 numbers match nothing.
 //!
 //! The allow-list, found by tracing the worker through its tests (Boa, Rust's
 //! std, glibc's allocator; the worker starts no threads):
@@ -38,7 +38,8 @@
 //! | `brk`, `mmap`, `munmap`, `mremap`, `mprotect`, `madvise` | the allocator and Boa's heap; `mmap` only anonymous, neither it nor `mprotect` executable (Boa has no JIT); `madvise` only to give pages back |
 //! | `futex` | std's locks and one-time initialisation |
 //! | `getrandom` | hash-map keys, `Math.random` |
-//! | `clock_gettime` | `Date` (the vDSO answers most reads without a call) |
+//! | `clock_gettime` | `Date`, and the CPU clock of the worker's own deadline (the vDSO answers most reads without a call) |
+//! | `prlimit64` | the own deadline: its own `RLIMIT_CPU` only |
 //! | `rt_sigaction`, `rt_sigprocmask`, `rt_sigreturn`, `sigaltstack`, `getpid`, `gettid`, `tgkill`, `kill` | aborting itself (how it ends at its memory cap) and std's stack-overflow handler; `tgkill` and `kill` only aimed at its own pid |
 //! | `exit`, `exit_group` | ending |
 //!
@@ -49,10 +50,30 @@
 //! and module loading are refused. Boa looks for the local time zone
 //! (`/etc/localtime`) when it starts, is refused, and keeps UTC.
 //!
+//! **The worker's own deadline** ([`arm_own_deadline`], before each run): the
+//! soft `RLIMIT_CPU` is set to the CPU time used so far plus the run's wall-time
+//! limit plus [`OWN_DEADLINE_GRACE`], rounded up to whole seconds; past it the
+//! kernel ends the worker with SIGXCPU. A run uses CPU no faster than wall time
+//! (one thread), so the host, which kills at the wall-time limit, acts first
+//! while it is alive; the limit bounds a run whose host is stuck or gone (a host
+//! that is gone also kills it through step 1). It counts CPU, so a run waiting
+//! for a tool uses none of it. It guards against runaway scripts, not against
+//! code that escaped the engine, which could raise the soft limit up to the hard
+//! one (left as inherited, normally unlimited) but would still die with the host.
+//! Cost: three system calls per run, a few microseconds in all.
+//!
 //! Elsewhere (not Linux) the worker runs without any of this, its memory capped
 //! only; the host still kills it at the deadline. Not applied on Linux either:
 //! user, mount and network namespaces (unprivileged user namespaces are disabled
 //! on many hosts) and a read-only view of the filesystem.
+
+use std::time::Duration;
+
+/// How much CPU time past its wall-time limit a run may use before the worker's
+/// own deadline ends it (1 s): room for the host, which kills at the limit, to
+/// act first.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) const OWN_DEADLINE_GRACE: Duration = Duration::from_secs(1);
 
 /// Confines this process as the module docs describe, in order: dies with the
 /// host `host` (a pid), keeps only its standard streams, turns dumpable off,
@@ -64,7 +85,7 @@ pub(crate) fn confine_worker(host: u32) -> Result<(), String> {
     install_filter()
 }
 
-/// Elsewhere the worker is not confined (README: what is applied where).
+/// Elsewhere the worker is not confined (module docs).
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn confine_worker(_host: u32) -> Result<(), String> {
     Ok(())
@@ -187,8 +208,16 @@ fn allowed(
         (libc::SYS_futex, always()),
         // Hash-map keys, Math.random.
         (libc::SYS_getrandom, always()),
-        // Date.
+        // Date, and the CPU clock of the own deadline.
         (libc::SYS_clock_gettime, always()),
+        // The own deadline: this process's (pid 0) CPU limit, no other limit.
+        (
+            libc::SYS_prlimit64,
+            vec![SeccompRule::new(vec![
+                is(0, 0)?,
+                is(1, i64::from(libc::RLIMIT_CPU))?,
+            ])?],
+        ),
         // Aborting itself and std's stack-overflow handler: signals to itself.
         (libc::SYS_rt_sigaction, always()),
         (libc::SYS_rt_sigprocmask, always()),
@@ -210,11 +239,38 @@ fn allowed(
     ])
 }
 
+/// Arms the worker's own deadline for a run of `wall_time` (module docs): the soft
+/// `RLIMIT_CPU` at the CPU time used so far plus `wall_time` plus
+/// [`OWN_DEADLINE_GRACE`], in whole seconds, at most the hard limit.
+#[cfg(target_os = "linux")]
+pub(crate) fn arm_own_deadline(wall_time: Duration) -> Result<(), String> {
+    use nix::time::{ClockId, clock_gettime};
+
+    let used = clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .map_err(|e| format!("cannot read the CPU clock: {e}"))?;
+    let used = Duration::from(used);
+    let until = used
+        .saturating_add(wall_time)
+        .saturating_add(OWN_DEADLINE_GRACE);
+    let seconds = until
+        .as_secs()
+        .saturating_add(u64::from(until.subsec_nanos() > 0));
+    let (_, hard) = rlimit::getrlimit(rlimit::Resource::CPU)
+        .map_err(|e| format!("cannot read the CPU limit: {e}"))?;
+    rlimit::setrlimit(rlimit::Resource::CPU, seconds.min(hard), hard)
+        .map_err(|e| format!("cannot set the CPU limit: {e}"))
+}
+
+/// Elsewhere the host's deadline is the only one.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn arm_own_deadline(_wall_time: Duration) -> Result<(), String> {
+    Ok(())
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use std::io::Error;
     use std::process::Command;
-    use std::time::Duration;
 
     use super::*;
 
@@ -420,6 +476,8 @@ mod tests {
         println!("CONFINED: allowed [{}]", allowed.join("; "));
         let v: Vec<u8> = vec![7; 64 << 20];
         println!("CONFINED: memory still works ({})", v.len());
+        arm_own_deadline(Duration::from_secs(5)).expect("the own deadline is armed");
+        println!("CONFINED: the own deadline is armed");
         // The sleeper dies with this process.
         std::process::abort();
     }
@@ -427,8 +485,8 @@ mod tests {
     /// If this fails, a script that escaped Boa could reach the host (copy its
     /// descriptors, signal, trace or read it), open or create files, start
     /// programs or threads, or reach the network from the worker; or the worker
-    /// could no longer allocate, or die by abort at its memory cap (the host reads
-    /// SIGABRT as the memory limit).
+    /// could no longer allocate, arm its deadline, or die by abort at its memory
+    /// cap (the host reads SIGABRT as the memory limit).
     #[test]
     fn a_confined_worker_can_reach_neither_its_host_nor_files_processes_or_the_network() {
         let output = this_test("confine::tests::confined_child_tries_what_a_worker_must_not")
@@ -451,6 +509,10 @@ mod tests {
         assert!(stdout.contains("CONFINED: dumpable false"), "{report}");
         assert!(stdout.contains("CONFINED: allowed []"), "{report}");
         assert!(stdout.contains("CONFINED: memory still works"), "{report}");
+        assert!(
+            stdout.contains("CONFINED: the own deadline is armed"),
+            "{report}"
+        );
         assert_eq!(
             output.status.signal(),
             Some(libc::SIGABRT),
@@ -662,6 +724,12 @@ mod tests {
                 libc::SYS_madvise,
                 [0, 4096, libc::MADV_HWPOISON as u64, 0, 0, 0],
                 DENY,
+            ),
+            (
+                "its own CPU limit",
+                libc::SYS_prlimit64,
+                [0, libc::RLIMIT_CPU as u64, 1, 0, 0, 0],
+                ALLOW,
             ),
             (
                 "its own memory limit",

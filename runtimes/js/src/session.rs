@@ -164,7 +164,7 @@ impl JsSession {
                     tools,
                     session_waiting: engine_sees,
                 });
-                crate::worker::serve(&limits);
+                crate::worker::serve(&limits, crate::worker::Deadline::Host);
             })
             .map_err(|e| HostError::SessionStart {
                 runtime: RUNTIME,
@@ -429,14 +429,43 @@ fn exited_normally(status: Option<std::process::ExitStatus>) -> bool {
 }
 
 /// Why a worker ended without finishing its run: killed by the kernel for memory
-/// (an abort after a failed allocation), or something else.
+/// (an abort after a failed allocation), at its own deadline (SIGXCPU, when the
+/// host was late to kill it), or something else.
 fn died(status: Option<std::process::ExitStatus>, limits: &Limits) -> ScriptError {
     use std::os::unix::process::ExitStatusExt;
     match status.and_then(|s| s.signal()) {
         Some(6 | 9) => ScriptError::limit(LimitKind::Memory, limits, None).restarting(),
+        Some(24) => ScriptError::limit(LimitKind::WallTime, limits, None).restarting(),
         other => ScriptError::EngineLost {
             message: format!("the JavaScript worker ended unexpectedly ({other:?})"),
             detail: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    /// If this fails, a worker that ended at its own deadline (when its host was
+    /// late to kill it) is reported as a crash, not as the time limit.
+    #[test]
+    fn a_worker_ended_by_its_own_deadline_is_reported_as_the_time_limit() {
+        let status = std::process::ExitStatus::from_raw(24);
+        assert_eq!(status.signal(), Some(24), "SIGXCPU");
+        let error = died(Some(status), &Limits::default());
+        assert!(
+            matches!(
+                error,
+                ScriptError::LimitExceeded {
+                    limit: LimitKind::WallTime,
+                    restarted: true,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
     }
 }

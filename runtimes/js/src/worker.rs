@@ -87,17 +87,50 @@ fn worker_main(limits: &Limits, host: u32) -> ExitCode {
         )));
         return ExitCode::FAILURE;
     }
-    if serve(limits) {
+    if serve(limits, Deadline::HostAndOwn) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
 }
 
+/// Who ends a run that overstays its wall-time limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// The session alone, which stops waiting (an engine thread of the host).
+    Host,
+    /// The host, which kills the worker process, and the process's own CPU limit
+    /// as a backstop for a host that is stuck or gone (`confine::arm_own_deadline`).
+    HostAndOwn,
+}
+
+impl Deadline {
+    /// Arms this deadline for a run under `limits`; false if it could not be.
+    fn arm(self, limits: &Limits) -> bool {
+        match self {
+            Deadline::Host => true,
+            #[cfg(not(target_family = "wasm"))]
+            Deadline::HostAndOwn => crate::confine::arm_own_deadline(limits.wall_time).is_ok(),
+            // Compiled to WebAssembly there is no worker process to limit.
+            #[cfg(target_family = "wasm")]
+            Deadline::HostAndOwn => {
+                let _ = limits;
+                true
+            }
+        }
+    }
+}
+
 /// Serves requests until the host goes away; false when the engine did not start.
 /// Requests and replies travel over this thread's transport: stdin/stdout in a
 /// worker process, channels on an in-process thread.
-pub(crate) fn serve(limits: &Limits) -> bool {
+pub(crate) fn serve(limits: &Limits, deadline: Deadline) -> bool {
+    if !deadline.arm(limits) {
+        send(Reply::fatal(
+            "the JavaScript worker could not arm its own deadline",
+        ));
+        return false;
+    }
     let mut context = match new_context(limits) {
         Ok(context) => context,
         Err(e) => {
@@ -113,6 +146,12 @@ pub(crate) fn serve(limits: &Limits) -> bool {
         };
         match request {
             Request::Run { script, namespaces } => {
+                if !deadline.arm(limits) {
+                    send(Reply::fatal(
+                        "the JavaScript worker could not arm its own deadline",
+                    ));
+                    return false;
+                }
                 if !namespaces.is_empty()
                     && let Err(e) = define_namespaces(&mut context, &namespaces)
                 {

@@ -8,7 +8,7 @@
 //! Linux only: elsewhere the worker is not confined, and the tests do not run.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver};
@@ -62,6 +62,10 @@ fn main() -> ExitCode {
         (
             "a_worker_whose_parent_is_not_its_host_refuses_to_serve",
             a_worker_whose_parent_is_not_its_host_refuses_to_serve,
+        ),
+        (
+            "a_runaway_run_ends_at_the_workers_own_deadline_when_nobody_kills_it",
+            a_runaway_run_ends_at_the_workers_own_deadline_when_nobody_kills_it,
         ),
         (
             "a_descriptor_the_host_leaves_open_across_exec_is_closed_in_the_worker",
@@ -317,6 +321,32 @@ fn a_worker_whose_parent_is_not_its_host_refuses_to_serve() {
     assert!(
         replies.contains("\"fatal\"") && replies.contains("host") && !replies.contains("42"),
         "{replies}"
+    );
+}
+
+/// If this fails, a worker whose host is stuck or gone runs a catastrophic regex
+/// without end: nothing but the host bounded a run.
+fn a_runaway_run_ends_at_the_workers_own_deadline_when_nobody_kills_it() {
+    let limits = Limits {
+        wall_time: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let mut worker = start_worker(&limits, std::process::id());
+    let started = Instant::now();
+    send_run(&mut worker, RUNAWAY_REGEX);
+    // Its CPU limit: about 0.1 s of start-up, the 0.1 s limit and the 1 s grace,
+    // rounded up to 2 s of CPU; a busy machine stretches that in wall time.
+    let status = wait_for(&mut worker, Duration::from_secs(30));
+    let took = started.elapsed();
+    let status = status.expect("the worker ended by itself within 30 s");
+    assert_eq!(
+        status.signal(),
+        Some(rustix::process::Signal::XCPU.as_raw()),
+        "{status:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(1),
+        "it ran past its grace: {took:?}"
     );
 }
 
