@@ -494,9 +494,10 @@ mod tests {
             .output()
             .expect("the child test runs");
         let stdout = String::from_utf8_lossy(&output.stdout);
-        if let Some(dir) = stdout
+        // The child's first line follows libtest's `test … ` on the same line.
+        if let Some((_, dir)) = stdout
             .lines()
-            .find_map(|line| line.strip_prefix("CONFINED: temporary directory "))
+            .find_map(|line| line.split_once("CONFINED: temporary directory "))
         {
             let _ = std::fs::remove_dir_all(dir);
         }
