@@ -7,7 +7,10 @@
 //! caps its own memory with `RLIMIT_DATA`; either way the host survives, the model
 //! is told which limit stopped the script, and the next run starts a fresh worker
 //! (earlier variables are gone, and the model is told so). Starting a worker costs
-//! a few milliseconds, once per session and after each such stop.
+//! a few milliseconds, once per session and after each such stop. On Linux the
+//! worker also confines itself before it serves (`src/confine.rs`): it dies with
+//! its host, holds no descriptor but its standard streams, cannot be read by
+//! other processes, and may make only the system calls on an allow-list.
 //!
 //! A binary that hosts JavaScript sessions calls [`run_worker_if_requested`] first
 //! thing in `main`; the `codeact` binary does.

@@ -7,7 +7,9 @@ use codeact_runtime::{LimitKind, Limits, ScriptError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// `argv[1]` that makes a binary run as a JavaScript worker.
+/// `argv[1]` that makes a binary run as a JavaScript worker; `argv[2]` is then the
+/// session's limits as JSON and `argv[3]` the host's process id (the worker dies
+/// with that process, and refuses to start if its parent is another).
 pub const WORKER_ARG: &str = "__codeact-js-worker";
 
 /// Set in a worker's environment. A process that has it and is about to start a

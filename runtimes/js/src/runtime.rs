@@ -15,7 +15,7 @@ use crate::session::{JsMode, JsSession};
 const ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "the host kills the worker process at the deadline (loops in callbacks and regex backtracking included); the session restarts",
+        how: "the host kills the worker process at the deadline (loops in callbacks and regex backtracking included); the session restarts. A backstop for a host that is stuck or gone: the worker ends itself (RLIMIT_CPU) once a run has used the limit plus 1 s of CPU",
     },
     Enforcement {
         limit: LimitKind::Operations,

@@ -1,12 +1,14 @@
 //! The host side of a JavaScript session: a worker process it feeds scripts and
-//! tool results, killed at the run's deadline.
+//! tool results, killed at the run's deadline. Workers are started with their
+//! limits and this process's pid (`protocol::WORKER_ARG`), from one lasting
+//! thread ([`spawn_from_lasting_thread`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use codeact_runtime::{
@@ -162,7 +164,7 @@ impl JsSession {
                     tools,
                     session_waiting: engine_sees,
                 });
-                crate::worker::serve(&limits);
+                crate::worker::serve(&limits, crate::worker::Deadline::Host);
             })
             .map_err(|e| HostError::SessionStart {
                 runtime: RUNTIME,
@@ -192,21 +194,22 @@ impl JsSession {
             )));
         }
         let limits = serde_json::to_string(&*self.limits).map_err(|e| start(e.to_string()))?;
-        let mut child = Command::new(&self.worker_path)
+        let mut command = Command::new(&self.worker_path);
+        command
             .arg(WORKER_ARG)
             .arg(limits)
+            .arg(std::process::id().to_string())
             .env_clear()
             .env(WORKER_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                start(format!(
-                    "cannot start the worker '{}': {e}",
-                    self.worker_path.display()
-                ))
-            })?;
+            .stderr(Stdio::null());
+        let mut child = spawn_from_lasting_thread(command).map_err(|e| {
+            start(format!(
+                "cannot start the worker '{}': {e}",
+                self.worker_path.display()
+            ))
+        })?;
         let stdin = child
             .stdin
             .take()
@@ -369,6 +372,41 @@ impl Session for JsSession {
     }
 }
 
+/// A command to start, and where to send the started process.
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Starts `command` from a thread that lasts as long as this process. A worker
+/// asks the kernel to kill it when its parent dies (`PR_SET_PDEATHSIG`, see
+/// `confine.rs`), and the kernel means the parent *thread*: a worker started from
+/// a thread that ends (a pooled blocking thread, a request's thread) would be
+/// killed with it, mid-session. The thread starts on the first call and never
+/// ends; each start costs a channel round trip on top of the process start.
+fn spawn_from_lasting_thread(command: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Result<mpsc::Sender<SpawnRequest>, String>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (sender, requests) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("codeact-js-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in requests {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .map(|_| sender)
+            .map_err(|e| format!("cannot start the thread that starts workers: {e}"))
+    });
+    let spawner = spawner
+        .as_ref()
+        .map_err(|e| std::io::Error::other(e.clone()))?;
+    let (reply, started) = mpsc::channel();
+    spawner
+        .send((command, reply))
+        .map_err(|_| std::io::Error::other("the thread that starts workers has ended"))?;
+    started
+        .recv()
+        .map_err(|_| std::io::Error::other("the thread that starts workers has ended"))?
+}
+
 /// How often a run that can be interrupted looks at its interrupt while it waits
 /// for the worker: the most an interrupt waits to be noticed.
 const INTERRUPT_POLL: Duration = Duration::from_millis(10);
@@ -391,14 +429,43 @@ fn exited_normally(status: Option<std::process::ExitStatus>) -> bool {
 }
 
 /// Why a worker ended without finishing its run: killed by the kernel for memory
-/// (an abort after a failed allocation), or something else.
+/// (an abort after a failed allocation), at its own deadline (SIGXCPU, when the
+/// host was late to kill it), or something else.
 fn died(status: Option<std::process::ExitStatus>, limits: &Limits) -> ScriptError {
     use std::os::unix::process::ExitStatusExt;
     match status.and_then(|s| s.signal()) {
         Some(6 | 9) => ScriptError::limit(LimitKind::Memory, limits, None).restarting(),
+        Some(24) => ScriptError::limit(LimitKind::WallTime, limits, None).restarting(),
         other => ScriptError::EngineLost {
             message: format!("the JavaScript worker ended unexpectedly ({other:?})"),
             detail: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    /// If this fails, a worker that ended at its own deadline (when its host was
+    /// late to kill it) is reported as a crash, not as the time limit.
+    #[test]
+    fn a_worker_ended_by_its_own_deadline_is_reported_as_the_time_limit() {
+        let status = std::process::ExitStatus::from_raw(24);
+        assert_eq!(status.signal(), Some(24), "SIGXCPU");
+        let error = died(Some(status), &Limits::default());
+        assert!(
+            matches!(
+                error,
+                ScriptError::LimitExceeded {
+                    limit: LimitKind::WallTime,
+                    restarted: true,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
     }
 }

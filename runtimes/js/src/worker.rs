@@ -1,9 +1,10 @@
 //! The engine side of a session: one Boa context, driven by the requests of
 //! [`protocol`](crate::protocol). In a worker process they travel as JSON lines on
-//! stdin/stdout, memory is capped by `RLIMIT_DATA` and the host kills the process
-//! at the deadline; on an in-process thread they travel over channels, uncapped;
-//! driven in place ([`EmbeddedJs`](crate::EmbeddedJs), the WebAssembly guest), tool
-//! calls go to a function and printed text to a buffer.
+//! stdin/stdout, memory is capped by `RLIMIT_DATA`, the process confines itself
+//! (`confine.rs`) and the host kills it at the deadline; on an in-process thread
+//! they travel over channels, uncapped; driven in place
+//! ([`EmbeddedJs`](crate::EmbeddedJs), the WebAssembly guest), tool calls go to a
+//! function and printed text to a buffer.
 
 // Compiled to WebAssembly, only the in-place driver is built.
 #![cfg_attr(target_family = "wasm", allow(dead_code, unused_imports))]
@@ -17,6 +18,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use boa_engine::context::{ContextBuilder, HostHooks};
+use boa_engine::module::IdleModuleLoader;
 use boa_engine::realm::Realm;
 use boa_engine::{
     Context, JsError, JsNativeError, JsResult, JsString, JsValue, NativeFunction, Source, js_string,
@@ -60,11 +62,18 @@ pub fn run_worker_if_requested() -> Option<ExitCode> {
         .next()
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or_default();
-    Some(worker_main(&limits))
+    let Some(host) = args.next().and_then(|pid| pid.parse().ok()) else {
+        send(Reply::fatal(
+            "the JavaScript worker was not told its host's process id",
+        ));
+        return Some(ExitCode::FAILURE);
+    };
+    Some(worker_main(&limits, host))
 }
 
+/// A worker process: caps its memory, confines itself (`confine.rs`), serves.
 #[cfg(not(target_family = "wasm"))]
-fn worker_main(limits: &Limits) -> ExitCode {
+fn worker_main(limits: &Limits, host: u32) -> ExitCode {
     let cap = (limits.max_memory_bytes as u64).saturating_add(BASELINE_BYTES);
     if rlimit::setrlimit(rlimit::Resource::DATA, cap, cap).is_err() {
         send(Reply::fatal(
@@ -72,23 +81,56 @@ fn worker_main(limits: &Limits) -> ExitCode {
         ));
         return ExitCode::FAILURE;
     }
-    if let Err(problem) = crate::confine::confine_worker() {
+    if let Err(problem) = crate::confine::confine_worker(host) {
         send(Reply::fatal(&format!(
             "the JavaScript worker could not confine itself: {problem}"
         )));
         return ExitCode::FAILURE;
     }
-    if serve(limits) {
+    if serve(limits, Deadline::HostAndOwn) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
 }
 
+/// Who ends a run that overstays its wall-time limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// The session alone, which stops waiting (an engine thread of the host).
+    Host,
+    /// The host, which kills the worker process, and the process's own CPU limit
+    /// as a backstop for a host that is stuck or gone (`confine::arm_own_deadline`).
+    HostAndOwn,
+}
+
+impl Deadline {
+    /// Arms this deadline for a run under `limits`; false if it could not be.
+    fn arm(self, limits: &Limits) -> bool {
+        match self {
+            Deadline::Host => true,
+            #[cfg(not(target_family = "wasm"))]
+            Deadline::HostAndOwn => crate::confine::arm_own_deadline(limits.wall_time).is_ok(),
+            // Compiled to WebAssembly there is no worker process to limit.
+            #[cfg(target_family = "wasm")]
+            Deadline::HostAndOwn => {
+                let _ = limits;
+                true
+            }
+        }
+    }
+}
+
 /// Serves requests until the host goes away; false when the engine did not start.
 /// Requests and replies travel over this thread's transport: stdin/stdout in a
 /// worker process, channels on an in-process thread.
-pub(crate) fn serve(limits: &Limits) -> bool {
+pub(crate) fn serve(limits: &Limits, deadline: Deadline) -> bool {
+    if !deadline.arm(limits) {
+        send(Reply::fatal(
+            "the JavaScript worker could not arm its own deadline",
+        ));
+        return false;
+    }
     let mut context = match new_context(limits) {
         Ok(context) => context,
         Err(e) => {
@@ -104,6 +146,12 @@ pub(crate) fn serve(limits: &Limits) -> bool {
         };
         match request {
             Request::Run { script, namespaces } => {
+                if !deadline.arm(limits) {
+                    send(Reply::fatal(
+                        "the JavaScript worker could not arm its own deadline",
+                    ));
+                    return false;
+                }
                 if !namespaces.is_empty()
                     && let Err(e) = define_namespaces(&mut context, &namespaces)
                 {
@@ -244,8 +292,11 @@ impl HostHooks for NoDynamicCode {
 }
 
 pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
+    // No module loader: scripts import nothing, and Boa's default one looks up
+    // the working directory.
     let mut context = ContextBuilder::new()
         .host_hooks(Rc::new(NoDynamicCode))
+        .module_loader(Rc::new(IdleModuleLoader))
         .build()?;
     apply_runtime_limits(&mut context, limits);
     context.register_global_builtin_callable(
