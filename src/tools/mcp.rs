@@ -43,6 +43,10 @@ use crate::output::schema_budget::BudgetedSchema;
 use crate::tools::pid_namespace;
 use crate::tools::toolbox::Tool;
 
+/// The longest tool name a server's tool may have to be offered to scripts:
+/// 128 characters. A longer one is left out, with a warning.
+const MAX_TOOL_NAME_CHARS: usize = 128;
+
 /// How long a call may take before the host gives up on the server. Default: 30 s,
 /// as command tools.
 pub const DEFAULT_MCP_CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -270,11 +274,21 @@ impl McpServer {
         let mut tools = Vec::with_capacity(listed.len());
         let mut seen = std::collections::BTreeSet::new();
         for tool in listed {
-            let name = self.local_name(&tool.name);
+            let Some(name) = self.local_name(&tool.name) else {
+                tracing::warn!(
+                    server = %self.name,
+                    "an MCP tool whose name cannot be made an identifier was left out ({} characters)",
+                    tool.name.chars().count()
+                );
+                continue;
+            };
             if !seen.insert(name.clone()) {
-                return Err(self.error(format!(
-                    "two of its tools are both named '{name}' here (names are made identifiers)"
-                )));
+                tracing::warn!(
+                    server = %self.name,
+                    tool = %name,
+                    "an MCP tool was left out: another of the server's tools has the same name here (names are made identifiers)"
+                );
+                continue;
             }
             let marked = match &self.needs_approval {
                 None => false,
@@ -291,19 +305,24 @@ impl McpServer {
         Ok(tools)
     }
 
-    /// `SERVER_TOOL`, with what is not a letter, digit or `_` made `_`.
-    fn local_name(&self, remote: &str) -> String {
+    /// `SERVER_TOOL`, with what is not an ASCII letter, digit or `_` made `_`;
+    /// `None` for a name that is empty or longer than [`MAX_TOOL_NAME_CHARS`].
+    fn local_name(&self, remote: &str) -> Option<String> {
+        let length = remote.chars().count();
+        if length == 0 || length > MAX_TOOL_NAME_CHARS {
+            return None;
+        }
         let tail: String = remote
             .chars()
             .map(|c| {
-                if c.is_alphanumeric() || c == '_' {
+                if c.is_ascii_alphanumeric() || c == '_' {
                     c
                 } else {
                     '_'
                 }
             })
             .collect();
-        format!("{}_{tail}", self.name)
+        Some(format!("{}_{tail}", self.name))
     }
 
     fn error(&self, message: impl Into<String>) -> McpError {
@@ -617,8 +636,12 @@ mod tests {
     #[test]
     fn tool_names_are_prefixed_by_the_server_and_made_identifiers() {
         let server = McpServer::stdio("github", "x", Vec::<String>::new());
-        assert_eq!(server.local_name("create-issue"), "github_create_issue");
-        assert_eq!(server.local_name("a.b/c"), "github_a_b_c");
+        let name = |remote: &str| server.local_name(remote);
+        assert_eq!(name("create-issue").as_deref(), Some("github_create_issue"));
+        assert_eq!(name("a.b/c").as_deref(), Some("github_a_b_c"));
+        assert_eq!(name("café").as_deref(), Some("github_caf_"));
+        assert_eq!(name(""), None);
+        assert_eq!(name(&"x".repeat(129)), None);
     }
 
     fn result(content: Vec<Value>, structured: Option<Value>, is_error: bool) -> CallToolResult {

@@ -4,8 +4,10 @@ garbage on stdout, an error result, a 10 MB result, a result against its own out
 schema. Hand-written (standard library only) so that each failure is exact. Its
 well-behaved `add` and `price` serve the benchmark and the real-model tasks.
 
-Usage: scripted_server.py [--many N] [--marker TEXT]
+Usage: scripted_server.py [--many N] [--odd-names] [--marker TEXT]
   --many N     also list N tools t0 … t(N-1), each returning its own index
+  --odd-names  also list tools named "café", "caf_" (the same once made an
+               identifier) and "" (none at all)
   --marker T   ignored; lets a test find this process by its command line
 """
 
@@ -99,6 +101,8 @@ def main():
     if "--many" in args:
         count = int(args[args.index("--many") + 1])
         TOOLS.extend(tool(f"t{i}", f"Returns {i}.") for i in range(count))
+    if "--odd-names" in args:
+        TOOLS.extend(tool(name, "An oddly named tool.") for name in ["café", "caf_", ""])
     for line in sys.stdin:
         if not line.strip():
             continue

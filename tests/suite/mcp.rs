@@ -236,6 +236,24 @@ async fn five_hundred_tools_are_listed_and_each_is_callable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_whose_names_cannot_be_made_identifiers_or_repeat_another_are_left_out() {
+    let server = McpServer::stdio("odd", "python3", [SCRIPTED, "--odd-names"]);
+    let tools = toolbox(&server).await;
+    let odd: Vec<&str> = tools
+        .specs()
+        .iter()
+        .map(|spec| spec.name.as_str())
+        .filter(|name| name.starts_with("odd_caf"))
+        .collect();
+    assert_eq!(
+        odd,
+        ["odd_caf_"],
+        "one of café and caf_, and the agent still starts"
+    );
+    assert_eq!(tools.specs().len(), 9 + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_does_not_outlive_its_tools() {
     let marker = format!("codeact-mcp-marker-{}", std::process::id());
     let server = McpServer::stdio("marked", "python3", [SCRIPTED, "--marker", &marker]);
