@@ -25,6 +25,7 @@ use tokio::sync::Mutex;
 use super::{EXIT_HOST_FAILURE, LimitArgs, ToolArgs, host_runtime, usage_error};
 use crate::exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, runtime_by_name};
 use crate::exec::session::ScriptSession;
+use crate::serve::connections::{self, ConnectionLimits};
 use crate::tools::toolbox::ToolBox;
 
 /// The longest script a client may send. Default: 256 KiB.
@@ -49,6 +50,19 @@ pub(crate) struct McpArgs {
     /// set, and it must be set for an address that is not loopback.
     #[arg(long, value_name = "ADDR")]
     listen: Option<std::net::SocketAddr>,
+    /// With --listen: the most connections served at once; more wait, not
+    /// accepted, until one closes.
+    #[arg(long, value_name = "N", default_value_t = connections::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// With --listen: how long a client may take to send a request's headers, in
+    /// milliseconds, from when it connects or its previous answer ended (so also
+    /// how long an idle connection stays open); past it the connection is closed.
+    #[arg(long, value_name = "MS", default_value_t = connections::DEFAULT_HEADER_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_ms: u64,
+    /// With --listen: how long a client may take to send a request's body, in
+    /// milliseconds from its headers; past it the request is answered 408.
+    #[arg(long, value_name = "MS", default_value_t = connections::DEFAULT_BODY_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout_ms: u64,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -128,7 +142,12 @@ pub(crate) fn serve(args: &McpArgs) -> ExitCode {
                     "--listen {address} is not a loopback address: set {TOKEN_VARIABLE} so clients must present it"
                 ));
             }
-            host.block_on(serve_http(server, address, token))
+            let limits = ConnectionLimits {
+                max_connections: args.max_connections,
+                header_timeout: Duration::from_millis(args.header_timeout_ms),
+                body_timeout: Duration::from_millis(args.body_timeout_ms),
+            };
+            host.block_on(serve_http(server, address, token, limits))
         }
     };
     match served {
@@ -140,12 +159,14 @@ pub(crate) fn serve(args: &McpArgs) -> ExitCode {
     }
 }
 
-/// Serves `server` over streamable HTTP at `address`, path `/mcp`, until the
-/// process ends; with a `token`, a request without it gets 401.
+/// Serves `server` over streamable HTTP at `address`, path `/mcp`, its
+/// connections within `limits`, until the process ends; with a `token`, a
+/// request without it gets 401.
 async fn serve_http(
     server: Sandboxes,
     address: std::net::SocketAddr,
     token: Option<String>,
+    limits: ConnectionLimits,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
@@ -189,7 +210,13 @@ async fn serve_http(
             ));
     let listener = tokio::net::TcpListener::bind(address).await?;
     eprintln!("codeact mcp: serving http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, router).await?;
+    connections::serve(
+        listener,
+        router,
+        limits,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await;
     Ok(())
 }
 

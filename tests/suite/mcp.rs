@@ -669,7 +669,7 @@ async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
     let port = free_port();
     let _server = tokio::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
         .args(["mcp", "--listen", &format!("127.0.0.1:{port}")])
-        .env("CODEACT_MCP_TOKEN", "s3cret-token")
+        .env("CODEACT_MCP_TOKEN", MCP_TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -677,9 +677,7 @@ async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
         .expect("codeact mcp starts");
     wait_until_listening(port).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let with_token =
-        McpServer::http("codeact", &url).header("Authorization", "Bearer s3cret-token");
-    let tools = toolbox(&with_token).await;
+    let tools = http_client_tools(&url).await;
     runs_javascript(&tools).await;
     for server in [
         McpServer::http("codeact", &url),
@@ -692,6 +690,88 @@ async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
             .expect_err("refused without the token");
         assert!(err.to_string().contains("MCP server 'codeact'"), "{err}");
     }
+}
+
+/// The token the `codeact mcp --listen` servers of these tests take.
+const MCP_TOKEN: &str = "s3cret-token";
+
+/// `codeact mcp --listen` on a free port with `flags`, behind [`MCP_TOKEN`],
+/// serving only Rhai (quick to start); killed when dropped. Its `/mcp` URL.
+async fn codeact_mcp_http(flags: &[&str]) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let server = tokio::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args([
+            "mcp",
+            "--runtimes",
+            "rhai",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(flags)
+        .env("CODEACT_MCP_TOKEN", MCP_TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("codeact mcp starts");
+    wait_until_listening(port).await;
+    (server, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// A client of the `codeact mcp --listen` at `url`, as codeact's tools reach it.
+async fn http_client_tools(url: &str) -> Arc<ToolBox> {
+    toolbox(&McpServer::http("codeact", url).header("Authorization", format!("Bearer {MCP_TOKEN}")))
+        .await
+}
+
+/// If this fails, clients that send half a request each hold a connection of
+/// `codeact mcp --listen` for as long as they like (before the token is looked
+/// at), or a real client is not served while they keep coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codeact_mcp_over_http_closes_half_sent_requests_and_serves_a_real_client_past_the_cap() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_server, url) =
+        codeact_mcp_http(&["--header-timeout-ms", "1000", "--max-connections", "4"]).await;
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let mut slow = Vec::new();
+    for _ in 0..12 {
+        let mut stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .expect("the server takes connections");
+        stream
+            .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .expect("half a request sent");
+        slow.push(stream);
+    }
+    // Behind the 12, let go 4 at a time after 1 s each, a real client is served.
+    let tools = http_client_tools(&url).await;
+    runs_rhai(&tools).await;
+    for stream in &mut slow {
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest)).await;
+        assert!(
+            closed.is_ok(),
+            "a half-sent request is closed after the header timeout"
+        );
+        assert!(rest.is_empty(), "no answer to half a request");
+    }
+}
+
+/// A Rhai script through a `codeact mcp` server's tools.
+async fn runs_rhai(tools: &Arc<ToolBox>) {
+    let ran = call(
+        tools,
+        "codeact_run_script",
+        json!({"runtime": "rhai", "code": "final_result(6 * 7)"}),
+    )
+    .await
+    .expect("ran");
+    assert_eq!(ran["output"], json!({"type": "final_result", "value": 42}));
 }
 
 #[test]
