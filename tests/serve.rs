@@ -150,6 +150,20 @@ impl Setup {
         self.dir.path().join("runs.sqlite")
     }
 
+    /// Adds `lines` to the config's `[server]` table.
+    fn server_settings(&self, lines: &str) {
+        let config = self.dir.path().join("serve.toml");
+        let text = std::fs::read_to_string(&config).expect("the config");
+        std::fs::write(
+            &config,
+            text.replace(
+                "max_task_chars = 1000",
+                &format!("max_task_chars = 1000\n{lines}"),
+            ),
+        )
+        .expect("the config");
+    }
+
     /// Starts the server on a free port and waits for its "listening" line.
     fn start(&self) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_codeact"));
@@ -1223,16 +1237,7 @@ async fn the_page_shows_a_runs_steps_in_a_real_browser_and_markup_only_as_text()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_token_past_its_running_runs_cap_is_refused_with_429_until_one_ends() {
     let setup = Setup::new();
-    let config = setup.dir.path().join("serve.toml");
-    let text = std::fs::read_to_string(&config).expect("the config");
-    std::fs::write(
-        &config,
-        text.replace(
-            "max_task_chars = 1000",
-            "max_task_chars = 1000\nmax_queued = 2\nmax_queued_per_token = 1",
-        ),
-    )
-    .expect("the config");
+    setup.server_settings("max_queued = 2\nmax_queued_per_token = 1");
     let server = setup.start();
     let slow = server
         .create(ALICE, json!({"agent": "slow", "task": "Loop."}))
@@ -1291,4 +1296,138 @@ async fn a_token_past_its_running_runs_cap_is_refused_with_429_until_one_ends() 
     server
         .create(ALICE, json!({"agent": "calc", "task": "What is 40 + 2?"}))
         .await;
+}
+
+/// A client that sends `head` and then nothing more, keeping its connection open.
+async fn half_request(server: &Server, head: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let address = server.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("the server takes connections");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("half a request sent");
+    stream
+}
+
+/// Reads what the server sends until it closes the connection (a reset counts as
+/// closing); `None` if it is still open after `limit`.
+async fn read_until_closed(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    limit: Duration,
+) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let read = async {
+        let mut buffer = [0u8; 4096];
+        while let Ok(n @ 1..) = stream.read(&mut buffer).await {
+            seen.extend_from_slice(&buffer[..n]);
+        }
+    };
+    tokio::time::timeout(limit, read).await.ok()?;
+    Some(String::from_utf8_lossy(&seen).into_owned())
+}
+
+/// If this fails, clients that send half a request, or go quiet on a keep-alive
+/// connection, each hold a connection (a file descriptor) for as long as they
+/// like, before any token is checked: enough of them and real requests time out.
+#[tokio::test(flavor = "multi_thread")]
+async fn half_sent_requests_and_quiet_connections_are_closed_after_the_header_timeout() {
+    let setup = Setup::new();
+    setup.server_settings("header_timeout_ms = 1000");
+    let server = setup.start();
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        slow.push(half_request(&server, "POST /runs HTTP/1.1\r\nHost: x\r\n").await);
+    }
+    // One whole request, answered, then nothing on the kept-alive connection.
+    let mut quiet = half_request(&server, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let (status, _) = server.get(ALICE, "/runs").await;
+    assert_eq!(status, StatusCode::OK, "a real client is served meanwhile");
+    for stream in &mut slow {
+        let sent = read_until_closed(stream, Duration::from_secs(15))
+            .await
+            .expect("a half-sent request is closed after the header timeout (1 s)");
+        assert_eq!(sent, "", "nothing to answer to half a request");
+    }
+    let sent = read_until_closed(&mut quiet, Duration::from_secs(15))
+        .await
+        .expect("a quiet keep-alive connection is closed after the header timeout");
+    assert!(sent.starts_with("HTTP/1.1 200"), "{sent}");
+}
+
+/// If this fails, a client trickling a body a byte at a time holds its
+/// connection, and the handler reading it, for as long as it likes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_trickled_past_the_body_timeout_is_answered_408_and_closed() {
+    use tokio::io::AsyncWriteExt;
+    let setup = Setup::new();
+    setup.server_settings("body_timeout_ms = 1000");
+    let server = setup.start();
+    let head = format!(
+        "POST /runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+    );
+    let (mut reader, mut writer) = half_request(&server, &head).await.into_split();
+    // A byte every 100 ms: steady, but the whole body would take 100 s.
+    let trickle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if writer.write_all(b" ").await.is_err() {
+                break;
+            }
+        }
+    });
+    let sent = read_until_closed(&mut reader, Duration::from_secs(15))
+        .await
+        .expect("the connection is closed after the body timeout (1 s)");
+    trickle.abort();
+    assert!(sent.starts_with("HTTP/1.1 408"), "{sent}");
+    assert!(sent.contains("did not arrive within 1000 ms"), "{sent}");
+    let (status, _) = server.get(ALICE, "/runs").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// If this fails, connections past the cap each take a file descriptor (the
+/// server can be made to run out of them), or a real client is never served
+/// while slow ones keep coming.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_past_the_cap_wait_unaccepted_and_a_real_request_still_gets_through() {
+    let setup = Setup::new();
+    setup.server_settings("max_connections = 4\nheader_timeout_ms = 1000");
+    let server = setup.start();
+    let descriptors = || {
+        std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+            .expect("the server's descriptors")
+            .count()
+    };
+    let before = descriptors();
+    let mut slow = Vec::new();
+    for _ in 0..16 {
+        slow.push(half_request(&server, "POST /runs HTTP/1.1\r\nHost: x\r\n").await);
+    }
+    // Whatever the server accepts of the 16 it holds: at most 4, plus the odd
+    // file of the store.
+    let mut most = 0;
+    for _ in 0..10 {
+        most = most.max(descriptors());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        most <= before + 4 + 2,
+        "{most} descriptors open with 16 slow clients, {before} before"
+    );
+    // Queued behind the slow ones, each let go after 1 s, a real request is served.
+    let (status, _) = server.get(ALICE, "/runs").await;
+    assert_eq!(status, StatusCode::OK);
+    for stream in &mut slow {
+        read_until_closed(stream, Duration::from_secs(30))
+            .await
+            .expect("every slow client is closed in its turn");
+    }
+    let (status, _) = server.get(ALICE, "/runs").await;
+    assert_eq!(status, StatusCode::OK, "the server is still up");
 }

@@ -5,17 +5,25 @@
 //! the limits of every run (a client cannot pass any), the runtimes a client may
 //! pick (built-in ones only, never a guest file's path), the tools scripts may call,
 //! how many sessions may be open and how long an idle one lives.
+//!
+//! Over HTTP every client has its own MCP session (rmcp's, opened by `initialize`)
+//! and a handler of its own ([`Sandboxes`]); the script sessions a client opens
+//! are that client's. How many clients may be connected, how many connections
+//! are served and how long a request may take to arrive are capped too
+//! (`--max-clients`, and [`crate::serve::connections`] as for `codeact serve`).
 
 use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use codeact_runtime::{Limits, Runtime};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -25,6 +33,7 @@ use tokio::sync::Mutex;
 use super::{EXIT_HOST_FAILURE, LimitArgs, ToolArgs, host_runtime, usage_error};
 use crate::exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, runtime_by_name};
 use crate::exec::session::ScriptSession;
+use crate::serve::connections::{self, ConnectionLimits};
 use crate::tools::toolbox::ToolBox;
 
 /// The longest script a client may send. Default: 256 KiB.
@@ -37,11 +46,14 @@ pub(crate) struct McpArgs {
     /// wasm:python-sci)].
     #[arg(long = "runtimes", value_name = "NAMES", value_delimiter = ',')]
     runtimes: Vec<String>,
-    /// The most sessions open at once; a client asking for more is told to close
-    /// one.
+    /// The most script sessions open at once, all clients together; a client
+    /// asking for more is told to close one.
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
     max_sessions: u64,
-    /// Close a session nobody used for this many seconds.
+    /// Close a script session nobody used for this many seconds. With --listen,
+    /// a client's MCP session that carried no message for this long plus a run's
+    /// time limit (so a run in progress is not cut) is closed too, with its
+    /// script sessions, freeing its place under --max-clients.
     #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout: u64,
     /// Serve streamable HTTP at http://ADDR/mcp instead of stdio. Every request
@@ -49,6 +61,25 @@ pub(crate) struct McpArgs {
     /// set, and it must be set for an address that is not loopback.
     #[arg(long, value_name = "ADDR")]
     listen: Option<std::net::SocketAddr>,
+    /// With --listen: the most clients connected at once, each an MCP session
+    /// (one per `initialize`, until the client deletes it or it idles out, see
+    /// --idle-timeout). Past it `initialize` is refused with an error saying so.
+    /// Every client holds the one token, so this is also the cap per token.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_clients: u64,
+    /// With --listen: the most connections served at once; more wait, not
+    /// accepted, until one closes.
+    #[arg(long, value_name = "N", default_value_t = connections::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// With --listen: how long a client may take to send a request's headers, in
+    /// milliseconds, from when it connects or its previous answer ended (so also
+    /// how long an idle connection stays open); past it the connection is closed.
+    #[arg(long, value_name = "MS", default_value_t = connections::DEFAULT_HEADER_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_ms: u64,
+    /// With --listen: how long a client may take to send a request's body, in
+    /// milliseconds from its headers; past it the request is answered 408.
+    #[arg(long, value_name = "MS", default_value_t = connections::DEFAULT_BODY_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout_ms: u64,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -105,19 +136,25 @@ pub(crate) fn serve(args: &McpArgs) -> ExitCode {
         Ok(tools) => Arc::new(tools.approved_by(super::approve::approver(Some(&args.approve)))),
         Err(e) => return usage_error(&e),
     };
-    let server = Sandboxes {
-        runtimes: Arc::new(built),
+    let shared = Arc::new(Shared {
+        runtimes: built,
         order: runtimes,
         limits,
         tools,
-        sessions: Arc::new(Mutex::new(HashMap::new())),
-        next_id: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        sessions: std::sync::Mutex::new(HashMap::new()),
+        starting: Mutex::new(()),
+        next_id: AtomicU64::new(1),
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
         idle_timeout: Duration::from_secs(args.idle_timeout),
-    };
+        next_client: AtomicU64::new(1),
+        clients: AtomicUsize::new(0),
+        max_clients: usize::try_from(args.max_clients).unwrap_or(usize::MAX),
+    });
     let served = match args.listen {
         None => host.block_on(async {
-            let running = server.serve(rmcp::transport::stdio()).await?;
+            let running = Sandboxes::new(shared)
+                .serve(rmcp::transport::stdio())
+                .await?;
             running.waiting().await?;
             Ok::<(), Box<dyn std::error::Error>>(())
         }),
@@ -128,7 +165,12 @@ pub(crate) fn serve(args: &McpArgs) -> ExitCode {
                     "--listen {address} is not a loopback address: set {TOKEN_VARIABLE} so clients must present it"
                 ));
             }
-            host.block_on(serve_http(server, address, token))
+            let limits = ConnectionLimits {
+                max_connections: args.max_connections,
+                header_timeout: Duration::from_millis(args.header_timeout_ms),
+                body_timeout: Duration::from_millis(args.body_timeout_ms),
+            };
+            host.block_on(serve_http(shared, address, token, limits))
         }
     };
     match served {
@@ -140,12 +182,15 @@ pub(crate) fn serve(args: &McpArgs) -> ExitCode {
     }
 }
 
-/// Serves `server` over streamable HTTP at `address`, path `/mcp`, until the
-/// process ends; with a `token`, a request without it gets 401.
+/// Serves over streamable HTTP at `address`, path `/mcp`, a handler of its own
+/// to each client, until the process ends; with a `token`, a request without it
+/// gets 401. A client's MCP session is closed once idle past the idle timeout
+/// plus a run's time limit (rmcp counts a run in progress as idle).
 async fn serve_http(
-    server: Sandboxes,
+    shared: Arc<Shared>,
     address: std::net::SocketAddr,
     token: Option<String>,
+    limits: ConnectionLimits,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
@@ -156,9 +201,11 @@ async fn serve_http(
         // an operator who listens beyond loopback protects it with the token.
         config.allowed_hosts.clear();
     }
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(shared.idle_timeout + shared.limits.wall_time);
     let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        LocalSessionManager::default().into(),
+        move || Ok(Sandboxes::new(Arc::clone(&shared))),
+        sessions.into(),
         config,
     );
     let expected = token.map(|token| format!("Bearer {token}"));
@@ -189,7 +236,13 @@ async fn serve_http(
             ));
     let listener = tokio::net::TcpListener::bind(address).await?;
     eprintln!("codeact mcp: serving http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, router).await?;
+    connections::serve(
+        listener,
+        router,
+        limits,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await;
     Ok(())
 }
 
@@ -210,17 +263,100 @@ struct Open {
     used: Instant,
 }
 
-#[derive(Clone)]
-struct Sandboxes {
-    runtimes: Arc<HashMap<String, Arc<dyn Runtime>>>,
+/// An open script session and the client that opened it, the only one that may
+/// use or close it.
+struct Owned {
+    client: u64,
+    open: Arc<Mutex<Open>>,
+}
+
+/// What every client of this server shares: the operator's runtimes, limits and
+/// tools, and all clients' script sessions under one cap.
+struct Shared {
+    runtimes: HashMap<String, Arc<dyn Runtime>>,
     /// The runtimes' names in the operator's order.
     order: Vec<String>,
     limits: Limits,
     tools: Arc<ToolBox>,
-    sessions: Arc<Mutex<HashMap<String, Arc<Mutex<Open>>>>>,
-    next_id: Arc<std::sync::atomic::AtomicU64>,
+    /// Every client's open script sessions, by id. Held only for lookups and
+    /// bookkeeping, never across a run or a session's start.
+    sessions: std::sync::Mutex<HashMap<String, Owned>>,
+    /// Taken while a session starts, so the cap is checked and taken at once
+    /// (only starting a session adds one).
+    starting: Mutex<()>,
+    next_id: AtomicU64,
     max_sessions: usize,
     idle_timeout: Duration,
+    next_client: AtomicU64,
+    /// Clients whose `initialize` was answered and that are still connected.
+    clients: AtomicUsize,
+    max_clients: usize,
+}
+
+impl Shared {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Owned>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new session's id, `s<n>-<64 random bits>`: unique, and not worth
+    /// guessing (a session answers only the client that opened it anyway).
+    fn session_id(&self) -> String {
+        use std::hash::BuildHasher;
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let random = std::collections::hash_map::RandomState::new().hash_one((n, Instant::now()));
+        format!("s{n}-{random:016x}")
+    }
+
+    /// Closes sessions idle past the timeout, any client's; a session in use is
+    /// never closed.
+    fn expire(&self) {
+        self.close_where(|owned| {
+            owned
+                .open
+                .try_lock()
+                .is_ok_and(|open| open.used.elapsed() > self.idle_timeout)
+        });
+    }
+
+    /// Closes every session `closing` picks; they end after the map's lock is
+    /// given back.
+    fn close_where(&self, closing: impl Fn(&Owned) -> bool) {
+        let closed: Vec<Owned> = self
+            .sessions()
+            .extract_if(|_, owned| closing(owned))
+            .map(|(_, owned)| owned)
+            .collect();
+        drop(closed);
+    }
+}
+
+/// The MCP error code of an `initialize` refused because the server serves as
+/// many clients as it allows (in JSON-RPC's range for server errors).
+const TOO_MANY_CLIENTS: ErrorCode = ErrorCode(-32000);
+
+/// codeact's tools as one client sees them. Over stdio there is one; over HTTP
+/// rmcp makes one for each MCP session (each `initialize`), and drops it when the
+/// session ends, deleted by the client or idle past its time. The script
+/// sessions it opens are its client's own: another client naming one is told
+/// there is no such session, as if it did not exist. When it goes, its script
+/// sessions close and its place under `--max-clients` frees.
+struct Sandboxes {
+    shared: Arc<Shared>,
+    /// Which client, for the sessions it owns.
+    client: u64,
+    /// Whether its `initialize` was answered, taking a place among the clients.
+    /// A request of the stateless protocol (2026-07-28) gets a handler of its
+    /// own, never initialized, that lives for that request only.
+    admitted: AtomicBool,
+}
+
+impl Drop for Sandboxes {
+    fn drop(&mut self) {
+        if self.admitted.load(Ordering::Acquire) {
+            self.shared.clients.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.shared.close_where(|owned| owned.client == self.client);
+    }
 }
 
 /// A refusal the client reads: a tool result with `isError`.
@@ -235,71 +371,99 @@ fn answer(value: Value) -> CallToolResult {
 }
 
 impl Sandboxes {
+    /// A handler for a new client.
+    fn new(shared: Arc<Shared>) -> Self {
+        let client = shared.next_client.fetch_add(1, Ordering::Relaxed);
+        Self {
+            shared,
+            client,
+            admitted: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes a place among the connected clients, or says there is none left.
+    fn admit(&self) -> Result<(), ErrorData> {
+        if self.admitted.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let max = self.shared.max_clients;
+        self.shared
+            .clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|n| {
+                ErrorData::new(
+                    TOO_MANY_CLIENTS,
+                    format!(
+                        "{n} clients are connected, the most this server serves (--max-clients): \
+                         close a session you no longer use (HTTP DELETE with its Mcp-Session-Id) \
+                         or try again once an idle one has expired"
+                    ),
+                    None,
+                )
+            })?;
+        self.admitted.store(true, Ordering::Release);
+        Ok(())
+    }
+
     fn runtime(&self, name: Option<&str>) -> Result<(String, Arc<dyn Runtime>), String> {
         let name = name.unwrap_or("rhai");
-        self.runtimes
+        self.shared
+            .runtimes
             .get(name)
             .map(|runtime| (name.to_string(), Arc::clone(runtime)))
             .ok_or_else(|| {
                 format!(
                     "runtime '{name}' is not served here; available: {}",
-                    self.order.join(", ")
+                    self.shared.order.join(", ")
                 )
             })
     }
 
-    /// A new session's id, `s<n>-<64 random bits>`: over HTTP several clients
-    /// share the sessions, so one cannot guess another's.
-    fn session_id(&self) -> String {
-        use std::hash::BuildHasher;
-        let n = self
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let random = std::collections::hash_map::RandomState::new().hash_one((n, Instant::now()));
-        format!("s{n}-{random:016x}")
-    }
-
-    /// Closes sessions idle past the timeout; a session in use is never closed.
-    async fn expire(&self) {
-        let mut sessions = self.sessions.lock().await;
-        let mut expired = Vec::new();
-        for (id, open) in sessions.iter() {
-            if let Ok(open) = open.try_lock()
-                && open.used.elapsed() > self.idle_timeout
-            {
-                expired.push(id.clone());
-            }
-        }
-        for id in expired {
-            sessions.remove(&id);
-        }
+    /// This client's open session `id`; another client's is as good as absent.
+    fn own_session(&self, id: &str) -> Option<Arc<Mutex<Open>>> {
+        self.shared
+            .sessions()
+            .get(id)
+            .filter(|owned| owned.client == self.client)
+            .map(|owned| Arc::clone(&owned.open))
     }
 
     async fn new_session(&self, args: &Map<String, Value>) -> CallToolResult {
-        self.expire().await;
+        if !self.admitted.load(Ordering::Acquire) {
+            return refused(
+                "sessions live in an MCP session, and this request came without one \
+                 (initialize first); run_script without a session still runs a script once",
+            );
+        }
         let (name, runtime) = match self.runtime(args.get("runtime").and_then(Value::as_str)) {
             Ok(found) => found,
             Err(message) => return refused(message),
         };
-        let mut sessions = self.sessions.lock().await;
-        if sessions.len() >= self.max_sessions {
+        let _starting = self.shared.starting.lock().await;
+        self.shared.expire();
+        let open = self.shared.sessions().len();
+        if open >= self.shared.max_sessions {
             return refused(format!(
-                "{} sessions are open, the most this server allows: close one with close_session",
-                sessions.len()
+                "{open} sessions are open, the most this server allows: close one with close_session"
             ));
         }
-        let session = match ScriptSession::start(&*runtime, self.tools.clone()) {
+        let session = match ScriptSession::start(&*runtime, self.shared.tools.clone()) {
             Ok(session) => session,
             Err(e) => return refused(format!("the session could not start: {e}")),
         };
-        let id = self.session_id();
-        sessions.insert(
+        let id = self.shared.session_id();
+        self.shared.sessions().insert(
             id.clone(),
-            Arc::new(Mutex::new(Open {
-                runtime: name.clone(),
-                session,
-                used: Instant::now(),
-            })),
+            Owned {
+                client: self.client,
+                open: Arc::new(Mutex::new(Open {
+                    runtime: name.clone(),
+                    session,
+                    used: Instant::now(),
+                })),
+            },
         );
         answer(json!({"session": id, "runtime": name}))
     }
@@ -308,14 +472,21 @@ impl Sandboxes {
         let Some(id) = args.get("session").and_then(Value::as_str) else {
             return refused("close_session needs a session (the id new_session returned)");
         };
-        match self.sessions.lock().await.remove(id) {
+        let closed = {
+            let mut sessions = self.shared.sessions();
+            match sessions.get(id) {
+                Some(owned) if owned.client == self.client => sessions.remove(id),
+                _ => None,
+            }
+        };
+        match closed {
             Some(_) => answer(json!({"closed": id})),
             None => refused(format!("no open session '{id}' (it may have expired)")),
         }
     }
 
     async fn run_script(&self, args: &Map<String, Value>) -> CallToolResult {
-        self.expire().await;
+        self.shared.expire();
         let Some(code) = args.get("code").and_then(Value::as_str) else {
             return refused("run_script needs code (a string)");
         };
@@ -328,8 +499,7 @@ impl Sandboxes {
         let runtime_name = args.get("runtime").and_then(Value::as_str);
         let run = match args.get("session").and_then(Value::as_str) {
             Some(id) => {
-                let open = self.sessions.lock().await.get(id).cloned();
-                let Some(open) = open else {
+                let Some(open) = self.own_session(id) else {
                     return refused(format!(
                         "no open session '{id}' (it may have expired): start one with new_session"
                     ));
@@ -348,7 +518,7 @@ impl Sandboxes {
                     Ok(found) => found,
                     Err(message) => return refused(message),
                 };
-                match ScriptSession::start(&*runtime, self.tools.clone()) {
+                match ScriptSession::start(&*runtime, self.shared.tools.clone()) {
                     Ok(mut session) => session.run(code).await,
                     Err(e) => return refused(format!("the session could not start: {e}")),
                 }
@@ -365,14 +535,15 @@ impl Sandboxes {
 
     fn list_runtimes(&self) -> CallToolResult {
         let runtimes: Vec<Value> = self
+            .shared
             .order
             .iter()
             .filter_map(|name| {
-                let info = self.runtimes.get(name)?.info();
+                let info = self.shared.runtimes.get(name)?.info();
                 Some(json!({"name": name, "language": info.language}))
             })
             .collect();
-        let limits = &self.limits;
+        let limits = &self.shared.limits;
         answer(json!({
             "runtimes": runtimes,
             "limits": {
@@ -388,7 +559,8 @@ impl Sandboxes {
             Value::Object(map) => map,
             _ => Map::new(),
         };
-        let runtime = json!({"type": "string", "enum": self.order, "description": "default: rhai"});
+        let runtime =
+            json!({"type": "string", "enum": self.shared.order, "description": "default: rhai"});
         vec![
             Tool::new(
                 "run_script",
@@ -430,6 +602,18 @@ impl ServerHandler for Sandboxes {
     fn get_info(&self) -> InitializeResult {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("codeact", env!("CARGO_PKG_VERSION")))
+    }
+
+    /// Answers as rmcp does, once the client has a place among the connected
+    /// ones (`--max-clients`).
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.admit()?;
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(

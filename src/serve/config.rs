@@ -9,6 +9,9 @@
 //! max_task_chars = 16000     # a task or message past this is refused (400); default 16,000
 //! max_queued = 1000          # runs queued or running at once, all tokens; default 1,000
 //! max_queued_per_token = 100 # the same, per token; default 100 (past either: 429)
+//! max_connections = 512      # connections served at once; more wait to be accepted; default 512
+//! header_timeout_ms = 10000  # a request's headers (or an idle keep-alive's next) within this, else closed; default 10,000
+//! body_timeout_ms = 30000    # a request's body within this of its headers, else 408; default 30,000
 //!
 //! [worker]                   # `codeact worker` and `serve --work` on PostgreSQL
 //! concurrency = 4            # runs one process works on at once; default 4
@@ -50,6 +53,7 @@ use codeact_runtime::Limits;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::connections::ConnectionLimits;
 use super::store::QueueLimits;
 use crate::agent::team_config::load_team;
 
@@ -91,6 +95,9 @@ struct ServerEntry {
     max_task_chars: Option<usize>,
     max_queued: Option<u32>,
     max_queued_per_token: Option<u32>,
+    max_connections: Option<u32>,
+    header_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -188,6 +195,10 @@ pub(crate) struct ServeConfig {
     pub max_task_chars: usize,
     pub queue: QueueLimits,
     pub worker: WorkerSettings,
+    /// How many connections are served at once and how long a request may take
+    /// to arrive (`[server]`: `max_connections`, `header_timeout_ms`,
+    /// `body_timeout_ms`); defaults in [`ConnectionLimits`].
+    pub connections: ConnectionLimits,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -326,6 +337,24 @@ impl ServeConfig {
                 .unwrap_or(DEFAULT_MAX_QUEUED_PER_TOKEN)
                 .max(1),
         };
+        let defaults = ConnectionLimits::default();
+        let connections = ConnectionLimits {
+            max_connections: file
+                .server
+                .max_connections
+                .unwrap_or(defaults.max_connections)
+                .max(1),
+            header_timeout: file
+                .server
+                .header_timeout_ms
+                .map_or(defaults.header_timeout, |ms| {
+                    Duration::from_millis(ms.max(1))
+                }),
+            body_timeout: file
+                .server
+                .body_timeout_ms
+                .map_or(defaults.body_timeout, |ms| Duration::from_millis(ms.max(1))),
+        };
         Ok(Self {
             tokens,
             agents,
@@ -333,6 +362,7 @@ impl ServeConfig {
             tool_timeout,
             queue,
             worker,
+            connections,
             max_body_bytes: file
                 .server
                 .max_body_kib

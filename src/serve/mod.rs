@@ -10,11 +10,14 @@
 //! ([`auth`]), the routes ([`api`]), the event stream ([`sse`]), the web page
 //! ([`page`]), the work on runs ([`runs`]), the store ([`store`]), the queue
 //! on PostgreSQL ([`queue`]), the workers taking from it ([`worker`]), and
-//! the export of traces and metrics over OTLP ([`telemetry`]).
+//! the export of traces and metrics over OTLP ([`telemetry`]), and the
+//! connections, served within limits ([`connections`], which `codeact mcp
+//! --listen` serves through too).
 
 mod api;
 mod auth;
 mod config;
+pub(crate) mod connections;
 mod page;
 mod queue;
 mod runs;
@@ -53,9 +56,10 @@ async fn load_config(path: PathBuf) -> Result<config::ServeConfig, String> {
 
 /// Loads the config, opens the store, and serves until Ctrl-C or SIGTERM. Once
 /// listening, prints `codeact serve: listening on http://ADDR` on stdout (the
-/// address with the port chosen when 0 was asked for). At a stop it takes no new
-/// requests and waits up to [`SHUTDOWN_GRACE`] for open ones; runs still going
-/// then are marked `interrupted` by the next start.
+/// address with the port chosen when 0 was asked for). Connections are held to
+/// the config's `[server]` limits ([`connections::ConnectionLimits`]). At a stop
+/// it takes no new requests and waits up to [`SHUTDOWN_GRACE`] for open ones;
+/// runs still going then are marked `interrupted` by the next start.
 pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
     let config = load_config(options.config.clone()).await?;
     let store = store::Store::open(&options.store)
@@ -76,6 +80,7 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
         );
     }
     let owner = options.work.then(worker::worker_name);
+    let connection_limits = config.connections;
     let runs = runs::Runs::new(store, Arc::new(config), owner);
     if telemetry::exporting() {
         tokio::spawn(telemetry::sample_queue(runs.clone()));
@@ -114,9 +119,7 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
     } else {
         None
     };
-    let server = axum::serve(listener, api::router(runs))
-        .with_graceful_shutdown(stop.clone().cancelled_owned())
-        .into_future();
+    let server = connections::serve(listener, api::router(runs), connection_limits, stop.clone());
     // An event stream stays open while its run goes on: past the grace, the
     // server stops anyway, and the next start marks such runs interrupted.
     let grace = async {
@@ -124,7 +127,7 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
     let served = tokio::select! {
-        served = server => served.map_err(|e| format!("the server failed: {e}")),
+        () = server => Ok(()),
         () = grace => {
             tracing::warn!("stopping with requests still open after {SHUTDOWN_GRACE:?}");
             Ok(())

@@ -687,7 +687,7 @@ async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
     let port = free_port();
     let _server = tokio::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
         .args(["mcp", "--listen", &format!("127.0.0.1:{port}")])
-        .env("CODEACT_MCP_TOKEN", "s3cret-token")
+        .env("CODEACT_MCP_TOKEN", MCP_TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -695,9 +695,7 @@ async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
         .expect("codeact mcp starts");
     wait_until_listening(port).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let with_token =
-        McpServer::http("codeact", &url).header("Authorization", "Bearer s3cret-token");
-    let tools = toolbox(&with_token).await;
+    let tools = http_client_tools(&url).await;
     runs_javascript(&tools).await;
     for server in [
         McpServer::http("codeact", &url),
@@ -710,6 +708,328 @@ async fn codeact_mcp_over_http_serves_only_requests_with_its_token() {
             .expect_err("refused without the token");
         assert!(err.to_string().contains("MCP server 'codeact'"), "{err}");
     }
+}
+
+/// The token the `codeact mcp --listen` servers of these tests take.
+const MCP_TOKEN: &str = "s3cret-token";
+
+/// `codeact mcp --listen` on a free port with `flags`, behind [`MCP_TOKEN`],
+/// serving only Rhai (quick to start); killed when dropped. Its `/mcp` URL.
+async fn codeact_mcp_http(flags: &[&str]) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let server = tokio::process::Command::new(env!("CARGO_BIN_EXE_codeact"))
+        .args([
+            "mcp",
+            "--runtimes",
+            "rhai",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(flags)
+        .env("CODEACT_MCP_TOKEN", MCP_TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("codeact mcp starts");
+    wait_until_listening(port).await;
+    (server, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// A client of the `codeact mcp --listen` at `url`, as codeact's tools reach it.
+async fn http_client_tools(url: &str) -> Arc<ToolBox> {
+    toolbox(&McpServer::http("codeact", url).header("Authorization", format!("Bearer {MCP_TOKEN}")))
+        .await
+}
+
+/// One message to a streamable-HTTP MCP server, as a client of protocol
+/// 2025-06-18 sends it: the status, the `Mcp-Session-Id` answered, and the
+/// JSON-RPC messages of the answer (JSON, or an event stream's data lines).
+async fn post_mcp(
+    url: &str,
+    session: Option<&str>,
+    message: Value,
+) -> (u16, Option<String>, Vec<Value>) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(MCP_TOKEN)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&message);
+    if let Some(session) = session {
+        request = request
+            .header("Mcp-Session-Id", session)
+            .header("MCP-Protocol-Version", "2025-06-18");
+    }
+    let answered = async {
+        let response = request.send().await.expect("the server answers");
+        let status = response.status().as_u16();
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|id| id.to_str().ok())
+            .map(str::to_string);
+        let text = response.text().await.expect("the answer's body");
+        let messages = text
+            .lines()
+            .map(|line| line.strip_prefix("data:").unwrap_or(line).trim())
+            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+            .filter(Value::is_object)
+            .collect();
+        (status, session, messages)
+    };
+    tokio::time::timeout(Duration::from_secs(30), answered)
+        .await
+        .expect("answered within 30 s")
+}
+
+/// Opens an MCP session with `initialize`: its id, or the error's message.
+async fn initialize(url: &str) -> Result<String, String> {
+    let (status, session, messages) = post_mcp(
+        url,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+    )
+    .await;
+    let reply = messages.into_iter().find(|m| m["id"] == 1);
+    match reply {
+        Some(reply) if reply["result"].is_object() => {
+            Ok(session.expect("an open session has an id"))
+        }
+        Some(reply) => Err(reply["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()),
+        None => Err(format!("status {status}, no reply")),
+    }
+}
+
+/// Whether the server still knows MCP session `id` (a request in it is not 404).
+async fn session_is_open(url: &str, id: &str) -> bool {
+    let (status, _, _) = post_mcp(
+        url,
+        Some(id),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}),
+    )
+    .await;
+    status != 404
+}
+
+/// Calls `attempt` every 100 ms until it holds; false if it never did within `limit`.
+async fn eventually<F: std::future::Future<Output = bool>>(
+    limit: Duration,
+    attempt: impl Fn() -> F,
+) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if attempt().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// If this fails, clients that send half a request each hold a connection of
+/// `codeact mcp --listen` for as long as they like (before the token is looked
+/// at), or a real client is not served while they keep coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codeact_mcp_over_http_closes_half_sent_requests_and_serves_a_real_client_past_the_cap() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_server, url) =
+        codeact_mcp_http(&["--header-timeout-ms", "1000", "--max-connections", "4"]).await;
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let mut slow = Vec::new();
+    for _ in 0..12 {
+        let mut stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .expect("the server takes connections");
+        stream
+            .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .expect("half a request sent");
+        slow.push(stream);
+    }
+    // Behind the 12, let go 4 at a time after 1 s each, a real client is served.
+    let tools = http_client_tools(&url).await;
+    runs_rhai(&tools).await;
+    for stream in &mut slow {
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest)).await;
+        assert!(
+            closed.is_ok(),
+            "a half-sent request is closed after the header timeout"
+        );
+        assert!(rest.is_empty(), "no answer to half a request");
+    }
+}
+
+/// A Rhai script through a `codeact mcp` server's tools.
+async fn runs_rhai(tools: &Arc<ToolBox>) {
+    let ran = call(
+        tools,
+        "codeact_run_script",
+        json!({"runtime": "rhai", "code": "final_result(6 * 7)"}),
+    )
+    .await
+    .expect("ran");
+    assert_eq!(ran["output"], json!({"type": "final_result", "value": 42}));
+}
+
+/// If this fails, each `initialize` over HTTP keeps an MCP session (memory) for
+/// good: clients can pile them up without bound, or a closed one keeps its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codeact_mcp_over_http_caps_its_clients_and_a_closed_one_frees_its_place() {
+    let (_server, url) = codeact_mcp_http(&["--max-clients", "2"]).await;
+    let first = initialize(&url).await.expect("a first client");
+    initialize(&url).await.expect("a second client");
+    for _ in 0..5 {
+        let refusal = initialize(&url).await.expect_err("past the cap");
+        assert!(
+            refusal.contains("2 clients are connected") && refusal.contains("--max-clients"),
+            "{refusal}"
+        );
+    }
+    // A refused client's MCP session is not kept.
+    let (_, refused, _) = post_mcp(
+        &url,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+    )
+    .await;
+    if let Some(refused) = refused {
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                !session_is_open(&url, &refused).await
+            })
+            .await,
+            "a refused session was kept"
+        );
+    }
+    // Closing one frees its place, for one more client only.
+    let deleted = reqwest::Client::new()
+        .delete(&url)
+        .bearer_auth(MCP_TOKEN)
+        .header("Mcp-Session-Id", &first)
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .send()
+        .await
+        .expect("the server answers");
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            initialize(&url).await.is_ok()
+        })
+        .await,
+        "the closed session's place was not freed"
+    );
+    initialize(&url).await.expect_err("full again");
+}
+
+/// If this fails, an MCP session nobody uses keeps its place (and memory) for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codeact_mcp_over_http_expires_an_idle_client_and_frees_its_place() {
+    let (_server, url) = codeact_mcp_http(&[
+        "--max-clients",
+        "1",
+        "--idle-timeout",
+        "2",
+        "--timeout-ms",
+        "300",
+    ])
+    .await;
+    let idle = initialize(&url).await.expect("a client");
+    initialize(&url).await.expect_err("past the cap");
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            initialize(&url).await.is_ok()
+        })
+        .await,
+        "the idle client's place was never freed"
+    );
+    assert!(
+        !session_is_open(&url, &idle).await,
+        "the idle session is closed"
+    );
+}
+
+/// If this fails, one client of `codeact mcp --listen` can run scripts in, or
+/// close, a session another client opened, given its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_session_answers_only_the_client_that_opened_it() {
+    let (_server, url) = codeact_mcp_http(&[]).await;
+    let alice = http_client_tools(&url).await;
+    let mallory = http_client_tools(&url).await;
+    let opened = call(&alice, "codeact_new_session", json!({}))
+        .await
+        .expect("a session");
+    let session = opened["session"].as_str().expect("an id").to_string();
+    call(
+        &alice,
+        "codeact_run_script",
+        json!({"session": session, "code": "let secret = 41;"}),
+    )
+    .await
+    .expect("ran");
+    let err = call(
+        &mallory,
+        "codeact_run_script",
+        json!({"session": session, "code": "final_result(secret)"}),
+    )
+    .await
+    .expect_err("not this client's session");
+    assert!(err.message.contains("no open session"), "{}", err.message);
+    let err = call(
+        &mallory,
+        "codeact_close_session",
+        json!({"session": session}),
+    )
+    .await
+    .expect_err("not this client's to close");
+    assert!(err.message.contains("no open session"), "{}", err.message);
+    let ran = call(
+        &alice,
+        "codeact_run_script",
+        json!({"session": session, "code": "final_result(secret + 1)"}),
+    )
+    .await
+    .expect("still open for its client");
+    assert_eq!(ran["output"], json!({"type": "final_result", "value": 42}));
+}
+
+/// If this fails, a client that went away leaves its script sessions open,
+/// holding places under `--max-sessions` until they idle out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_script_sessions_close_when_its_mcp_session_does() {
+    let (_server, url) = codeact_mcp_http(&["--max-sessions", "1"]).await;
+    let leaving = http_client_tools(&url).await;
+    let staying = http_client_tools(&url).await;
+    call(&leaving, "codeact_new_session", json!({}))
+        .await
+        .expect("a session");
+    let err = call(&staying, "codeact_new_session", json!({}))
+        .await
+        .expect_err("the one place is taken");
+    assert!(err.message.contains("close one"), "{}", err.message);
+    // Its last tool dropped, the client deletes its MCP session.
+    drop(leaving);
+    let staying = &staying;
+    assert!(
+        eventually(Duration::from_secs(10), || async move {
+            call(staying, "codeact_new_session", json!({}))
+                .await
+                .is_ok()
+        })
+        .await,
+        "the departed client's session kept its place"
+    );
 }
 
 #[test]
