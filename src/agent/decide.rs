@@ -72,6 +72,12 @@ pub struct LoopConfig {
     /// outcome), so the model can go on from them; the run goes on. Default:
     /// none.
     pub max_tool_calls_per_script: Option<usize>,
+    /// Bytes of tool-call arguments and results one run records (in its
+    /// transcript, a server's journal): the call after the one that passes it
+    /// is refused (a catchable tool error) and the run ends with
+    /// [`Outcome::JournalBudget`] once that script is done. Counted only when
+    /// something listens to the run's events. Default: 64 MiB.
+    pub max_journal_bytes: Option<u64>,
     /// Input (prompt) tokens over the run, as the provider counts them: the run
     /// ends with [`Outcome::TokenBudget`] after the reply that passes it.
     /// Default: none.
@@ -182,6 +188,7 @@ impl Default for LoopConfig {
             retry_temperature: 0.7,
             max_tool_calls: None,
             max_tool_calls_per_script: None,
+            max_journal_bytes: Some(DEFAULT_MAX_JOURNAL_BYTES),
             max_input_tokens: None,
             max_output_tokens: None,
             max_run_time: None,
@@ -443,6 +450,9 @@ impl ProposedMend {
         self.mended.lines().count() as isize - self.failed.lines().count() as isize
     }
 }
+
+/// [`LoopConfig::max_journal_bytes`]'s default: 64 MiB, the default disk limit.
+pub const DEFAULT_MAX_JOURNAL_BYTES: u64 = 64 << 20;
 
 /// The conversation and the counters the rules need.
 #[derive(Debug, Clone)]

@@ -72,6 +72,15 @@ pub enum Outcome {
         /// The time allowed, in milliseconds.
         limit_ms: u64,
     },
+    /// What the run's tool calls returned passed
+    /// [`LoopConfig::max_journal_bytes`](super::LoopConfig::max_journal_bytes):
+    /// the call past it was refused and the run ended after that script.
+    JournalBudget {
+        /// Bytes of tool-call arguments and results the run recorded.
+        bytes: u64,
+        /// The budget.
+        limit: u64,
+    },
     /// The run's [`CancellationToken`](tokio_util::sync::CancellationToken) was
     /// cancelled (Ctrl-C in `codeact run`): a waiting model call was dropped, a
     /// running script was left to end at its own time limit. The transcript can
@@ -107,6 +116,7 @@ impl Outcome {
             | Outcome::Refused { .. }
             | Outcome::ContextWindowExceeded
             | Outcome::ToolCallBudget { .. }
+            | Outcome::JournalBudget { .. }
             | Outcome::TokenBudget { .. }
             | Outcome::DeadlineExceeded { .. }
             | Outcome::Cancelled

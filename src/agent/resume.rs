@@ -15,7 +15,7 @@
 //! real.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
@@ -321,6 +321,23 @@ impl ResumePoint {
     }
 }
 
+/// The length of `value` as JSON text, without making the text.
+fn json_len(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Tool results of one script kept for its error's feedback, which shows fewer.
 const SCRIPT_RESULTS_KEPT: usize = 16;
 
@@ -361,6 +378,10 @@ pub(crate) struct HostTools {
     /// Set when a call was refused for the run's budget: the run ends after
     /// the script that made it.
     run_budget_spent: AtomicBool,
+    /// Bytes of arguments and results reported in events so far.
+    journaled: AtomicU64,
+    /// Set when a call was refused for the journal budget.
+    journal_budget_spent: AtomicBool,
     /// Asked before every call the script makes (`check_call`); `None`: none.
     policy: Option<Arc<codeact_rhai::RhaiPolicy>>,
     /// Which calls wait for approval, and who decides.
@@ -404,6 +425,8 @@ enum PolicyCheck {
 pub(crate) struct CallBudgets {
     pub per_run: Option<usize>,
     pub per_script: Option<usize>,
+    /// Bytes of arguments and results recorded in the run's events.
+    pub journal_bytes: Option<u64>,
 }
 
 impl HostTools {
@@ -428,6 +451,8 @@ impl HostTools {
             script_failures: Mutex::new(Vec::new()),
             keep_results: false,
             run_budget_spent: AtomicBool::new(false),
+            journaled: AtomicU64::new(0),
+            journal_budget_spent: AtomicBool::new(false),
             policy: None,
             approvals: Arc::new(Approvals::default()),
             script: Mutex::new(String::new()),
@@ -695,8 +720,39 @@ impl HostTools {
             .then(|| self.calls.load(Ordering::Relaxed))
     }
 
+    /// The bytes recorded and the budget, once a call was refused for the
+    /// run's journal budget.
+    pub(crate) fn journal_budget_spent(&self) -> Option<(u64, u64)> {
+        let limit = self.budgets.journal_bytes?;
+        self.journal_budget_spent
+            .load(Ordering::Relaxed)
+            .then(|| (self.journaled.load(Ordering::Relaxed), limit))
+    }
+
+    /// Adds a reported call's arguments and result to the bytes recorded.
+    fn journal(&self, args: &Value, result: &Result<Value, ToolError>) {
+        if self.budgets.journal_bytes.is_none() {
+            return;
+        }
+        let outcome = match result {
+            Ok(value) => json_len(value),
+            Err(e) => e.message.len() as u64,
+        };
+        self.journaled
+            .fetch_add(json_len(args).saturating_add(outcome), Ordering::Relaxed);
+    }
+
     /// A refusal when `name` would pass a budget; otherwise `None`.
     fn over_budget(&self, name: &str) -> Option<ToolError> {
+        if let Some(limit) = self.budgets.journal_bytes
+            && !self.listeners.is_empty()
+            && self.journaled.load(Ordering::Relaxed) > limit
+        {
+            self.journal_budget_spent.store(true, Ordering::Relaxed);
+            return Some(ToolError::new(format!(
+                "'{name}' was not called: what the run's tool calls returned passed its journal budget of {limit} bytes, and the run ends after this script"
+            )));
+        }
         if let Some(max) = self.budgets.per_run
             && self.calls.load(Ordering::Relaxed) >= max
         {
@@ -924,6 +980,7 @@ impl HostTools {
         if self.listeners.is_empty() {
             return result;
         }
+        self.journal(&args, &result);
         let event = Event::ToolCall {
             step: self.step.load(Ordering::Relaxed),
             name: name.to_string(),

@@ -167,6 +167,9 @@ impl Printer {
                     Outcome::ToolCallBudget { calls } => {
                         format!("stopped: the tool-call budget ran out after {calls} call(s)")
                     }
+                    Outcome::JournalBudget { bytes, limit } => format!(
+                        "stopped: the tool calls' results ({bytes} bytes) passed the run's journal budget of {limit}"
+                    ),
                     Outcome::TokenBudget { .. } => "stopped: the token budget ran out".to_string(),
                     Outcome::DeadlineExceeded { limit_ms } => {
                         format!("stopped: the run's {limit_ms} ms ran out")

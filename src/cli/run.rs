@@ -680,6 +680,7 @@ fn finish(outcome: &Outcome) -> ExitCode {
         | Outcome::ErrorBudget { .. }
         | Outcome::RefusalBudget { .. }
         | Outcome::ToolCallBudget { .. }
+        | Outcome::JournalBudget { .. }
         | Outcome::TokenBudget { .. }
         | Outcome::DeadlineExceeded { .. } => EXIT_BUDGET,
         Outcome::Cancelled => EXIT_CANCELLED,

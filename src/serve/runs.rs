@@ -681,6 +681,7 @@ fn status_of(outcome: &Outcome, chat: bool) -> Status {
         | Outcome::Refused { .. }
         | Outcome::ContextWindowExceeded
         | Outcome::ToolCallBudget { .. }
+        | Outcome::JournalBudget { .. }
         | Outcome::TokenBudget { .. }
         | Outcome::DeadlineExceeded { .. } => {
             if chat {

@@ -167,6 +167,7 @@ impl Agent {
                 .with_budgets(CallBudgets {
                     per_run: self.config.max_tool_calls,
                     per_script: self.config.max_tool_calls_per_script,
+                    journal_bytes: self.config.max_journal_bytes,
                 })
                 .with_results_kept(self.config.tool_results_on_error > 0)
                 .with_policy(self.policy.clone())
@@ -219,11 +220,17 @@ impl Agent {
             // The host's budgets end the run before it goes on (a result already
             // made is still checked).
             if !matches!(decision.next, Next::Finish(_) | Next::CheckResult { .. })
-                && let Some(spent) = past(deadline).or_else(|| {
-                    tools
-                        .run_budget_spent()
-                        .map(|calls| Outcome::ToolCallBudget { calls })
-                })
+                && let Some(spent) = past(deadline)
+                    .or_else(|| {
+                        tools
+                            .run_budget_spent()
+                            .map(|calls| Outcome::ToolCallBudget { calls })
+                    })
+                    .or_else(|| {
+                        tools
+                            .journal_budget_spent()
+                            .map(|(bytes, limit)| Outcome::JournalBudget { bytes, limit })
+                    })
             {
                 decision = conversation.stop(spent);
                 continue;
@@ -730,6 +737,49 @@ mod tests {
         assert!(
             refusal.contains(r#"- add({"a":2,"b":2}) -> 4"#),
             "{refusal}"
+        );
+    }
+
+    /// If this fails, a script that reads the same large result over and over
+    /// writes a journal without bound (400 reads of 1 MB made 400 MB).
+    #[tokio::test]
+    async fn a_run_whose_tool_results_pass_the_journal_budget_ends_with_its_own_outcome() {
+        let megabyte = crate::tools::toolbox::Tool::from_fn("read_big", "1 MB.", |_| {
+            Ok(serde_json::json!("x".repeat(1 << 20)))
+        });
+        let (agent, events) = with_tools(
+            &[
+                "```rhai
+let n = 0;
+for i in 0..400 { try { read_big(#{}); n += 1; } catch { break; } }
+observation(n)
+```",
+                "```rhai
+final_result(1)
+```",
+            ],
+            LoopConfig {
+                max_journal_bytes: Some(8 << 20),
+                ..LoopConfig::default()
+            },
+            vec![megabyte],
+        );
+        let run = agent.run("Read.").await.expect("run finishes");
+        let Outcome::JournalBudget { bytes, limit } = run.outcome else {
+            panic!("{:?}", run.outcome);
+        };
+        assert_eq!(limit, 8 << 20);
+        assert!(bytes > limit && bytes < limit + (2 << 20), "{bytes}");
+        let recorded: usize = events
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .filter(|event| matches!(event, Event::ToolCall { .. }))
+            .map(|event| serde_json::to_string(event).map_or(0, |text| text.len()))
+            .sum();
+        assert!(
+            recorded < 12 << 20,
+            "{recorded} bytes of tool calls recorded"
         );
     }
 
