@@ -25,6 +25,8 @@ mod namespaces;
 mod network;
 #[path = "containment/rhai_limits.rs"]
 mod rhai_limits;
+#[path = "containment/surfaces.rs"]
+mod surfaces;
 #[path = "containment/wasi_files.rs"]
 mod wasi_files;
 
@@ -57,6 +59,7 @@ fn attacks() -> Vec<&'static Attack> {
         files::ATTACKS,
         wasi_files::ATTACKS,
         namespaces::ATTACKS,
+        surfaces::ATTACKS,
     ];
     areas.iter().flat_map(|area| area.iter()).collect()
 }
