@@ -32,6 +32,9 @@ pub struct ScriptRun {
 pub struct ScriptSession {
     runtime: &'static str,
     session: Option<Box<dyn Session>>,
+    /// The runtime's time limit: a script's tool calls end when it does
+    /// (`codeact_runtime::call_deadline`).
+    wall_time: std::time::Duration,
 }
 
 impl std::fmt::Debug for ScriptSession {
@@ -48,6 +51,7 @@ impl ScriptSession {
         Ok(Self {
             runtime: runtime.info().name,
             session: Some(runtime.new_session(tools)?),
+            wall_time: runtime.limits().wall_time,
         })
     }
 
@@ -68,6 +72,7 @@ impl ScriptSession {
         Ok(Self {
             runtime: runtime.info().name,
             session: Some(session),
+            wall_time: runtime.limits().wall_time,
         })
     }
 
@@ -93,6 +98,7 @@ impl ScriptSession {
         Ok(Self {
             runtime: runtime.info().name,
             session: Some(runtime.restore(snapshot, tools)?),
+            wall_time: runtime.limits().wall_time,
         })
     }
 
@@ -128,9 +134,15 @@ impl ScriptSession {
     ) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
         let runtime = self.runtime;
-        let run = move |session: &mut Box<dyn Session>| match &interrupt {
-            Some(interrupt) => session.run_interruptible(&script, interrupt),
-            None => session.run(&script),
+        let wall_time = self.wall_time;
+        let run = move |session: &mut Box<dyn Session>| {
+            codeact_runtime::call_deadline::within(
+                Instant::now() + wall_time,
+                || match &interrupt {
+                    Some(interrupt) => session.run_interruptible(&script, interrupt),
+                    None => session.run(&script),
+                },
+            )
         };
         let lost = |reason: String| HostError::SessionLost { runtime, reason };
         let in_place = tokio::runtime::Handle::try_current().is_ok_and(|handle| {
@@ -167,7 +179,10 @@ impl ScriptSession {
     pub fn run_blocking(&mut self, script: &str) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
         let slot = Slot::wait_blocking();
-        let result = slot.run_here(|| timed(|| session.run(script)));
+        let deadline = Instant::now() + self.wall_time;
+        let result = slot.run_here(|| {
+            timed(|| codeact_runtime::call_deadline::within(deadline, || session.run(script)))
+        });
         drop(slot);
         self.session = Some(session);
         Self::decode(result)

@@ -395,7 +395,13 @@ struct Connection {
 }
 
 impl Connection {
+    /// Calls `tool`, waiting at most the call timeout, and no longer than the
+    /// calling script may run (`codeact_runtime::call_deadline`, read before
+    /// the first wait, on the script's thread): past either the connection is
+    /// dropped (a stdio server killed), so an answer that never ends is not
+    /// read on.
     async fn call(&self, tool: &str, arguments: Value) -> Result<CallToolResult, ToolError> {
+        let script_deadline = codeact_runtime::call_deadline::current();
         let server = &self.server;
         let peer = {
             let mut client = self.client.lock().await;
@@ -419,8 +425,12 @@ impl Connection {
         if let Value::Object(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
-        let failure = match tokio::time::timeout(server.call_timeout, peer.call_tool(params)).await
-        {
+        let by_timeout = tokio::time::Instant::now() + server.call_timeout;
+        let until = match script_deadline {
+            Some(deadline) => by_timeout.min(tokio::time::Instant::from_std(deadline)),
+            None => by_timeout,
+        };
+        let failure = match tokio::time::timeout_at(until, peer.call_tool(params)).await {
             Ok(Ok(result)) => return Ok(result),
             Ok(Err(ServiceError::McpError(error))) => {
                 // The server answered, with a protocol error: the connection is fine.
@@ -430,6 +440,9 @@ impl Connection {
                 )));
             }
             Ok(Err(error)) => format!("failed: {error}"),
+            Err(_) if until < by_timeout => {
+                "had not answered when the calling script's time limit passed".to_string()
+            }
             Err(_) => format!("did not answer within {:?}", server.call_timeout),
         };
         // Dropping the client ends the connection in the background (a stdio

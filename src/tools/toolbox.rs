@@ -19,6 +19,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::runtime::Handle;
 
+/// How long past its script's deadline a call is waited for before the host
+/// stops it: 250 ms, for a tool that bounds itself by the same deadline (an
+/// MCP server's call) to end first and say why.
+const DEADLINE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The future a tool handler returns.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;
 
@@ -406,16 +411,35 @@ impl ToolDispatch for ToolBox {
             }
             future
         };
-        // The tool has to wait: its script's running slot is free meanwhile.
-        crate::exec::run_slots::released_during(|| match &self.cancel {
-            None => handle.block_on(&mut future),
-            Some(token) => handle.block_on(async {
-                tokio::select! {
-                    biased;
-                    () = token.cancelled() => Err(cancelled()),
-                    result = &mut future => result,
+        // The tool has to wait: its script's running slot is free meanwhile. It
+        // waits no longer than the script may run (a little longer, so a tool
+        // that bounds itself by the same deadline says why first).
+        let deadline = codeact_runtime::call_deadline::current()
+            .map(|deadline| tokio::time::Instant::from_std(deadline + DEADLINE_GRACE));
+        let out_of_time = || {
+            ToolError::new(format!(
+                "'{name}' had not answered when the script's time limit passed, so the host stopped the call"
+            ))
+        };
+        crate::exec::run_slots::released_during(|| {
+            handle.block_on(async {
+                let timed = async {
+                    match deadline {
+                        Some(deadline) => tokio::time::timeout_at(deadline, &mut future)
+                            .await
+                            .unwrap_or_else(|_| Err(out_of_time())),
+                        None => (&mut future).await,
+                    }
+                };
+                match &self.cancel {
+                    None => timed.await,
+                    Some(token) => tokio::select! {
+                        biased;
+                        () = token.cancelled() => Err(cancelled()),
+                        result = timed => result,
+                    },
                 }
-            }),
+            })
         })
     }
 

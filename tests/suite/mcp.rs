@@ -202,6 +202,30 @@ async fn a_hanging_server_is_bounded_by_the_call_timeout_and_replaced() {
     );
 }
 
+/// If this fails, a server that never answers holds a script for the whole
+/// call timeout (30 s) past the script's own time limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_to_a_hanging_server_ends_with_the_calling_scripts_time_limit() {
+    let tools = toolbox(&scripted()).await;
+    let runtime = codeact::RhaiRuntime::new(codeact::Limits {
+        wall_time: Duration::from_millis(700),
+        ..codeact::Limits::default()
+    });
+    let mut session = codeact::ScriptSession::start(&runtime, tools.clone()).expect("starts");
+    let started = Instant::now();
+    let ran = session
+        .run("let said = \"answered\"; try { scripted_hang(#{}); } catch (e) { said = `${e}`; } said")
+        .await
+        .expect("the host stays up");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "{took:?}: {:?}", ran.output);
+    assert_eq!(
+        call(&tools, "scripted_calls", json!({})).await,
+        Ok(json!({"calls": 1})),
+        "the server that hung was replaced"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_line_of_garbage_from_the_server_loses_no_call() {
     let tools = toolbox(&scripted()).await;

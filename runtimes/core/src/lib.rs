@@ -23,6 +23,7 @@ mod runtime;
 mod snapshot;
 mod tools;
 
+pub mod call_deadline;
 pub mod js_hoist;
 pub mod text;
 
