@@ -254,7 +254,10 @@ pub struct SignatureField {
 
 /// A property's name as a signature shows it: as it is when it is a plain name
 /// (letters, digits, `_`, `-`; at most 64), else as a JSON string of at most 64
-/// characters, so a third party's schema cannot start a line of its own.
+/// characters, so a third party's schema cannot start a line of its own; in it,
+/// the characters that end or open markup in a prompt (`` ` ``, `<`, `>`, `*`,
+/// `[`, `]`, `|`) are `\u` escapes, which JSON, JavaScript and Python read
+/// back as the same name.
 fn shown_name(name: &str) -> String {
     let plain = !name.is_empty()
         && name.len() <= 64
@@ -265,7 +268,14 @@ fn shown_name(name: &str) -> String {
         return name.to_string();
     }
     let cut: String = name.chars().take(64).collect();
-    serde_json::to_string(&cut).unwrap_or_else(|_| "\"?\"".to_string())
+    let quoted = serde_json::to_string(&cut).unwrap_or_else(|_| "\"?\"".to_string());
+    quoted
+        .chars()
+        .map(|c| match c {
+            '`' | '<' | '>' | '*' | '[' | ']' | '|' => format!("\\u{:04x}", c as u32),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 /// A schema's `type` when it is one of JSON Schema's, else `any`: a schema from a
@@ -503,6 +513,19 @@ impl ToolDispatch for NoTools {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_name_that_is_not_plain_is_quoted_with_markup_escaped() {
+        assert_eq!(shown_name("plain_name-2"), "plain_name-2");
+        assert_eq!(shown_name("from"), "from");
+        let shown = shown_name("a`b\n<c>|*[d]");
+        assert_eq!(
+            shown,
+            r#""a\u0060b\n\u003cc\u003e\u007c\u002a\u005bd\u005d""#
+        );
+        let back: String = serde_json::from_str(&shown).expect("a JSON string");
+        assert_eq!(back, "a`b\n<c>|*[d]");
+    }
 
     #[test]
     fn a_schema_with_hundreds_of_properties_adds_a_bounded_signature_to_the_prompt() {
