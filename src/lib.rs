@@ -128,7 +128,7 @@ mod serve;
 mod tools;
 mod untrusted;
 
-pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team};
+pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team, load_team_for_run};
 pub use agent::{
     Agent, AgentBuilder, AgentError, BareValues, Chat, Event, Handover, LoopConfig, Outcome,
     ResumeError, ResumePoint, ResumedSession, RunItem, RunRequest, RunResult, SnapshotDir, Team,

@@ -148,6 +148,7 @@ impl BudgetedSchema {
     }
 }
 
+#[cfg(feature = "mcp")]
 impl BudgetedSchema {
     /// The first place `value` breaks the schema, as `at /path: message` (`at
     /// the top level: …`), or why the check stopped, within the default budget.
