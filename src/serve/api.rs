@@ -181,6 +181,9 @@ pub(crate) async fn visible_run(
     }
 }
 
+/// How much of a body past the cap is read and dropped before the 413: 1 MiB.
+const DRAIN_PAST_CAP: usize = 1 << 20;
+
 /// Reads the body up to the configured cap and parses it as `T`, strictly.
 async fn read_json<T: DeserializeOwned>(
     runs: &Runs,
@@ -198,12 +201,28 @@ async fn read_json<T: DeserializeOwned>(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > cap as u64) {
+    if declared.is_some_and(|length| length > cap.saturating_add(DRAIN_PAST_CAP) as u64) {
         return Err(too_large());
     }
-    let bytes = axum::body::to_bytes(body, cap)
-        .await
-        .map_err(|_| too_large())?;
+    // A body past the cap is read on, and dropped, up to DRAIN_PAST_CAP more
+    // bytes before the 413: a client still sending it would otherwise find the
+    // connection reset under its write and never read the answer.
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
+        let chunk = chunk.map_err(|_| too_large())?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > cap.saturating_add(DRAIN_PAST_CAP) {
+            return Err(too_large());
+        }
+        if seen <= cap {
+            bytes.extend_from_slice(&chunk);
+        }
+    }
+    if seen > cap {
+        return Err(too_large());
+    }
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not a valid request: {e}")))
 }
