@@ -40,7 +40,8 @@ pub const ATTACKS: &[Attack] = &[
     },
 ];
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+/// A runtime for an attack that needs async work.
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -48,7 +49,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| e.to_string())
 }
 
-fn host_only(
+/// Runs `attack` in the `host` column only.
+pub(super) fn host_only(
     column: &str,
     attack: fn() -> Result<String, String>,
 ) -> Option<Result<String, String>> {

@@ -15,6 +15,7 @@ use codeact::{
 use serde_json::{Map, Value, json};
 
 use super::attack::Attack;
+use super::host::{host_only, runtime};
 
 /// The attacks, each in the columns it applies to.
 pub const ATTACKS: &[Attack] = &[
@@ -39,21 +40,6 @@ pub const ATTACKS: &[Attack] = &[
         run: forged_baseline,
     },
 ];
-
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())
-}
-
-fn host_only(
-    column: &str,
-    attack: fn() -> Result<String, String>,
-) -> Option<Result<String, String>> {
-    (column == "host").then(attack)
-}
 
 /// A manifest with `pay`, which needs approval and leaves `paid` when it runs.
 fn pay_manifest(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
