@@ -136,13 +136,10 @@ impl ScriptSession {
         let runtime = self.runtime;
         let wall_time = self.wall_time;
         let run = move |session: &mut Box<dyn Session>| {
-            codeact_runtime::call_deadline::within(
-                Instant::now() + wall_time,
-                || match &interrupt {
-                    Some(interrupt) => session.run_interruptible(&script, interrupt),
-                    None => session.run(&script),
-                },
-            )
+            with_call_deadline(wall_time, || match &interrupt {
+                Some(interrupt) => session.run_interruptible(&script, interrupt),
+                None => session.run(&script),
+            })
         };
         let lost = |reason: String| HostError::SessionLost { runtime, reason };
         let in_place = tokio::runtime::Handle::try_current().is_ok_and(|handle| {
@@ -179,10 +176,9 @@ impl ScriptSession {
     pub fn run_blocking(&mut self, script: &str) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
         let slot = Slot::wait_blocking();
-        let deadline = Instant::now() + self.wall_time;
-        let result = slot.run_here(|| {
-            timed(|| codeact_runtime::call_deadline::within(deadline, || session.run(script)))
-        });
+        let wall_time = self.wall_time;
+        let result =
+            slot.run_here(|| timed(|| with_call_deadline(wall_time, || session.run(script))));
         drop(slot);
         self.session = Some(session);
         Self::decode(result)
@@ -212,4 +208,14 @@ fn timed<T>(run: impl FnOnce() -> T) -> (T, Duration) {
     let started = Instant::now();
     let result = run();
     (result, started.elapsed())
+}
+
+/// Runs `run` with its tool calls bounded by `wall_time` from now
+/// (`codeact_runtime::call_deadline`); a time too far off to name bounds
+/// nothing.
+fn with_call_deadline<R>(wall_time: Duration, run: impl FnOnce() -> R) -> R {
+    match Instant::now().checked_add(wall_time) {
+        Some(deadline) => codeact_runtime::call_deadline::within(deadline, run),
+        None => run(),
+    }
 }

@@ -425,12 +425,19 @@ impl Connection {
         if let Value::Object(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
-        let by_timeout = tokio::time::Instant::now() + server.call_timeout;
-        let until = match script_deadline {
-            Some(deadline) => by_timeout.min(tokio::time::Instant::from_std(deadline)),
-            None => by_timeout,
+        let by_timeout = tokio::time::Instant::now().checked_add(server.call_timeout);
+        let by_script = script_deadline.map(tokio::time::Instant::from_std);
+        let script_first = match (by_script, by_timeout) {
+            (Some(script), Some(timeout)) => script < timeout,
+            (script, _) => script.is_some(),
         };
-        let failure = match tokio::time::timeout_at(until, peer.call_tool(params)).await {
+        let until = if script_first { by_script } else { by_timeout };
+        let call = peer.call_tool(params);
+        let answered = match until {
+            Some(until) => tokio::time::timeout_at(until, call).await,
+            None => Ok(call.await),
+        };
+        let failure = match answered {
             Ok(Ok(result)) => return Ok(result),
             Ok(Err(ServiceError::McpError(error))) => {
                 // The server answered, with a protocol error: the connection is fine.
@@ -440,7 +447,7 @@ impl Connection {
                 )));
             }
             Ok(Err(error)) => format!("failed: {error}"),
-            Err(_) if until < by_timeout => {
+            Err(_) if script_first => {
                 "had not answered when the calling script's time limit passed".to_string()
             }
             Err(_) => format!("did not answer within {:?}", server.call_timeout),

@@ -415,7 +415,8 @@ impl ToolDispatch for ToolBox {
         // waits no longer than the script may run (a little longer, so a tool
         // that bounds itself by the same deadline says why first).
         let deadline = codeact_runtime::call_deadline::current()
-            .map(|deadline| tokio::time::Instant::from_std(deadline + DEADLINE_GRACE));
+            .and_then(|deadline| deadline.checked_add(DEADLINE_GRACE))
+            .map(tokio::time::Instant::from_std);
         let out_of_time = || {
             ToolError::new(format!(
                 "'{name}' had not answered when the script's time limit passed, so the host stopped the call"
