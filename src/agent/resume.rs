@@ -18,6 +18,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use codeact_runtime::text::json_len;
 use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
 use serde_json::Value;
 
@@ -319,23 +320,6 @@ impl ResumePoint {
     pub fn last_finished_step(&self) -> Option<usize> {
         self.finished_scripts.last().map(|script| script.step)
     }
-}
-
-/// The length of `value` as JSON text, without making the text.
-fn json_len(value: &Value) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len() as u64;
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// Tool results of one script kept for its error's feedback, which shows fewer.
@@ -745,7 +729,6 @@ impl HostTools {
     /// A refusal when `name` would pass a budget; otherwise `None`.
     fn over_budget(&self, name: &str) -> Option<ToolError> {
         if let Some(limit) = self.budgets.journal_bytes
-            && !self.listeners.is_empty()
             && self.journaled.load(Ordering::Relaxed) > limit
         {
             self.journal_budget_spent.store(true, Ordering::Relaxed);

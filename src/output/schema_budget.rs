@@ -164,8 +164,8 @@ impl BudgetedSchema {
 /// Refuses a schema that is too large, too deep, too wide, or whose references
 /// expand too far (see the module docs), naming which.
 pub fn check_shape(schema: &Value) -> Result<(), String> {
-    let bytes = serde_json::to_string(schema).map_or(usize::MAX, |text| text.len());
-    if bytes > MAX_SCHEMA_BYTES {
+    let bytes = codeact_runtime::text::json_len(schema);
+    if bytes > MAX_SCHEMA_BYTES as u64 {
         return Err(format!(
             "the schema is {bytes} bytes; at most {MAX_SCHEMA_BYTES} are accepted"
         ));

@@ -511,7 +511,7 @@ async fn send_once(
         };
         ToolError::new(format!(
             "fetch: {kind}: {}",
-            redacted(policy, &e.to_string())
+            Redactor::of(policy).redact(&e.to_string())
         ))
     })
 }
@@ -523,12 +523,13 @@ async fn read_response(
     response: reqwest::Response,
 ) -> Result<Value, ToolError> {
     let status = response.status().as_u16();
+    let redactor = Redactor::of(policy);
     let mut headers = Map::new();
     for (name, value) in response.headers() {
         let value = String::from_utf8_lossy(value.as_bytes());
         headers.insert(
             name.as_str().to_string(),
-            Value::String(redacted(policy, &value)),
+            Value::String(redactor.redact(&value)),
         );
     }
     if let Some(length) = response.content_length()
@@ -546,7 +547,7 @@ async fn read_response(
         }
         body.extend_from_slice(&chunk);
     }
-    let text = redacted(policy, &String::from_utf8_lossy(&body));
+    let text = redactor.redact(&String::from_utf8_lossy(&body));
     let json_body = serde_json::from_str::<Value>(&text).ok();
     Ok(json!({
         "status": status,
@@ -566,92 +567,110 @@ fn too_large(policy: &FetchPolicy) -> ToolError {
 /// The shortest run of a secret that is redacted on its own. Default: 8 bytes.
 const REDACTED_RUN: usize = 8;
 
-/// `text` with every configured header value replaced by `[redacted]`: the
-/// whole value, and every run of at least [`REDACTED_RUN`] bytes of it or of
-/// its common encodings (base64 standard and URL-safe at each of its three
-/// alignments, percent-encoding, hex in either case), so a server that quotes
-/// part of a token or echoes it encoded hands none of it on.
-fn redacted(policy: &FetchPolicy, text: &str) -> String {
-    let secrets: Vec<&str> = policy
-        .headers
-        .iter()
-        .filter_map(|secret| secret.value.to_str().ok())
-        .filter(|value| !value.is_empty())
-        .collect();
-    redact_secrets(&secrets, text)
+/// Replaces every configured header value in text the script is shown with
+/// `[redacted]`: the whole value, and every run of at least [`REDACTED_RUN`]
+/// bytes of it or of its common encodings (base64 standard and URL-safe at each
+/// of its three alignments, percent-encoding, hex in either case), so a server
+/// that quotes part of a token or echoes it encoded hands none of it on. Built
+/// once per response from the policy's secrets.
+struct Redactor {
+    /// The values, each replaced whole (a short one can only be matched so).
+    whole: Vec<String>,
+    /// Every run of [`REDACTED_RUN`] bytes of a value or its encodings.
+    runs: std::collections::HashSet<Vec<u8>>,
 }
 
-fn redact_secrets(secrets: &[&str], text: &str) -> String {
-    use base64::Engine as _;
-    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
-
-    let mut out = text.to_string();
-    let mut runs: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
-    for secret in secrets {
-        // A short value can only be matched whole.
-        out = out.replace(secret, "[redacted]");
-        let bytes = secret.as_bytes();
-        let mut forms: Vec<Vec<u8>> = vec![bytes.to_vec()];
-        for offset in 0..3.min(bytes.len()) {
-            for engine in [&STANDARD, &URL_SAFE] {
-                forms.push(
-                    engine
-                        .encode(&bytes[offset..])
-                        .trim_end_matches('=')
-                        .as_bytes()
-                        .to_vec(),
-                );
-            }
-        }
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        forms.push(hex.clone().into_bytes());
-        forms.push(hex.to_uppercase().into_bytes());
-        let percent: String = bytes.iter().map(|b| format!("%{b:02X}")).collect();
-        forms.push(percent.clone().into_bytes());
-        forms.push(percent.to_lowercase().into_bytes());
-        let escaped: String = secret
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                    char::from(b).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
+impl Redactor {
+    fn of(policy: &FetchPolicy) -> Self {
+        let secrets: Vec<&str> = policy
+            .headers
+            .iter()
+            .filter_map(|secret| secret.value.to_str().ok())
+            .filter(|value| !value.is_empty())
             .collect();
-        forms.push(escaped.into_bytes());
-        for form in forms {
-            for run in form.windows(REDACTED_RUN) {
-                runs.insert(run.to_vec());
+        Self::new(&secrets)
+    }
+
+    fn new(secrets: &[&str]) -> Self {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+
+        let mut runs = std::collections::HashSet::new();
+        for secret in secrets {
+            let bytes = secret.as_bytes();
+            let mut forms: Vec<Vec<u8>> = vec![bytes.to_vec()];
+            for offset in 0..3.min(bytes.len()) {
+                for engine in [&STANDARD, &URL_SAFE] {
+                    forms.push(
+                        engine
+                            .encode(&bytes[offset..])
+                            .trim_end_matches('=')
+                            .as_bytes()
+                            .to_vec(),
+                    );
+                }
+            }
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            forms.push(hex.clone().into_bytes());
+            forms.push(hex.to_uppercase().into_bytes());
+            let percent: String = bytes.iter().map(|b| format!("%{b:02X}")).collect();
+            forms.push(percent.clone().into_bytes());
+            forms.push(percent.to_lowercase().into_bytes());
+            let escaped: String = secret
+                .bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                        char::from(b).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect();
+            forms.push(escaped.into_bytes());
+            for form in forms {
+                for run in form.windows(REDACTED_RUN) {
+                    runs.insert(run.to_vec());
+                }
             }
         }
-    }
-    if runs.is_empty() || out.len() < REDACTED_RUN {
-        return out;
-    }
-    let bytes = out.as_bytes();
-    let mut marked = vec![false; bytes.len()];
-    for (at, window) in bytes.windows(REDACTED_RUN).enumerate() {
-        if runs.contains(window) {
-            marked[at..at + REDACTED_RUN]
-                .iter_mut()
-                .for_each(|m| *m = true);
+        Self {
+            whole: secrets.iter().map(|secret| secret.to_string()).collect(),
+            runs,
         }
     }
-    let mut redacted = String::with_capacity(out.len());
-    let mut in_run = false;
-    for (at, ch) in out.char_indices() {
-        if marked[at..at + ch.len_utf8()].iter().any(|m| *m) {
-            if !in_run {
-                redacted.push_str("[redacted]");
-                in_run = true;
+
+    fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in &self.whole {
+            out = out.replace(secret.as_str(), "[redacted]");
+        }
+        if self.runs.is_empty() || out.len() < REDACTED_RUN {
+            return out;
+        }
+        let bytes = out.as_bytes();
+        let mut marked = vec![false; bytes.len()];
+        for (at, window) in bytes.windows(REDACTED_RUN).enumerate() {
+            if self.runs.contains(window) {
+                marked[at..at + REDACTED_RUN]
+                    .iter_mut()
+                    .for_each(|m| *m = true);
             }
-        } else {
-            redacted.push(ch);
-            in_run = false;
         }
+        let mut redacted = String::with_capacity(out.len());
+        let mut in_run = false;
+        for (at, ch) in out.char_indices() {
+            if marked[at..at + ch.len_utf8()].iter().any(|m| *m) {
+                if !in_run {
+                    redacted.push_str("[redacted]");
+                    in_run = true;
+                }
+            } else {
+                redacted.push(ch);
+                in_run = false;
+            }
+        }
+        redacted
     }
-    redacted
 }
 
 /// An IPv4 address inside IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it is.
@@ -938,6 +957,10 @@ mod tests {
             .expect("fetched");
         assert_eq!(answer["json"]["x-api-key"], "[redacted]");
         assert!(!answer.to_string().contains("k-123456789"));
+    }
+
+    fn redact_secrets(secrets: &[&str], text: &str) -> String {
+        Redactor::new(secrets).redact(text)
     }
 
     #[test]

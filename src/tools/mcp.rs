@@ -555,7 +555,7 @@ fn script_value(
             }
         }
     };
-    let size = serde_json::to_string(&value).map_or(0, |text| text.len());
+    let size = usize::try_from(codeact_runtime::text::json_len(&value)).unwrap_or(usize::MAX);
     if size > MAX_MCP_RESULT_BYTES {
         return Err(ToolError::new(format!(
             "MCP server '{server}' answered with {size} bytes, more than the {MAX_MCP_RESULT_BYTES} a script may receive"

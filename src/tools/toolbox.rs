@@ -9,15 +9,15 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use codeact_runtime::{ToolDispatch, ToolError, ToolSpec, is_identifier};
-
-use crate::agent::approval::{
-    ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver,
-};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::runtime::Handle;
+
+use crate::agent::approval::{
+    ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver,
+};
 
 /// How long past its script's deadline a call is waited for before the host
 /// stops it: 250 ms, for a tool that bounds itself by the same deadline (an

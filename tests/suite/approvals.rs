@@ -569,7 +569,9 @@ fn approve_ask_asks_at_the_terminal_and_takes_the_answer_as_the_reason() {
 
 /// A tools manifest in `dir` with one command tool, `pay`, marked as needing
 /// approval, that leaves `paid` in `dir` when it runs; and that file's path.
-fn pay_needing_approval(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn pay_needing_approval(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf) {
     let manifest = dir.join("pay.json");
     let paid = dir.join("paid");
     std::fs::write(
@@ -588,7 +590,7 @@ fn pay_needing_approval(dir: &std::path::Path) -> (std::path::PathBuf, std::path
 }
 
 /// A Rhai script that calls `pay` and answers with what happened.
-const PAY_AND_SAY: &str = r#"let said = "paid";
+pub(crate) const PAY_AND_SAY: &str = r#"let said = "paid";
 try { pay(#{amount: 1000}); } catch (e) { said = `${e}`; }
 final_result(said)"#;
 

@@ -37,6 +37,24 @@ pub fn cut_middle(text: &str, limit: usize) -> String {
     format!("{head}\n… [{} characters cut] …\n{tail}", total - 2 * keep)
 }
 
+/// The length of `value` as JSON text, counted as it is written out, without
+/// keeping the text.
+pub fn json_len(value: &serde_json::Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

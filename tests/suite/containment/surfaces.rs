@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use super::attack::Attack;
 use super::host::{host_only, runtime};
+use crate::approvals::{PAY_AND_SAY, pay_needing_approval};
 
 /// The attacks, each in the columns it applies to.
 pub const ATTACKS: &[Attack] = &[
@@ -41,31 +42,15 @@ pub const ATTACKS: &[Attack] = &[
     },
 ];
 
-/// A manifest with `pay`, which needs approval and leaves `paid` when it runs.
-fn pay_manifest(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let manifest = dir.join("pay.json");
-    let paid = dir.join("paid");
-    let tools = json!([{
-        "name": "pay",
-        "description": "Pays.",
-        "command": ["python3", "-c", "import sys; open(sys.argv[1], 'w').write('x'); print(1)",
-                    paid.to_string_lossy()],
-        "approval": true
-    }]);
-    let _ = std::fs::write(&manifest, tools.to_string());
-    (manifest, paid)
-}
-
-const PAY: &str = r#"let said = "paid";
-try { pay(#{amount: 1000}); } catch (e) { said = `${e}`; }
-final_result(said)"#;
-
 fn unapproved_calls(column: &str) -> Option<Result<String, String>> {
     host_only(column, || {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let (manifest, paid) = pay_manifest(dir.path());
+        let (manifest, paid) = pay_needing_approval(dir.path());
         let manifest = manifest.to_string_lossy().into_owned();
-        let out = crate::cli::codeact(&["exec", "--tools", &manifest, "-"], Some(PAY.as_bytes()));
+        let out = crate::cli::codeact(
+            &["exec", "--tools", &manifest, "-"],
+            Some(PAY_AND_SAY.as_bytes()),
+        );
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         if paid.exists() || !stdout.contains("approval was denied") {
             return Err(format!("codeact exec: {stdout}"));
@@ -81,7 +66,7 @@ fn unapproved_calls(column: &str) -> Option<Result<String, String>> {
             tokio::task::spawn_blocking(move || {
                 toolbox.call(
                     "codeact_run_script",
-                    json!({"runtime": "rhai", "code": PAY}),
+                    json!({"runtime": "rhai", "code": PAY_AND_SAY}),
                 )
             })
             .await
