@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Fails when a crate in a Cargo.lock has an advisory in the project's snapshot
 of the RustSec database (.ci/advisories/rustsec.json, refreshed by
-scripts/refresh-advisories.py) that applies to its locked version: a
+.ci/refresh-advisories.py) that applies to its locked version: a
 vulnerability whose patched releases the lock has not taken, on its line or
 another. Informational advisories (unmaintained, unsound, notices) are listed
 and do not fail; withdrawn ones are ignored. An advisory the project accepts is
 named in .ci/advisories/allowed.toml with the reason, and is then listed too.
 
-Usage: scripts/check-advisories.py [LOCKFILE…]   (default: Cargo.lock guests/Cargo.lock)
-       scripts/check-advisories.py --self-test  (the version matching, on known cases)
+Usage: .ci/check-advisories.py [LOCKFILE…]   (default: Cargo.lock guests/Cargo.lock)
+       .ci/check-advisories.py --self-test  (the version matching, on known cases)
 Exit status: 0 when nothing applies, 1 when a vulnerability does, 2 on bad input.
 """
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Refreshes .ci/advisories/rustsec.json, the project's snapshot of the RustSec
 advisory database (https://github.com/rustsec/advisory-db), which
-scripts/check-advisories.py reads: CI reaches no code host, so the snapshot is
+.ci/check-advisories.py reads: CI reaches no code host, so the snapshot is
 kept in the repository and refreshed by hand.
 
-Usage: scripts/refresh-advisories.py SOURCE
+Usage: .ci/refresh-advisories.py SOURCE
   SOURCE  a checkout of advisory-db, or a bare clone (a git directory): its
           crates/*/*.md files are read at HEAD.
 

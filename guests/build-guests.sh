@@ -2,7 +2,7 @@
 # Builds the guests compiled from this repository (guests/: the Rhai guest,
 # `wasm:rhai`, the Boa guest, `wasm:boa`, and the QuickJS guest) for wasm32-wasip1, and puts them in
 # the guest directory next to the fetched ones (default ~/.cache/codeact/guests; set
-# CODEACT_GUEST_DIR to move it). scripts/fetch-guests.sh runs this at its end.
+# CODEACT_GUEST_DIR to move it). guests/fetch-guests.sh runs this at its end.
 #
 # They are not pinned by hash (their bytes depend on the toolchain), so codeact
 # loads them only from a directory that this user owns and no one else may write;

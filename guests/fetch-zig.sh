@@ -3,7 +3,7 @@
 # wasm32-wasip1: zig's `cc`, from PyPI's `ziglang` wheel (pinned below), into a
 # virtual environment at ~/.cache/codeact/zig (CODEACT_ZIG_DIR moves it). The
 # guests' cargo configuration (guests/.cargo/config.toml) calls it through
-# guests/tools/zigcc-wasi and guests/tools/zigar. Run by scripts/build-guests.sh
+# guests/tools/zigcc-wasi and guests/tools/zigar. Run by guests/build-guests.sh
 # and .ci/run; quick when it is already there.
 set -euo pipefail
 

@@ -111,22 +111,14 @@
 extern crate self as codeact;
 
 pub mod agent;
-#[cfg(feature = "bench")]
-pub mod bench;
 pub mod chat;
-#[cfg(feature = "cli")]
-pub mod cli;
-#[cfg(feature = "cli")]
-pub mod eval;
-mod exec;
-mod files;
+pub mod exec;
+pub mod files;
 pub mod model;
-mod output;
-mod prompts;
-#[cfg(feature = "serve")]
-mod serve;
-mod tools;
-mod untrusted;
+pub mod output;
+pub mod prompts;
+pub mod tools;
+pub mod untrusted;
 
 pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team, load_team_for_run};
 pub use agent::{

@@ -2,15 +2,15 @@
 # Measures codeact's backends and the peer sandboxes in one run, one after the
 # other, and writes BENCHMARKS.md (our figures, theirs, ratios, machine, date).
 #
-#   scripts/benchmarks.sh [--quick] [--skip-peers] [--runtime NAMES]
+#   benches/peers/benchmarks.sh [--quick] [--skip-peers] [--runtime NAMES]
 #
 # The peers' Python environment lives outside git, in $PEERS_DIR (default
 # ~/.cache/peers-bench), set up by the peers' own setup.sh (PyPI). Our raw JSON goes
 # to $CODEACT_BENCH_DIR (default ~/.cache/codeact/bench). --skip-peers reuses the
 # peers' last results.json. Takes ~10 minutes; needs the wasm guests
-# (scripts/fetch-guests.sh).
+# (guests/fetch-guests.sh).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 QUICK=()
 SKIP_PEERS=0
@@ -32,7 +32,7 @@ BENCH_DIR=${CODEACT_BENCH_DIR:-$HOME/.cache/codeact/bench}
 mkdir -p "$BENCH_DIR"
 
 echo "--- build (release)"
-cargo build --release --locked --bin codeact
+cargo build --release --locked -p codeact-cli --bin codeact
 CODEACT="${CARGO_TARGET_DIR:-target}/release/codeact"
 
 echo "--- codeact bench (progress on stderr)"
@@ -52,5 +52,5 @@ if [ "$SKIP_PEERS" = 0 ]; then
 fi
 
 echo "--- BENCHMARKS.md"
-python3 scripts/benchmarks_report.py --ours "$BENCH_DIR/codeact.json" --peers "$PEERS_JSON" \
-  --notes scripts/benchmarks-notes.md --command "scripts/benchmarks.sh ${QUICK[*]}" --out BENCHMARKS.md
+python3 benches/peers/benchmarks_report.py --ours "$BENCH_DIR/codeact.json" --peers "$PEERS_JSON" \
+  --notes benches/peers/benchmarks-notes.md --command "benches/peers/benchmarks.sh ${QUICK[*]}" --out BENCHMARKS.md

@@ -3,8 +3,8 @@
 peers' benchmark (bench_peers.py's results.json): our figures, theirs, and the
 ratios between them, with the machine line and the date. Standard library only.
 
-    python3 scripts/benchmarks_report.py --ours codeact.json --peers results.json \
-        --notes scripts/benchmarks-notes.md --out BENCHMARKS.md
+    python3 benches/peers/benchmarks_report.py --ours codeact.json --peers results.json \
+        --notes benches/peers/benchmarks-notes.md --out BENCHMARKS.md
 
 Ratios are peer median / our median: above 1 means our backend is faster. Both
 sides are measured on the same machine in the same script run, one after the other.
@@ -322,7 +322,7 @@ def main():
     ap.add_argument("--ours", required=True, type=Path)
     ap.add_argument("--peers", type=Path)
     ap.add_argument("--notes", type=Path)
-    ap.add_argument("--command", default="scripts/benchmarks.sh")
+    ap.add_argument("--command", default="benches/peers/benchmarks.sh")
     ap.add_argument("--out", required=True, type=Path)
     a = ap.parse_args()
     a.command = a.command.strip()

@@ -11,9 +11,9 @@
 
 use std::sync::Arc;
 
-use codeact::bench::{Lang, agent_replies};
 use codeact::model::ReplayModel;
 use codeact::{Agent, JsRuntime, Limits, Outcome, RhaiRuntime, Runtime};
+use codeact_cli::bench::{Lang, agent_replies};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 

@@ -34,7 +34,7 @@ fn runtime(mode: &str, limits: Limits) -> JsRuntime {
 }
 
 fn toolbox() -> Arc<ToolBox> {
-    let value = Arc::new(codeact::bench::sample_value(10 * 1024));
+    let value = Arc::new(codeact_cli::bench::sample_value(10 * 1024));
     let data = Tool::from_fn("data", "A 10 KB value.", move |_| {
         Ok(serde_json::Value::clone(&value))
     });
@@ -71,7 +71,7 @@ fn steps(c: &mut Criterion) {
             b.iter(|| warm.run_blocking(black_box(TRIVIAL)).expect("host ok"))
         });
 
-        expect_final(&mut warm, JSON, codeact::bench::sample_value(10 * 1024));
+        expect_final(&mut warm, JSON, codeact_cli::bench::sample_value(10 * 1024));
         group.bench_function("json_10kb", |b| {
             b.iter(|| warm.run_blocking(black_box(JSON)).expect("host ok"))
         });

@@ -6,7 +6,7 @@ Run from the repository root with the peers' environment (../shared/peers/setup.
 which has smolagents; its OpenAI client needs `pip install openai`:
 
     ~/.cache/peers-bench/.venv/bin/pip install openai
-    ~/.cache/peers-bench/.venv/bin/python eval/smolagents_eval.py \
+    ~/.cache/peers-bench/.venv/bin/python cli/eval/smolagents_eval.py \
         --base-url http://127.0.0.1:18080/v1 --label baseline --runs 2
 
 The agent gets the settings `codeact eval run` uses: 8 steps, temperature 0, 1,024
@@ -70,13 +70,13 @@ def next_run(out, label, runtime):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tasks", default="eval/tasks.jsonl")
-    parser.add_argument("--tools", default="eval/tools.json")
+    parser.add_argument("--tasks", default="cli/eval/tasks.jsonl")
+    parser.add_argument("--tools", default="cli/eval/tools.json")
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--model", default="local")
     parser.add_argument("--label", default="baseline")
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--out", default="eval/results")
+    parser.add_argument("--out", default="cli/eval/results")
     parser.add_argument("--only", default="")
     args = parser.parse_args()
     tasks = [json.loads(line) for line in open(args.tasks) if line.strip()]

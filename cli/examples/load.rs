@@ -1,6 +1,6 @@
 //! A load probe: N concurrent sessions on one multi-threaded runtime, mixing
 //! runtimes and scripts (trivial steps, tool calls, runaway loops, memory bombs),
-//! for a while (`codeact::bench::run_load`). Prints steps done, how each kind of
+//! for a while (`codeact_cli::bench::run_load`). Prints steps done, how each kind of
 //! script ended, anything unexpected, and RSS before (once each runtime has run one
 //! step: what it keeps for the process's life, like compiled guests, is baseline),
 //! during and after: once every session has ended and after 12 s idle. With more
@@ -10,7 +10,7 @@
 //! `cargo run --release --example load -- [sessions] [seconds] [mixed|NAME,…] [rounds]`
 //! (default 500, 20, rhai, 1). `mixed` gives each tenth of the sessions, in order:
 //! five Rhai, one JavaScript worker, two QuickJS, one MicroPython, one CPython
-//! (wasm guests from `scripts/fetch-guests.sh`); runtime names, comma-separated,
+//! (wasm guests from `guests/fetch-guests.sh`); runtime names, comma-separated,
 //! take turns instead.
 //!
 //! Every limit is a wall-clock one (200 ms here). At most twice as many scripts as
@@ -20,8 +20,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact::bench::{LoadPlan, LoadProgress, MIXED, add_tool, run_load};
 use codeact::{Limits, Runtime, ScriptOutput, ScriptSession, runtime_by_name};
+use codeact_cli::bench::{LoadPlan, LoadProgress, MIXED, add_tool, run_load};
 
 /// As the `codeact` binary: Rhai runs are held to their memory limit by what they
 /// allocate.

@@ -1,6 +1,6 @@
 //! Load and failover of `codeact serve` + `codeact worker` on one PostgreSQL.
 //!
-//! Starts its own PostgreSQL cluster (as `tests/serve_postgres.rs` does), one
+//! Starts its own PostgreSQL cluster (as `cli/tests/serve_postgres.rs` does), one
 //! front end and 1, 2 and 4 workers (concurrency 8 each), and pushes `--runs`
 //! runs (default 500) of a replayed two-step agent whose first script calls a
 //! 10 ms command tool. Reports runs/s, p50/p99 from create to the stored end

@@ -7,9 +7,8 @@ static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
 
 fn main() -> std::process::ExitCode {
     // A JavaScript session's worker is this binary started again.
-    #[cfg(feature = "js")]
-    if let Some(code) = codeact_js::run_worker_if_requested() {
+    if let Some(code) = codeact::run_worker_if_requested() {
         return code;
     }
-    codeact::cli::main()
+    codeact_cli::cli::main()
 }

@@ -308,7 +308,7 @@ async fn check(runtime_name: &str, fixture: Fixture) -> Result<String, String> {
 /// lists (one file name a line): a fixture that disappears, or one added without
 /// being listed, fails here rather than shrinking the corpus unnoticed.
 fn fixture_paths(language: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("fixtures/scripts")
         .join(language);
     let listing = dir.join(FIXTURE_LIST);

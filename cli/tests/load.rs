@@ -1,6 +1,6 @@
 //! A small load in the test suite: every runtime at once in one process, more
 //! sessions than running slots, each session running every kind of step
-//! (`codeact::bench::run_load`). The 500-session, 60-second run is
+//! (`codeact_cli::bench::run_load`). The 500-session, 60-second run is
 //! `cargo run --release --example load -- 500 60 mixed`.
 
 /// As the `codeact` binary: Rhai runs are held to their memory limit by what they
@@ -11,8 +11,8 @@ static ALLOCATOR: codeact::MeteredAllocator = codeact::MeteredAllocator;
 use std::sync::Arc;
 use std::time::Duration;
 
-use codeact::bench::{LoadPlan, LoadProgress, LoadTally, MIXED, run_load};
 use codeact::{Limits, Runtime};
+use codeact_cli::bench::{LoadPlan, LoadProgress, LoadTally, MIXED, run_load};
 
 mod support;
 use support::reliability::{self, Section};

@@ -104,7 +104,7 @@ fn pandas_tasks() -> Vec<Task> {
     }]
 }
 
-/// Tasks answered with the tools of an MCP server (`tests/mcp/scripted_server.py`:
+/// Tasks answered with the tools of an MCP server (`cli/tests/mcp/scripted_server.py`:
 /// `scripted_price`, `scripted_add`, each answering structured content).
 fn mcp_tasks() -> Vec<Task> {
     vec![

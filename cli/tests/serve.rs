@@ -1108,7 +1108,7 @@ async fn a_stopped_server_exits_soon_and_its_successor_marks_unfinished_runs_int
 }
 
 /// What the page test needs besides the server: Chromium, node and playwright-core
-/// (`scripts/fetch-browser-driver.sh`); why the test cannot run when one is missing.
+/// (`cli/tests/setup/fetch-browser-driver.sh`); why the test cannot run when one is missing.
 fn browser_parts() -> Result<(PathBuf, PathBuf), String> {
     let chromium = std::env::var_os("CODEACT_CHROMIUM")
         .map(PathBuf::from)
@@ -1122,7 +1122,9 @@ fn browser_parts() -> Result<(PathBuf, PathBuf), String> {
     let home = std::env::var_os("HOME").ok_or("HOME is not set")?;
     let modules = PathBuf::from(home).join(".cache/codeact-browser/node_modules");
     if !modules.join("playwright-core").exists() {
-        return Err("playwright-core is missing: run scripts/fetch-browser-driver.sh".into());
+        return Err(
+            "playwright-core is missing: run cli/tests/setup/fetch-browser-driver.sh".into(),
+        );
     }
     let node = Command::new("node").arg("--version").output();
     if !node.is_ok_and(|out| out.status.success()) {

@@ -172,14 +172,12 @@ impl TeamBuilder {
     }
 
     /// The agents' names, in the order they were added.
-    #[cfg(feature = "serve")]
-    pub(crate) fn agent_names(&self) -> Vec<String> {
+    pub fn agent_names(&self) -> Vec<String> {
         self.agents.iter().map(|a| a.name().to_string()).collect()
     }
 
     /// What the agent called `name` does; empty when there is none.
-    #[cfg(feature = "serve")]
-    pub(crate) fn description_of(&self, name: &str) -> String {
+    pub fn description_of(&self, name: &str) -> String {
         self.agents
             .iter()
             .find(|a| a.name() == name)
@@ -191,8 +189,7 @@ impl TeamBuilder {
     /// (the stage's output spec folded in, the team's agent listeners added): for
     /// a one-agent team run as a plain agent, which can then wait for approvals,
     /// be resumed and hold a conversation.
-    #[cfg(feature = "serve")]
-    pub(crate) fn into_agent(self, name: &str) -> Result<Agent, AgentError> {
+    pub fn into_agent(self, name: &str) -> Result<Agent, AgentError> {
         let mut agent = self
             .agents
             .into_iter()

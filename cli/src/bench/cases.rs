@@ -13,13 +13,13 @@ use super::report::{CaseId, CaseResult, Measured};
 use super::sampler::{Budget, measure, measure_spans};
 use super::scripts::{Lang, sample_value};
 use super::stats::Summary;
-use crate::agent::driver::Agent;
-use crate::agent::outcome::Outcome;
-use crate::exec::registry::runtime_by_name;
-use crate::exec::session::{ScriptRun, ScriptSession};
-use crate::model::ReplayModel;
-use crate::output::script_output::ScriptOutput;
-use crate::tools::toolbox::{Tool, ToolBox};
+use codeact::agent::Agent;
+use codeact::agent::Outcome;
+use codeact::exec::runtime_by_name;
+use codeact::exec::{ScriptRun, ScriptSession};
+use codeact::model::ReplayModel;
+use codeact::output::ScriptOutput;
+use codeact::tools::{Tool, ToolBox};
 
 /// Runs over this long, measured once, get the slow budget (fewer, longer runs).
 const SLOW_RUN: Duration = Duration::from_millis(5);
@@ -116,7 +116,7 @@ impl Backend {
 }
 
 /// The tools every case may call: `add(a, b)` and `data()` (a 10 KB value).
-fn bench_tools() -> Result<Arc<dyn ToolDispatch>, crate::tools::toolbox::ToolBoxError> {
+fn bench_tools() -> Result<Arc<dyn ToolDispatch>, codeact::tools::ToolBoxError> {
     let add = Tool::from_fn("add", "Adds a and b.", |args| {
         Ok(json!(
             args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
@@ -311,19 +311,14 @@ fn tool_calls(backend: &Backend) -> Result<Summary, String> {
 }
 
 /// The scripted MCP server of the tests, written out for `python3` to run.
-#[cfg(feature = "mcp")]
 const MCP_SERVER: &str = include_str!("../../tests/mcp/scripted_server.py");
 
-#[cfg(feature = "mcp")]
 fn mcp_tool_calls(backend: &Backend, host: &tokio::runtime::Runtime) -> Result<Summary, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
     let path = dir.path().join("scripted_server.py");
     std::fs::write(&path, MCP_SERVER).map_err(|e| format!("cannot write the server: {e}"))?;
-    let server = crate::tools::mcp::McpServer::stdio(
-        "bench",
-        "python3",
-        [path.to_string_lossy().into_owned()],
-    );
+    let server =
+        codeact::tools::McpServer::stdio("bench", "python3", [path.to_string_lossy().into_owned()]);
     // The connection lives on `host`, whose workers serve it while a script's
     // calls block this thread.
     let tools = host.block_on(server.tools()).map_err(|e| e.to_string())?;
@@ -335,11 +330,6 @@ fn mcp_tool_calls(backend: &Backend, host: &tokio::runtime::Runtime) -> Result<S
         backend.lang.mcp_tool_calls(),
         &ScriptOutput::final_result(json!(5_050)),
     )
-}
-
-#[cfg(not(feature = "mcp"))]
-fn mcp_tool_calls(_: &Backend, _: &tokio::runtime::Runtime) -> Result<Summary, String> {
-    Err("built without the `mcp` feature".to_string())
 }
 
 fn sum(backend: &Backend) -> Result<Summary, String> {
@@ -433,7 +423,7 @@ fn agent_run(backend: &Backend, host: &tokio::runtime::Runtime) -> Result<Summar
         host.block_on(agent.run("Count to ten."))
             .map_err(|e| e.to_string())
     };
-    let check_run = |run: &crate::agent::driver::RunResult| {
+    let check_run = |run: &codeact::agent::RunResult| {
         if run.outcome == expected && run.steps == AGENT_STEPS {
             Ok(())
         } else {

@@ -1,7 +1,7 @@
 //! Load: many sessions at once in one process, each cycling through runaway loops,
 //! memory bombs, tool calls and trivial steps, for a while. Counts how every step
 //! ended against what its script should do: a runaway must be stopped by a limit,
-//! anything else must return its own result. Used by `examples/load.rs` (the
+//! anything else must return its own result. Used by `cli/examples/load.rs` (the
 //! 500-session probe) and the test suite (a small one).
 
 use std::collections::BTreeMap;
@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::scripts::Lang;
-use crate::exec::session::{ScriptRun, ScriptSession};
-use crate::output::script_output::ScriptOutput;
-use crate::tools::toolbox::{Tool, ToolBox};
+use codeact::exec::{ScriptRun, ScriptSession};
+use codeact::output::ScriptOutput;
+use codeact::tools::{Tool, ToolBox};
 use codeact_runtime::{HostError, Runtime};
 
 /// Runtimes for each tenth of a mixed load, in session order: five Rhai, one

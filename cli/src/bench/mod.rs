@@ -11,7 +11,7 @@
 //! report, since absolute times move with the machine's load.
 //!
 //! ```no_run
-//! use codeact::bench::{BenchOptions, run};
+//! use codeact_cli::bench::{BenchOptions, run};
 //!
 //! let options = BenchOptions { runtimes: vec!["rhai".into()], quick: true, scale: false };
 //! let report = run(&options, &mut |what| eprintln!("{what}"));
@@ -19,7 +19,7 @@
 //! ```
 //!
 //! The JavaScript worker backend (`js`) starts this executable again as its worker:
-//! a binary that benchmarks it calls [`crate::run_worker_if_requested`] first thing
+//! a binary that benchmarks it calls [`codeact::run_worker_if_requested`] first thing
 //! in `main` (the `codeact` binary does).
 
 mod cases;
@@ -45,7 +45,7 @@ pub use scale::{CONCURRENCY, HISTORY_STEPS, SCRIPT_SIZES, idle_sessions};
 pub use scripts::{Lang, sample_value};
 pub use stats::{Summary, ratio};
 
-use crate::exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES};
+use codeact::exec::{OPT_IN_RUNTIMES, RUNTIME_NAMES};
 
 /// The version of the JSON report's format.
 pub const REPORT_FORMAT: u32 = 1;

@@ -12,8 +12,8 @@ use super::cases::{Backend, check, step};
 use super::machine::{children_private_bytes, cpu_seconds, rss_bytes};
 use super::report::{History, IdleMemory, Measured, ScaleReport, ScriptSize, Throughput};
 use super::stats::Summary;
-use crate::exec::session::ScriptSession;
-use crate::output::script_output::ScriptOutput;
+use codeact::exec::ScriptSession;
+use codeact::output::ScriptOutput;
 
 /// Sessions stepping at once, per throughput measurement.
 pub const CONCURRENCY: [usize; 3] = [1, 10, 100];

@@ -5,7 +5,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Mutex;
 
-use crate::agent::approval::{ApprovalDecision, ApprovalRequest, Approver};
+use codeact::agent::{ApprovalDecision, ApprovalRequest, Approver};
 
 use super::printer::terminal_safe;
 

@@ -8,17 +8,17 @@ use clap::{Args, Subcommand};
 
 use super::printer::terminal_safe;
 use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, host_runtime, usage_error};
-use crate::agent::decide::LoopConfig;
-use crate::agent::driver::Agent;
-use crate::agent::events::Transcript;
-use crate::agent::outcome::Outcome;
 use crate::eval::record::{file_safe, load_records, next_run};
 use crate::eval::{EvalTask, RunRecord, TaskRecord, is_right, load_tasks, render_report};
-use crate::exec::registry::runtime_by_name;
-use crate::model::{ModelSpecError, model_from_spec};
-use crate::output::final_output::rfc3339_utc;
-use crate::tools::manifest::{load_tool_manifest, refuse_mcp_servers};
-use crate::tools::toolbox::Tool;
+use codeact::agent::Agent;
+use codeact::agent::LoopConfig;
+use codeact::agent::Outcome;
+use codeact::agent::Transcript;
+use codeact::exec::runtime_by_name;
+use codeact::model::{ModelSpecError, model_from_spec};
+use codeact::output::rfc3339_utc;
+use codeact::tools::Tool;
+use codeact::tools::{load_tool_manifest, refuse_mcp_servers};
 
 #[derive(Debug, Args)]
 pub(crate) struct EvalArgs {
@@ -39,10 +39,10 @@ enum EvalCommand {
 #[derive(Debug, Args)]
 struct EvalRunArgs {
     /// The task file: JSON Lines of {"id", "task", "answer", "match", "tools"…}.
-    #[arg(long, value_name = "FILE", default_value = "eval/tasks.jsonl")]
+    #[arg(long, value_name = "FILE", default_value = "cli/eval/tasks.jsonl")]
     tasks: PathBuf,
     /// The command tools the tasks name (a manifest as for `codeact run --tools`).
-    #[arg(long, value_name = "FILE", default_value = "eval/tools.json")]
+    #[arg(long, value_name = "FILE", default_value = "cli/eval/tools.json")]
     tools: PathBuf,
     /// The model, as for `codeact run`.
     #[arg(long, value_name = "PROVIDER:NAME")]
@@ -67,7 +67,7 @@ struct EvalRunArgs {
     #[arg(long, value_name = "IDS", value_delimiter = ',')]
     only: Vec<String>,
     /// Where records and transcripts go.
-    #[arg(long, value_name = "DIR", default_value = "eval/results")]
+    #[arg(long, value_name = "DIR", default_value = "cli/eval/results")]
     out: PathBuf,
     /// Model calls per task.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=100))]
@@ -85,10 +85,10 @@ struct EvalRunArgs {
 #[derive(Debug, Args)]
 struct EvalReportArgs {
     /// The task file the records are judged against.
-    #[arg(long, value_name = "FILE", default_value = "eval/tasks.jsonl")]
+    #[arg(long, value_name = "FILE", default_value = "cli/eval/tasks.jsonl")]
     tasks: PathBuf,
     /// The folder of run records.
-    #[arg(long, value_name = "DIR", default_value = "eval/results")]
+    #[arg(long, value_name = "DIR", default_value = "cli/eval/results")]
     results: PathBuf,
 }
 

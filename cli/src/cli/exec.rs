@@ -9,9 +9,9 @@ use clap::Args;
 use super::files::FileArgs;
 use super::printer::terminal_safe;
 use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, ToolArgs, host_runtime, usage_error};
-use crate::exec::registry::runtime_by_name;
-use crate::exec::session::ScriptSession;
-use crate::tools::toolbox::ToolBox;
+use codeact::exec::ScriptSession;
+use codeact::exec::runtime_by_name;
+use codeact::tools::ToolBox;
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {

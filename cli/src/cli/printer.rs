@@ -10,10 +10,10 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::Mutex;
 
-use crate::agent::events::{Event, ResumedSession, ToolCallOutcome};
-use crate::agent::outcome::Outcome;
-use crate::chat::Role;
-use crate::output::final_output::Validation;
+use codeact::agent::Outcome;
+use codeact::agent::{Event, ResumedSession, ToolCallOutcome};
+use codeact::chat::Role;
+use codeact::output::Validation;
 
 /// Prints events to stderr. Streamed text is printed as it arrives; a reply that
 /// was not streamed is printed whole when it joins the conversation.
@@ -128,6 +128,7 @@ impl Printer {
                         "{why}── resumed after step {steps}: {replayed_scripts} script(s) re-run with {replayed_tool_calls} recorded tool result(s)"
                     )
                 }
+                _ => Ok(()),
             },
             Event::SnapshotKept { .. } => Ok(()),
             Event::SnapshotFailed { step, reason } => {
@@ -180,6 +181,7 @@ impl Printer {
                     Outcome::AwaitingApproval { id, tool, .. } => format!(
                         "stopped: the call of {tool} waits for approval (resume the transcript with --approve-call {id} or --deny-call {id})"
                     ),
+                    _ => "stopped".to_string(),
                 };
                 writeln!(
                     err,
@@ -226,6 +228,8 @@ impl Printer {
                 notes.iter().try_for_each(|note| writeln!(err, "{note}"))
             }
             Event::Message { .. } | Event::ModelReply { .. } | Event::Usage { .. } => Ok(()),
+            // Events the library adds later are in the transcript, not on the terminal.
+            _ => Ok(()),
         };
         if err.is_empty() {
             return;
@@ -271,7 +275,7 @@ fn print_logs(err: &mut impl Write, logs: &str) -> std::io::Result<()> {
 }
 
 fn shorten(text: &str) -> String {
-    crate::agent::cut_middle(text, 2_000)
+    codeact::agent::cut_middle(text, 2_000)
 }
 
 #[cfg(test)]

@@ -12,27 +12,27 @@ use super::{
     EXIT_AWAITING_APPROVAL, EXIT_BUDGET, EXIT_CANCELLED, EXIT_HOST_FAILURE, EXIT_OK, LimitArgs,
     ToolArgs, host_runtime, usage_error,
 };
-use crate::model::{ModelSpecError, model_from_spec};
+use codeact::model::{ModelSpecError, model_from_spec};
 use std::time::Duration;
 
 use super::validate::{load_contract, read_schema};
-use crate::agent::approval::{ApprovalDecision, PendingApproval};
-use crate::agent::decide::LoopConfig;
-use crate::agent::driver::AgentBuilder;
-use crate::agent::driver::{Agent, AgentError};
-use crate::agent::events::Listener;
-use crate::agent::events::{Event, Transcript};
-use crate::agent::outcome::Outcome;
-use crate::agent::read_transcript;
-use crate::agent::resume::ResumePoint;
-use crate::agent::snapshots::SnapshotDir;
-use crate::agent::team::TeamOutcome;
-use crate::agent::team_config::{TeamConfigError, load_team};
-use crate::exec::registry::runtime_by_name;
-use crate::files::FileArea;
-use crate::output::final_output::FinalOutput;
-use crate::output::spec::{OnValidatorError, OutputSpec};
-use crate::prompts::TransferTarget;
+use codeact::agent::AgentBuilder;
+use codeact::agent::Listener;
+use codeact::agent::LoopConfig;
+use codeact::agent::Outcome;
+use codeact::agent::ResumePoint;
+use codeact::agent::SnapshotDir;
+use codeact::agent::TeamOutcome;
+use codeact::agent::read_transcript;
+use codeact::agent::{Agent, AgentError};
+use codeact::agent::{ApprovalDecision, PendingApproval};
+use codeact::agent::{Event, Transcript};
+use codeact::agent::{TeamConfigError, load_team};
+use codeact::exec::runtime_by_name;
+use codeact::files::FileArea;
+use codeact::output::FinalOutput;
+use codeact::output::{OnValidatorError, OutputSpec};
+use codeact::prompts::TransferTarget;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
@@ -345,7 +345,7 @@ fn copy_out(
         Some(area) => (area.root().to_path_buf(), area.max_disk_bytes()),
         None => (
             std::env::current_dir().unwrap_or_default(),
-            crate::files::DEFAULT_MAX_DISK_BYTES,
+            codeact::files::DEFAULT_MAX_DISK_BYTES,
         ),
     };
     match copy_artifacts(output, &workdir, dest, max_bytes) {
@@ -553,6 +553,7 @@ fn run_team(
                 );
                 ExitCode::from(EXIT_BUDGET)
             }
+            _ => ExitCode::from(EXIT_HOST_FAILURE),
         },
         Err(AgentError::Setup(message)) => usage_error(&message),
         Err(AgentError::Output(e)) => usage_error(&e.to_string()),
@@ -686,5 +687,6 @@ fn finish(outcome: &Outcome) -> ExitCode {
         Outcome::Cancelled => EXIT_CANCELLED,
         Outcome::AwaitingApproval { .. } => EXIT_AWAITING_APPROVAL,
         Outcome::Refused { .. } | Outcome::ContextWindowExceeded => EXIT_HOST_FAILURE,
+        _ => EXIT_HOST_FAILURE,
     })
 }

@@ -9,7 +9,7 @@ use codeact_rhai::Verdict;
 use serde_json::{Value, json};
 
 use super::{EXIT_NOT_VALID, EXIT_OK, usage_error};
-use crate::output::spec::{Check, OnValidatorError, OutputContract, OutputSpec, RefusedBy};
+use codeact::output::{Check, OnValidatorError, OutputContract, OutputSpec, RefusedBy};
 
 #[derive(Debug, Args)]
 pub(crate) struct ValidateArgs {
@@ -56,7 +56,7 @@ pub(crate) fn load_contract(
     schema_file: Option<&Path>,
 ) -> Result<OutputContract, String> {
     spec.load().map_err(|e| match (&e, schema_file) {
-        (crate::output::spec::OutputSpecError::Schema(message), Some(path)) => {
+        (codeact::output::OutputSpecError::Schema(message), Some(path)) => {
             format!(
                 "schema '{}': not a valid JSON Schema: {message}",
                 path.display()

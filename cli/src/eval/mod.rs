@@ -4,7 +4,7 @@
 //! A task file is JSON Lines, one [`EvalTask`] per line; each run of each runtime is
 //! written as one [`RunRecord`] file; the report reads every record of a folder and
 //! judges the answers against the task file, so records from another host (see
-//! `eval/smolagents_eval.py`) are judged by the same rules.
+//! `cli/eval/smolagents_eval.py`) are judged by the same rules.
 
 pub mod judge;
 pub mod record;

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use super::config::Caller;
 use super::runs::{Job, Runs, awaited_call};
 use super::store::{Created, RunRecord, Status, StoreError};
-use crate::output::spec::OutputSpec;
+use codeact::output::OutputSpec;
 
 /// Runs a page of `GET /runs` holds without `limit`.
 const DEFAULT_PAGE: u32 = 20;

@@ -55,7 +55,7 @@ use sha2::{Digest, Sha256};
 
 use super::connections::ConnectionLimits;
 use super::store::QueueLimits;
-use crate::agent::team_config::load_team;
+use codeact::agent::load_team;
 
 /// Default cap on a request body: 64 KiB.
 pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 << 10;

@@ -23,14 +23,14 @@ use tracing::field::Empty;
 
 use super::config::{OfferedAgent, ServeConfig};
 use super::store::{Ended, RunRecord, Status, Store};
-use crate::agent::approval::{ApprovalDecision, Approver};
-use crate::agent::driver::{Agent, AgentError, RunResult};
-use crate::agent::events::{Event, Listener};
-use crate::agent::outcome::Outcome;
-use crate::agent::resume::ResumePoint;
-use crate::agent::team::{Team, TeamOutcome, TeamRun};
-use crate::agent::team_config::{load_team, load_team_for_run};
-use crate::output::spec::OutputSpec;
+use codeact::agent::Outcome;
+use codeact::agent::ResumePoint;
+use codeact::agent::{Agent, AgentError, RunResult};
+use codeact::agent::{ApprovalDecision, Approver};
+use codeact::agent::{Event, Listener};
+use codeact::agent::{Team, TeamOutcome, TeamRun};
+use codeact::agent::{load_team, load_team_for_run};
+use codeact::output::OutputSpec;
 
 /// What a piece of work on a run does; on PostgreSQL, stored as JSON in the
 /// run's `job` column until a worker does it.
@@ -403,7 +403,7 @@ impl Work {
             Approver::defer_all()
         };
         let agent_listener = listener.clone();
-        let configure = |builder: crate::agent::driver::AgentBuilder| {
+        let configure = |builder: codeact::agent::AgentBuilder| {
             builder
                 .stream(true)
                 .listener(agent_listener.clone())
@@ -593,6 +593,8 @@ async fn drive_team(
             let status = match &outcome {
                 TeamOutcome::Finished { outcome, .. } => status_of(outcome, false),
                 TeamOutcome::TransferLimit { .. } => Status::Finished,
+                // An ending the library adds later: the run is over either way.
+                _ => Status::Finished,
             };
             Ended {
                 status,
@@ -625,7 +627,7 @@ fn record_end(span: &tracing::Span, ended: &Ended) {
     }
     span.record("codeact.status", ended.status.as_str());
     span.record("codeact.outcome", outcome_kind(ended));
-    span.record("codeact.steps", crate::agent::spans::int(ended.steps));
+    span.record("codeact.steps", codeact::agent::spans::int(ended.steps));
     let tokens = |field: &str| {
         ended
             .usage
@@ -634,13 +636,13 @@ fn record_end(span: &tracing::Span, ended: &Ended) {
             .and_then(Value::as_u64)
     };
     if let Some(n) = tokens("input_tokens") {
-        span.record("gen_ai.usage.input_tokens", crate::agent::spans::int(n));
+        span.record("gen_ai.usage.input_tokens", codeact::agent::spans::int(n));
     }
     if let Some(n) = tokens("output_tokens") {
-        span.record("gen_ai.usage.output_tokens", crate::agent::spans::int(n));
+        span.record("gen_ai.usage.output_tokens", codeact::agent::spans::int(n));
     }
     if let Some(error) = &ended.error {
-        crate::agent::spans::record_error(span, error);
+        codeact::agent::spans::record_error(span, error);
     }
 }
 
@@ -690,6 +692,7 @@ fn status_of(outcome: &Outcome, chat: bool) -> Status {
                 Status::Finished
             }
         }
+        _ => Status::Finished,
     }
 }
 

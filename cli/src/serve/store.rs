@@ -16,8 +16,8 @@ use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
-use crate::agent::events::Event;
-use crate::output::final_output::rfc3339_utc;
+use codeact::agent::Event;
+use codeact::output::rfc3339_utc;
 
 /// The store could not be opened or answer.
 #[derive(Debug, thiserror::Error)]

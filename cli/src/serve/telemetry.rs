@@ -31,7 +31,7 @@
 //! several traces sharing `codeact.run.id`: a worker taking a run over cannot
 //! continue a span another process opened, and the store keeps no trace
 //! context, so the attribute is the link to search by. Under the `run` span,
-//! the loop's own spans (see `crate::agent::spans`): `model` per model call,
+//! the loop's own spans (see `codeact::agent::spans`): `model` per model call,
 //! `script` per script with `tool` per tool call beneath it, `replay` per
 //! script re-run on resume, with code and outputs cut to 1 KiB. Spans are
 //! batched on a thread of the SDK's and sent every 5 s (`OTEL_BSP_SCHEDULE_DELAY`);

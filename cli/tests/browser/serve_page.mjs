@@ -1,4 +1,4 @@
-// Drives `codeact serve`'s page in a real headless Chromium for tests/serve.rs:
+// Drives `codeact serve`'s page in a real headless Chromium for cli/tests/serve.rs:
 // signs in with a token, starts a run of the given agent with the given task,
 // waits for its final output, and prints what the page shows as one JSON line.
 // Usage: node serve_page.mjs URL TOKEN AGENT TASK SCREENSHOT

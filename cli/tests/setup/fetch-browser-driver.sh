@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs playwright-core (pinned; the driver only, no browser download) from npm
-# into ~/.cache/codeact-browser, where tests/serve.rs's page test looks for it to
+# into ~/.cache/codeact-browser, where cli/tests/serve.rs's page test looks for it to
 # drive the system's Chromium (Debian's `chromium`). Needs node and npm; without
 # them it says so and exits 1 (the page test then reports itself skipped).
 set -euo pipefail

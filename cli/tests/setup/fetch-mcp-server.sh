@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the MCP project's reference server (`server-everything`, pinned) from npm
-# into ~/.cache/codeact-mcp, where tests/suite/mcp.rs looks for it. Needs node and
+# into ~/.cache/codeact-mcp, where cli/tests/suite/mcp.rs looks for it. Needs node and
 # npm; without them it says so and exits 1 (the tests that need the server then
 # fail unless CODEACT_ALLOW_MISSING_MCP=1).
 set -euo pipefail

@@ -22,7 +22,7 @@ const CASES: [&str; 7] = [
     "agent_10_steps",
 ];
 
-/// If this fails, `scripts/benchmarks.sh` cannot build BENCHMARKS.md from the report.
+/// If this fails, `benches/peers/benchmarks.sh` cannot build BENCHMARKS.md from the report.
 #[test]
 fn quick_rhai_bench_prints_parseable_json_with_every_case_and_scale_figure() {
     let out = codeact(&["bench", "--quick", "--runtime", "rhai", "--json"]);

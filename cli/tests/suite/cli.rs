@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 pub(crate) fn codeact(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
         .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -790,7 +790,10 @@ fn a_team_file_declares_output_specs_per_agent_and_for_the_stage() {
             "```rhai\nfinal_result(#{total: 5})\n```",
         ],
     );
-    let validator = std::fs::canonicalize(HAS_TOTAL).expect("the fixture exists");
+    let validator = std::fs::canonicalize(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(HAS_TOTAL),
+    )
+    .expect("the fixture exists");
     let team = format!(
         "[output]\ninstructions = \"One JSON object.\"\n\n[[agent]]\nname = \"counter\"\nmodel = \"replay:{}\"\n\n[agent.output]\nformat = \"json\"\nschema = {{ type = \"object\" }}\nvalidator = \"{}\"\n",
         replies.display(),
@@ -885,13 +888,13 @@ fn a_missing_guest_is_a_usage_error_naming_the_fetch_script() {
     let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
         .args(["exec", "--runtime", "wasm:python", "-"])
         .env("CODEACT_GUEST_DIR", "/nonexistent/codeact-guests")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .stdin(Stdio::null())
         .output()
         .expect("codeact runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("scripts/fetch-guests.sh"),
+        stderr(&out).contains("guests/fetch-guests.sh"),
         "{}",
         stderr(&out)
     );
@@ -914,7 +917,7 @@ fn guests_list_names_python_sci_with_how_to_fetch_it() {
         .unwrap_or_else(|| panic!("not listed:\n{listed}"));
     assert!(line.contains("not fetched"), "{line}");
     assert!(
-        line.contains("scripts/fetch-guests.sh --python-sci"),
+        line.contains("guests/fetch-guests.sh --python-sci"),
         "{line}"
     );
     // The default guests are missing too, which is what fails the listing.
@@ -1210,7 +1213,7 @@ fn replay_demo_with_events(transcript: &str, task: &str) -> String {
             "jsonl",
             task,
         ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("codeact runs");
     assert!(
@@ -1316,7 +1319,7 @@ fn a_policy_file_refuses_calls_and_a_file_without_rules_is_refused() {
                 "fixtures/tools/demo.json",
                 "Which is warmer right now, Paris or Oslo? Return the name of the city.",
             ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .output()
             .expect("codeact runs")
     };

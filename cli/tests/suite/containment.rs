@@ -33,7 +33,7 @@ mod wasi_files;
 const SECTION: Section = Section {
     name: "containment",
     title: "Containment: the audit's attacks",
-    intro: "Each attack of the containment audit (issue 14), run by `tests/suite/containment.rs` on every runtime it applies to with default limits unless the case says otherwise. A cell says how the attack was contained; `host` holds attacks on the host itself (tool processes, artifacts, streamed replies, terminals, fences).",
+    intro: "Each attack of the containment audit (issue 14), run by `cli/tests/suite/containment.rs` on every runtime it applies to with default limits unless the case says otherwise. A cell says how the attack was contained; `host` holds attacks on the host itself (tool processes, artifacts, streamed replies, terminals, fences).",
     binary: "suite containment::",
     columns: &[
         "rhai",

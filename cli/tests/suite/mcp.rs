@@ -1,4 +1,4 @@
-//! MCP servers' tools in scripts, against real servers: `tests/mcp/scripted_server.py`
+//! MCP servers' tools in scripts, against real servers: `cli/tests/mcp/scripted_server.py`
 //! (a stdio server whose tools crash, hang, answer garbage, fail or answer too much,
 //! on purpose) and the MCP project's reference server `server-everything` (npm),
 //! over stdio and streamable HTTP. `.ci/run` installs the reference server under

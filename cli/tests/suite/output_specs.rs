@@ -15,7 +15,7 @@ use codeact::{
 use serde_json::json;
 
 fn validator_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("fixtures/validators")
         .join(name)
 }
@@ -588,7 +588,7 @@ fn the_generated_schema_holds_untrusted_text_as_a_plain_string() {
 #[test]
 fn a_plain_string_field_in_a_final_answer_does_not_compile() {
     let cases = trybuild::TestCases::new();
-    cases.compile_fail("tests/ui/*.rs");
+    cases.compile_fail("../tests/ui/*.rs");
 }
 
 // --- Fenced feedback -------------------------------------------------------------

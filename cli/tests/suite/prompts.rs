@@ -13,7 +13,7 @@ use codeact::{
 use serde_json::json;
 
 fn assert_snapshot(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("fixtures/snapshots")
         .join(name);
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
@@ -168,7 +168,7 @@ fn the_system_prompt_without_an_output_spec_says_nothing_about_the_final_result(
 #[test]
 fn the_python_card_with_tools_matches_its_snapshot() {
     let runtime = codeact::WasmRuntime::by_name("wasm:micropython", Limits::default())
-        .expect("the MicroPython guest loads (scripts/fetch-guests.sh)");
+        .expect("the MicroPython guest loads (guests/fetch-guests.sh)");
     let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
     assert!(
         card.contains("- `add(a=integer, b=integer)`: Adds two integers."),
@@ -182,7 +182,7 @@ fn the_python_card_with_tools_matches_its_snapshot() {
 #[test]
 fn the_quickjs_card_with_tools_matches_its_snapshot() {
     let runtime = codeact::WasmRuntime::by_name("wasm:js", Limits::default())
-        .expect("the QuickJS guest loads (scripts/fetch-guests.sh)");
+        .expect("the QuickJS guest loads (guests/fetch-guests.sh)");
     let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
     assert_snapshot("quickjs_card_with_tools.md", &card);
 }

@@ -37,7 +37,8 @@ impl Scene {
             .join(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("the scene directory is made");
-        let counter = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/counter.py");
+        let counter =
+            Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("fixtures/tools/counter.py");
         let manifest = json!([{
             "name": "bump",
             "description": "Appends tag to the counter file; returns its line count.",

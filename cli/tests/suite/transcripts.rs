@@ -15,7 +15,7 @@ use codeact::{
 };
 
 fn transcripts() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/transcripts");
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("fixtures/transcripts");
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -27,7 +27,8 @@ fn transcripts() -> Vec<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_recorded_transcript_replays_to_the_outcome_it_had() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/demo.json");
+    let manifest =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("fixtures/tools/demo.json");
     let paths = transcripts();
     assert!(!paths.is_empty(), "no transcripts recorded");
     for path in paths {

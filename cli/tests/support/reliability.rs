@@ -101,7 +101,7 @@ fn render(section: &Section, columns: &BTreeMap<&'static str, Column>) -> String
 }
 
 fn file_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("RELIABILITY.md")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("RELIABILITY.md")
 }
 
 /// The sections of the file by name, each with its markers.

@@ -1,7 +1,7 @@
 //! `ScriptOutput::decode` never panics, and what it produces survives its own wire
 //! format unchanged.
 //!
-//! Shared by the fuzz target of the same name and by `tests/suite/adversarial.rs`,
+//! Shared by the fuzz target of the same name and by `cli/tests/suite/adversarial.rs`,
 //! which replays the seeds under `fixtures/fuzz/` on every `cargo test`.
 
 use codeact::ScriptOutput;

@@ -1,7 +1,7 @@
 //! Code extraction never panics on any reply, and extracted code is made of the
 //! reply's own lines.
 //!
-//! Shared by the fuzz target of the same name and by `tests/suite/adversarial.rs`,
+//! Shared by the fuzz target of the same name and by `cli/tests/suite/adversarial.rs`,
 //! which replays the seeds under `fixtures/fuzz/` on every `cargo test`.
 
 use codeact::agent::{Extraction, extract_code};

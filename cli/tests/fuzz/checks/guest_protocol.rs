@@ -3,7 +3,7 @@
 //! run's whole header (text pieces on either side of a message may, joined, spell
 //! one: that is printed output, never parsed again).
 //!
-//! Shared by the fuzz target of the same name and by `tests/suite/adversarial.rs`,
+//! Shared by the fuzz target of the same name and by `cli/tests/suite/adversarial.rs`,
 //! which replays the seeds under `fixtures/fuzz/` on every `cargo test`.
 
 use codeact_wasm::protocol::{MARKER, OutputParser};

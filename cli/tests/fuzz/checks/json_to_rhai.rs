@@ -1,7 +1,7 @@
 //! JSON -> Rhai -> JSON never panics and keeps every value JSON can hold exactly
 //! (integers that fit i64, strings, bools, null, arrays, objects).
 //!
-//! Shared by the fuzz target of the same name and by `tests/suite/adversarial.rs`,
+//! Shared by the fuzz target of the same name and by `cli/tests/suite/adversarial.rs`,
 //! which replays the seeds under `fixtures/fuzz/` on every `cargo test`.
 
 /// Checks one input.

@@ -1,7 +1,7 @@
 //! Any script, in a session with small limits, ends in an outcome: no panic, no
 //! hang past the limits, and the session still runs a trivial script afterwards.
 //!
-//! Shared by the fuzz target of the same name and by `tests/suite/adversarial.rs`,
+//! Shared by the fuzz target of the same name and by `cli/tests/suite/adversarial.rs`,
 //! which replays the seeds under `fixtures/fuzz/` on every `cargo test`.
 
 use std::sync::{Arc, OnceLock};

@@ -3,7 +3,7 @@
 //! chunks, and hand the caller exactly the text they return: the deltas joined are
 //! the reply's text, and a complete reply ends with one `Final` then `Done`.
 //!
-//! Shared by the fuzz target of the same name and by `tests/suite/adversarial.rs`,
+//! Shared by the fuzz target of the same name and by `cli/tests/suite/adversarial.rs`,
 //! which replays the seeds under `fixtures/fuzz/` on every `cargo test`.
 
 use codeact::chat::{ContentBlock, ModelResponse, StreamEvent};

@@ -291,7 +291,7 @@ fn endless_stream(column: &str) -> Option<Result<String, String>> {
                 ..RetryPolicy::default()
             };
             // A small cap keeps the attack quick; the default (32 MiB) is the same
-            // code path (tests/suite/model_servers.rs runs it).
+            // code path (cli/tests/suite/model_servers.rs runs it).
             config.max_reply_bytes = 4 << 20;
             let client = OpenAiClient::new(config).map_err(|e| e.to_string())?;
             let request = ModelRequest::new("s", vec![Message::user("go")]);
