@@ -10,21 +10,18 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::config::Caller;
-use super::runs::{Job, Runs, awaited_call};
+use super::runs::{Job, OutputRequest, Runs, awaited_call};
 use super::store::{Created, RunRecord, Status, StoreError};
-use codeact::output::OutputSpec;
 
 /// Runs a page of `GET /runs` holds without `limit`.
 const DEFAULT_PAGE: u32 = 20;
@@ -36,36 +33,10 @@ const TASK_PREVIEW_CHARS: usize = 200;
 /// about what a short run takes, so a retry has a fair chance.
 const RETRY_AFTER_SECONDS: u32 = 5;
 
-/// The routes, over the runs they work on.
-pub(crate) fn router(runs: Arc<Runs>) -> Router {
-    Router::new()
-        .route("/", get(super::page::index))
-        .route("/page/app.js", get(super::page::script))
-        .route("/page/style.css", get(super::page::style))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/agents", get(list_agents))
-        .route("/runs", post(create_run).get(list_runs))
-        .route("/runs/{id}", get(get_run))
-        .route("/runs/{id}/events", get(super::sse::events))
-        .route("/runs/{id}/cancel", post(cancel_run))
-        .route("/runs/{id}/approvals/{call}", post(decide))
-        .route("/runs/{id}/messages", post(send_message))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "this route takes another method",
-            )
-        })
-        .route_layer(axum::middleware::from_fn_with_state(runs.clone(), measured))
-        .with_state(runs)
-}
-
 /// Records every routed request in `http.server.request.duration`, by its
 /// route pattern (`/runs/{id}`, not the id), method and status; the time is to
 /// the response's head (an event stream's first byte).
-async fn measured(
+pub(super) async fn measured(
     State(runs): State<Arc<Runs>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -242,38 +213,6 @@ fn check_text(runs: &Runs, what: &str, text: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The request level of the output spec a client may give: what a final result
-/// must look like. No validator: that is a file on the server, which only its
-/// config names.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct OutputRequest {
-    /// A format label shown to the model; `json` means it must parse as JSON.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    format: Option<String>,
-    /// What the result should contain, in words.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    instructions: Option<String>,
-    /// An example result.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    example: Option<String>,
-    /// A JSON Schema the result must match (no remote `$ref`s are fetched).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    schema: Option<Value>,
-}
-
-impl OutputRequest {
-    pub(crate) fn into_spec(self) -> OutputSpec {
-        OutputSpec {
-            format: self.format,
-            instructions: self.instructions,
-            example: self.example,
-            schema: self.schema,
-            ..OutputSpec::default()
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CreateRun {
@@ -303,20 +242,20 @@ struct NextMessage {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListQuery {
+pub(super) struct ListQuery {
     limit: Option<u32>,
     after: Option<String>,
 }
 
 /// Liveness: the process answers and its store does.
-async fn healthz(State(runs): State<Arc<Runs>>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn healthz(State(runs): State<Arc<Runs>>) -> Result<Json<Value>, ApiError> {
     runs.store.ping().await?;
     Ok(Json(json!({ "ok": true })))
 }
 
 /// Readiness, for a load balancer: the store answers (a front end whose
 /// database is unreachable takes no runs); 503 otherwise.
-async fn readyz(State(runs): State<Arc<Runs>>) -> Response {
+pub(super) async fn readyz(State(runs): State<Arc<Runs>>) -> Response {
     match runs.store.ping().await {
         Ok(()) => Json(json!({ "ready": true })).into_response(),
         Err(e) => {
@@ -327,7 +266,7 @@ async fn readyz(State(runs): State<Arc<Runs>>) -> Response {
     }
 }
 
-async fn list_agents(State(runs): State<Arc<Runs>>, _caller: Caller) -> Json<Value> {
+pub(super) async fn list_agents(State(runs): State<Arc<Runs>>, _caller: Caller) -> Json<Value> {
     let agents: Vec<Value> = runs
         .config
         .agents
@@ -346,7 +285,7 @@ async fn list_agents(State(runs): State<Arc<Runs>>, _caller: Caller) -> Json<Val
     Json(json!({ "agents": agents }))
 }
 
-async fn create_run(
+pub(super) async fn create_run(
     State(runs): State<Arc<Runs>>,
     caller: Caller,
     headers: HeaderMap,
@@ -426,7 +365,7 @@ async fn create_run(
     Ok((StatusCode::CREATED, Json(full(&run))).into_response())
 }
 
-async fn get_run(
+pub(super) async fn get_run(
     State(runs): State<Arc<Runs>>,
     caller: Caller,
     path: Result<Path<String>, PathRejection>,
@@ -436,7 +375,7 @@ async fn get_run(
     Ok(Json(full(&run)))
 }
 
-async fn list_runs(
+pub(super) async fn list_runs(
     State(runs): State<Arc<Runs>>,
     caller: Caller,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -468,7 +407,7 @@ async fn list_runs(
     })))
 }
 
-async fn cancel_run(
+pub(super) async fn cancel_run(
     State(runs): State<Arc<Runs>>,
     caller: Caller,
     path: Result<Path<String>, PathRejection>,
@@ -503,7 +442,7 @@ async fn cancel_run(
     )))
 }
 
-async fn decide(
+pub(super) async fn decide(
     State(runs): State<Arc<Runs>>,
     caller: Caller,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -549,7 +488,7 @@ async fn decide(
         .into_response())
 }
 
-async fn send_message(
+pub(super) async fn send_message(
     State(runs): State<Arc<Runs>>,
     caller: Caller,
     path: Result<Path<String>, PathRejection>,

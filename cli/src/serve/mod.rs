@@ -30,6 +30,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+
 pub(crate) use store::default_store_path;
 pub(crate) use worker::{WorkerOptions, worker};
 
@@ -83,7 +87,7 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
     let connection_limits = config.connections;
     let runs = runs::Runs::new(store, Arc::new(config), owner);
     if telemetry::exporting() {
-        tokio::spawn(telemetry::sample_queue(runs.clone()));
+        tokio::spawn(runs::sample_queue(runs.clone()));
     }
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
@@ -119,7 +123,7 @@ pub(crate) async fn serve(options: ServeOptions) -> Result<(), String> {
     } else {
         None
     };
-    let server = connections::serve(listener, api::router(runs), connection_limits, stop.clone());
+    let server = connections::serve(listener, router(runs), connection_limits, stop.clone());
     // An event stream stays open while its run goes on: past the grace, the
     // server stops anyway, and the next start marks such runs interrupted.
     let grace = async {
@@ -157,4 +161,33 @@ pub(super) async fn stopped() {
         _ = tokio::signal::ctrl_c() => {}
         () = terminate => {}
     }
+}
+
+/// The routes, over the runs they work on.
+fn router(runs: Arc<runs::Runs>) -> Router {
+    Router::new()
+        .route("/", get(page::index))
+        .route("/page/app.js", get(page::script))
+        .route("/page/style.css", get(page::style))
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .route("/agents", get(api::list_agents))
+        .route("/runs", post(api::create_run).get(api::list_runs))
+        .route("/runs/{id}", get(api::get_run))
+        .route("/runs/{id}/events", get(sse::events))
+        .route("/runs/{id}/cancel", post(api::cancel_run))
+        .route("/runs/{id}/approvals/{call}", post(api::decide))
+        .route("/runs/{id}/messages", post(api::send_message))
+        .fallback(|| async { api::ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            api::ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "this route takes another method",
+            )
+        })
+        .route_layer(axum::middleware::from_fn_with_state(
+            runs.clone(),
+            api::measured,
+        ))
+        .with_state(runs)
 }

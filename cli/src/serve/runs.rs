@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -726,8 +727,8 @@ fn failed(error: String) -> Ended {
 fn request_spec(output: Option<&Value>) -> Result<OutputSpec, String> {
     match output {
         None => Ok(OutputSpec::default()),
-        Some(value) => serde_json::from_value::<super::api::OutputRequest>(value.clone())
-            .map(super::api::OutputRequest::into_spec)
+        Some(value) => serde_json::from_value::<OutputRequest>(value.clone())
+            .map(OutputRequest::into_spec)
             .map_err(|e| format!("the stored output spec is unreadable: {e}")),
     }
 }
@@ -772,4 +773,52 @@ pub(crate) fn awaited_call(outcome: Option<&Value>) -> Option<(String, String, V
         outcome.get("tool")?.as_str()?.to_string(),
         outcome.get("args").cloned().unwrap_or(Value::Null),
     ))
+}
+
+/// The request level of the output spec a client may give: what a final result
+/// must look like. No validator: that is a file on the server, which only its
+/// config names.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OutputRequest {
+    /// A format label shown to the model; `json` means it must parse as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    format: Option<String>,
+    /// What the result should contain, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    instructions: Option<String>,
+    /// An example result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    example: Option<String>,
+    /// A JSON Schema the result must match (no remote `$ref`s are fetched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schema: Option<Value>,
+}
+
+impl OutputRequest {
+    pub(crate) fn into_spec(self) -> OutputSpec {
+        OutputSpec {
+            format: self.format,
+            instructions: self.instructions,
+            example: self.example,
+            schema: self.schema,
+            ..OutputSpec::default()
+        }
+    }
+}
+
+/// How often `codeact.queue.depth` is read from the store while exporting: 10 s.
+pub(crate) const QUEUE_SAMPLE_EVERY: Duration = Duration::from_secs(10);
+
+/// Reads the store's queue depth into `codeact.queue.depth` every
+/// [`QUEUE_SAMPLE_EVERY`], from the start; runs only while exporting (one
+/// `COUNT` query per sample).
+pub(crate) async fn sample_queue(runs: Arc<Runs>) {
+    loop {
+        match runs.store.counts_by_status().await {
+            Ok((queued, running)) => runs.metrics.queue_depth(queued, running),
+            Err(e) => tracing::debug!("telemetry: cannot read the queue depth: {e}"),
+        }
+        tokio::time::sleep(QUEUE_SAMPLE_EVERY).await;
+    }
 }

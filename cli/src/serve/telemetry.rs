@@ -45,7 +45,7 @@
 //! `codeact.runs.finished` (by agent, `codeact.status` and `codeact.outcome`),
 //! `codeact.run.duration` (seconds, same attributes), and `codeact.queue.depth`
 //! (runs `queued` and `running` in the store, by `codeact.status`, sampled
-//! every [`QUEUE_SAMPLE_EVERY`]).
+//! every [`QUEUE_SAMPLE_EVERY`](super::runs::QUEUE_SAMPLE_EVERY)).
 //!
 //! **Shutdown.** At SIGTERM or Ctrl-C, once the process stopped (its runs
 //! finished or handed back), what is still batched is sent before it exits,
@@ -53,7 +53,6 @@
 //! what it had not sent yet, and the spans of runs it had not finished.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -65,8 +64,6 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde::Deserialize;
-
-use super::runs::Runs;
 
 /// The `[telemetry]` table of the server's config.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -253,22 +250,6 @@ impl Telemetry {
     }
 }
 
-/// How often `codeact.queue.depth` is read from the store while exporting: 10 s.
-pub(crate) const QUEUE_SAMPLE_EVERY: Duration = Duration::from_secs(10);
-
-/// Reads the store's queue depth into `codeact.queue.depth` every
-/// [`QUEUE_SAMPLE_EVERY`], from the start; runs only while exporting (one
-/// `COUNT` query per sample).
-pub(crate) async fn sample_queue(runs: Arc<Runs>) {
-    loop {
-        match runs.store.counts_by_status().await {
-            Ok((queued, running)) => runs.metrics.queue_depth(queued, running),
-            Err(e) => tracing::debug!("telemetry: cannot read the queue depth: {e}"),
-        }
-        tokio::time::sleep(QUEUE_SAMPLE_EVERY).await;
-    }
-}
-
 /// The instruments `codeact serve` and `codeact worker` record into, on the
 /// global meter provider: no-ops when nothing exports.
 pub(crate) struct Metrics {
@@ -357,7 +338,7 @@ impl Metrics {
         self.run_time.record(took.as_secs_f64(), &attributes);
     }
 
-    fn queue_depth(&self, queued: u64, running: u64) {
+    pub(crate) fn queue_depth(&self, queued: u64, running: u64) {
         self.queue
             .record(queued, &[KeyValue::new("codeact.status", "queued")]);
         self.queue

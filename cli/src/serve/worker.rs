@@ -52,7 +52,7 @@ pub(crate) async fn worker(options: WorkerOptions) -> Result<(), String> {
     let name = worker_name();
     let runs = Runs::new(store, Arc::new(config), Some(name.clone()));
     if super::telemetry::exporting() {
-        tokio::spawn(super::telemetry::sample_queue(runs.clone()));
+        tokio::spawn(super::runs::sample_queue(runs.clone()));
     }
     {
         use std::io::Write;

@@ -65,7 +65,8 @@ pub use guests::{
 };
 pub use session::WasmSession;
 
-use session::{Blueprint, HostState};
+use files::HostState;
+use session::Blueprint;
 
 const ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
@@ -475,7 +476,7 @@ impl WasmRuntime {
                 guest: guest.clone(),
                 prelude,
                 limits: limits.clone(),
-                startup_time: session::STARTUP_TIME,
+                startup_time: engine::STARTUP_TIME,
                 templates: Default::default(),
             };
             (info, Linked::Stdio(Arc::new(blueprint)))
