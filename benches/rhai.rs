@@ -100,7 +100,7 @@ fn steps(c: &mut Criterion) {
     group.sample_size(10);
     let mut sum = ScriptSession::start(
         &RhaiRuntime::new(Limits::unlimited()),
-        Arc::new(codeact::NoTools),
+        Arc::new(codeact::tools::NoTools),
     )
     .expect("session starts");
     expect_final(&mut sum, SUM, json!(500_000_500_000_i64));

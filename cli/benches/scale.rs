@@ -15,7 +15,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact::{JsRuntime, Limits, NoTools, RhaiRuntime, Runtime, ScriptOutput, ScriptSession};
+use codeact::tools::NoTools;
+use codeact::{JsRuntime, Limits, RhaiRuntime, Runtime, ScriptOutput, ScriptSession};
 use codeact_cli::bench::Lang;
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use serde_json::json;

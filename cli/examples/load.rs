@@ -14,7 +14,7 @@
 //! take turns instead.
 //!
 //! Every limit is a wall-clock one (200 ms here). At most twice as many scripts as
-//! cores run at once (`codeact::set_max_running_scripts`; the others wait, their
+//! cores run at once (`codeact::exec::set_max_running_scripts`; the others wait, their
 //! clocks not yet started), so each one stopped is stopped at its own limit.
 
 use std::sync::Arc;
@@ -86,7 +86,7 @@ async fn probe() {
         "before: {} {} · at most {:?} scripts run at once",
         status("VmRSS"),
         status("Threads"),
-        codeact::max_running_scripts()
+        codeact::exec::max_running_scripts()
     );
     for round in 1..=rounds {
         if rounds > 1 {

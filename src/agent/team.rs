@@ -70,7 +70,9 @@ pub struct TeamRun {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use codeact::model::ReplayModel;
-/// use codeact::{Agent, Limits, Outcome, RhaiRuntime, Team, TeamOutcome, TransferTarget};
+/// use codeact::{Agent, Limits, Outcome, RhaiRuntime, Team};
+/// use codeact::agent::TeamOutcome;
+/// use codeact::prompts::TransferTarget;
 ///
 /// let rhai = Arc::new(RhaiRuntime::new(Limits::default()));
 /// let triage = Agent::builder(Arc::new(ReplayModel::new(["```rhai\ntransfer_to_agent(\"billing\")\n```"])), rhai.clone())

@@ -14,6 +14,8 @@ pub use final_output::{
     open_regular_beneath, rfc3339_utc,
 };
 pub use script_output::{Malformed, NotAnOutput, ScriptOutput};
+
+pub use codeact_rhai::{RhaiValidator, ValidatorLoadError, Verdict};
 pub use spec::{
     Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
     content_text,

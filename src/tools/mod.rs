@@ -26,3 +26,5 @@ pub use mcp::{
     McpServer,
 };
 pub use toolbox::{Tool, ToolBox, ToolBoxError, ToolFuture};
+
+pub use codeact_runtime::{NoTools, ToolDispatch, ToolError, ToolSpec};

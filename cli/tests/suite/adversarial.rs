@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codeact::agent::read_transcript;
+use codeact::agent::{ResumePoint, ToolCallOutcome};
+use codeact::exec::ScriptRun;
 use codeact::model::ReplayModel;
 use codeact::{
-    Agent, Event, Limits, Outcome, ResumePoint, Runtime, ScriptOutput, ScriptRun, ScriptSession,
-    Tool, ToolBox, ToolCallOutcome, Transcript,
+    Agent, Event, Limits, Outcome, Runtime, ScriptOutput, ScriptSession, Tool, ToolBox, Transcript,
 };
 use serde_json::{Value, json};
 

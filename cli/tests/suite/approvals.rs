@@ -6,10 +6,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use codeact::agent::ApprovalReason;
 use codeact::model::ReplayModel;
 use codeact::{
-    Agent, ApprovalDecision, ApprovalReason, ApprovalRequest, Approver, CancellationToken, Event,
-    Limits, Outcome, RhaiRuntime, Tool,
+    Agent, ApprovalDecision, ApprovalRequest, Approver, CancellationToken, Event, Limits, Outcome,
+    RhaiRuntime, Tool,
 };
 use serde_json::json;
 
@@ -134,7 +135,7 @@ async fn an_approved_call_runs_and_a_denied_one_throws_a_catchable_error() {
 /// answer is ignored).
 #[tokio::test]
 async fn a_policy_asking_routes_the_call_to_the_approver() {
-    let policy = codeact::RhaiPolicy::compile(
+    let policy = codeact::agent::RhaiPolicy::compile(
         "policy.rhai",
         "fn check_call(tool, args) { if args.to == \"ada@example.com\" { \"ask\" } else { \"only ada\" } }",
         Limits::default(),
@@ -306,7 +307,7 @@ async fn resumed(
     approver: Approver,
 ) -> serde_json::Value {
     let events = codeact::agent::read_transcript(path).expect("reads");
-    let point = codeact::ResumePoint::from_events(&events).expect("resumable");
+    let point = codeact::agent::ResumePoint::from_events(&events).expect("resumable");
     let pending = point.pending_approval.clone().expect("a pending approval");
     assert_eq!(pending.id, "s1c1");
     let agent = Agent::builder(
@@ -490,7 +491,7 @@ async fn a_resumed_script_taking_another_path_before_the_awaited_call_is_refused
     lookups.lock().expect("unpoisoned").clear();
 
     let events = codeact::agent::read_transcript(&path).expect("reads");
-    let point = codeact::ResumePoint::from_events(&events).expect("resumable");
+    let point = codeact::agent::ResumePoint::from_events(&events).expect("resumable");
     let pending = point.pending_approval.clone().expect("pending");
     let agent = Agent::builder(
         Arc::new(ReplayModel::new(Vec::<String>::new())),
@@ -630,7 +631,8 @@ fn codeact_exec_denies_a_tool_that_needs_approval_unless_the_operator_allows_it(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codeact_mcp_denies_a_tool_that_needs_approval_to_every_client() {
-    use codeact::{McpServer, ToolBox, ToolDispatch};
+    use codeact::tools::ToolDispatch;
+    use codeact::{McpServer, ToolBox};
 
     let dir = tempfile::tempdir().expect("temp dir");
     let (manifest, paid) = pay_needing_approval(dir.path());
@@ -666,7 +668,8 @@ async fn codeact_mcp_denies_a_tool_that_needs_approval_to_every_client() {
 
 #[test]
 fn a_toolbox_used_without_an_agent_asks_its_approver_and_denies_without_one() {
-    use codeact::{ToolBox, ToolDispatch};
+    use codeact::ToolBox;
+    use codeact::tools::ToolDispatch;
 
     let calls = Arc::new(Mutex::new(0));
     let counted = calls.clone();

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use codeact::agent::ResumePoint;
 use codeact::model::ReplayModel;
-use codeact::{Agent, Limits, Outcome, ResumePoint, RhaiRuntime, Transcript};
+use codeact::{Agent, Limits, Outcome, RhaiRuntime, Transcript};
 use serde_json::json;
 
 const REPLIES: [&str; 3] = [

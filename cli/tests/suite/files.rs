@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use codeact::files::{Mount, MountMode};
 use codeact::model::ReplayModel;
-use codeact::{Agent, FileArea, Limits, Mount, MountMode, RhaiRuntime, ScriptOutput, ToolBox};
+use codeact::{Agent, FileArea, Limits, RhaiRuntime, ScriptOutput, ToolBox};
 use serde_json::json;
 
 use crate::cli::codeact;
@@ -67,7 +68,7 @@ final_result({"total": total, "listed": list_dir("."), "here": exists("out/repor
 fn run_with_prices(
     runtime: &str,
     script: &str,
-) -> (tempfile::TempDir, FileArea, codeact::ScriptRun) {
+) -> (tempfile::TempDir, FileArea, codeact::exec::ScriptRun) {
     let scratch = tempfile::tempdir().expect("scratch");
     let area = area_with_prices(scratch.path());
     let engine = crate::support::runtimes::runtime(runtime, Limits::default()).expect("runtime");
@@ -315,7 +316,7 @@ files = false
 "#,
     )
     .expect("written");
-    let loaded = codeact::load_team(
+    let loaded = codeact::agent::load_team(
         &dir.join("team.toml"),
         &Limits::default(),
         std::time::Duration::from_secs(5),
@@ -328,7 +329,7 @@ files = false
     );
     let team = loaded.builder.build().expect("builds");
     let run = team.run("writer", "Greet.").await.expect("runs");
-    let codeact::TeamOutcome::Finished { outcome, .. } = run.outcome else {
+    let codeact::agent::TeamOutcome::Finished { outcome, .. } = run.outcome else {
         panic!("the team did not finish: {:?}", run.outcome);
     };
     assert_eq!(
@@ -336,7 +337,7 @@ files = false
         Some(ScriptOutput::final_result(json!("hello ada")))
     );
     let outsider = team.run("outsider", "Look.").await.expect("runs");
-    let codeact::TeamOutcome::Finished { outcome, .. } = outsider.outcome else {
+    let codeact::agent::TeamOutcome::Finished { outcome, .. } = outsider.outcome else {
         panic!("the outsider did not finish");
     };
     assert_eq!(

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use codeact::{Interrupt, LimitKind, Limits, NoTools, ScriptError, ScriptSession};
+use codeact::exec::{Interrupt, LimitKind, ScriptError};
+use codeact::tools::NoTools;
+use codeact::{Limits, ScriptSession};
 
 use crate::support::runtimes::{EVERY_RUNTIME, runtime, still_runs};
 

@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact::{McpServer, Tool, ToolBox, ToolDispatch, ToolError};
+use codeact::tools::ToolDispatch;
+use codeact::{McpServer, Tool, ToolBox, ToolError};
 use serde_json::{Value, json};
 
 const SCRIPTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/scripted_server.py");
@@ -1093,7 +1094,7 @@ async fn a_team_agents_manifest_starts_its_mcp_servers() {
     );
     let path = dir.path().join("team.toml");
     // Loaded from a thread that may not block, as an async app would.
-    let loaded = codeact::load_team(
+    let loaded = codeact::agent::load_team(
         &path,
         &codeact::Limits::default(),
         Duration::from_secs(30),
@@ -1104,7 +1105,7 @@ async fn a_team_agents_manifest_starts_its_mcp_servers() {
     let run = team.run("shop", "Two breads?").await.expect("runs");
     assert_eq!(
         run.outcome,
-        codeact::TeamOutcome::Finished {
+        codeact::agent::TeamOutcome::Finished {
             agent: "shop".into(),
             outcome: codeact::Outcome::FinalResult { value: json!(4.5) }
         }
@@ -1172,7 +1173,7 @@ async fn a_team_agents_policy_is_put_to_its_mcp_calls() {
         "[[agent]]\nname = \"shop\"\nmodel = \"replay:shop.json\"\ntools = \"tools.json\"\npolicy = \"policy.rhai\"\n"
             .to_string(),
     );
-    let loaded = codeact::load_team(
+    let loaded = codeact::agent::load_team(
         &dir.path().join("team.toml"),
         &codeact::Limits::default(),
         Duration::from_secs(30),
@@ -1186,7 +1187,7 @@ async fn a_team_agents_policy_is_put_to_its_mcp_calls() {
         .run("shop", "Bread?")
         .await
         .expect("runs");
-    let codeact::TeamOutcome::Finished {
+    let codeact::agent::TeamOutcome::Finished {
         outcome: codeact::Outcome::FinalResult { value },
         ..
     } = run.outcome

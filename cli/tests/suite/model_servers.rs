@@ -1140,10 +1140,10 @@ fn seeing_agent(
     std::fs::create_dir_all(scratch.join("in")).expect("made");
     std::fs::write(scratch.join("in/dot.png"), DOT_PNG).expect("written");
     let area = codeact::FileArea::builder()
-        .mount(codeact::Mount {
+        .mount(codeact::files::Mount {
             host: scratch.join("in"),
             guest: "in".into(),
-            mode: codeact::MountMode::ReadOnly,
+            mode: codeact::files::MountMode::ReadOnly,
         })
         .open()
         .expect("opens");
@@ -1168,7 +1168,7 @@ async fn an_image_a_script_shows_reaches_an_openai_model_as_an_image_part() {
     let items: Vec<_> = Box::pin(run).collect().await;
     assert!(matches!(
         items.last(),
-        Some(codeact::RunItem::Finished(Ok(_)))
+        Some(codeact::agent::RunItem::Finished(Ok(_)))
     ));
     let received = server.received();
     let parts = received[1].body["messages"]
@@ -1192,7 +1192,7 @@ async fn an_image_a_script_shows_reaches_an_openai_model_as_an_image_part() {
     let shown = items
         .iter()
         .find_map(|item| match item {
-            codeact::RunItem::Event {
+            codeact::agent::RunItem::Event {
                 event: Event::ImagesShown { blocks, .. },
                 ..
             } => Some(serde_json::to_string(blocks).expect("serializes")),

@@ -6,11 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use codeact::agent::TeamOutcome;
 use codeact::model::ReplayModel;
+use codeact::output::{
+    Check, OnValidatorError, OutputSpecError, RefusedBy, RhaiValidator, Validation,
+    ValidatorLoadError, Verdict,
+};
 use codeact::{
-    Agent, AgentError, Check, FinalAnswer, Limits, LoopConfig, OnValidatorError, Outcome,
-    OutputSpec, OutputSpecError, RefusedBy, RhaiRuntime, RhaiValidator, Team, TeamOutcome,
-    UntrustedText, Validation, ValidatorLoadError, Verdict,
+    Agent, AgentError, FinalAnswer, Limits, LoopConfig, Outcome, OutputSpec, RhaiRuntime, Team,
+    UntrustedText,
 };
 use serde_json::json;
 

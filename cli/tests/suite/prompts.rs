@@ -5,11 +5,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use codeact::exec::{HostError, RuntimeInfo, Session};
 use codeact::model::ReplayModel;
-use codeact::{
-    Agent, HostError, Limits, Outcome, Prompts, RhaiRuntime, Runtime, RuntimeInfo, Session,
-    TemplateError, ToolDispatch, ToolSpec, TransferTarget, render_card,
-};
+use codeact::prompts::{Prompts, TemplateError, TransferTarget, render_card};
+use codeact::tools::{ToolDispatch, ToolSpec};
+use codeact::{Agent, Limits, Outcome, RhaiRuntime, Runtime};
 use serde_json::json;
 
 fn assert_snapshot(name: &str, actual: &str) {
@@ -144,7 +144,7 @@ fn the_system_prompt_with_an_output_spec_matches_its_snapshot() {
         })),
         ..codeact::OutputSpec::default()
     };
-    let prompt = codeact::render_system_prompt(
+    let prompt = codeact::prompts::render_system_prompt(
         &runtime,
         &[],
         &[],
@@ -152,14 +152,15 @@ fn the_system_prompt_with_an_output_spec_matches_its_snapshot() {
         &spec.render().expect("the spec renders"),
     )
     .expect("the prompt renders");
-    assert!(prompt.contains(codeact::FENCE_RULE));
+    assert!(prompt.contains(codeact::untrusted::FENCE_RULE));
     assert_snapshot("system_prompt_with_output_spec.md", &prompt);
 }
 
 #[test]
 fn the_system_prompt_without_an_output_spec_says_nothing_about_the_final_result() {
     let runtime = RhaiRuntime::new(Limits::default());
-    let prompt = codeact::render_system_prompt(&runtime, &[], &[], "", "").expect("renders");
+    let prompt =
+        codeact::prompts::render_system_prompt(&runtime, &[], &[], "", "").expect("renders");
     assert!(!prompt.contains("## The final result"));
     assert!(prompt.trim_end().ends_with("`type_of(x)`."), "{prompt}");
 }
@@ -301,7 +302,7 @@ async fn a_replaced_template_is_what_a_running_agent_sends_the_model() {
         "{}",
         requests[0].system
     );
-    assert!(!requests[0].system.contains(codeact::FENCE_RULE));
+    assert!(!requests[0].system.contains(codeact::untrusted::FENCE_RULE));
     let feedback = requests[1].messages.last().expect("feedback").joined_text();
     assert!(feedback.starts_with("Error:\n<untrusted-"), "{feedback}");
     assert!(

@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use codeact::Event;
 use codeact::agent::read_transcript;
-use codeact::{Event, ResumedSession, Snapshot, ToolCallOutcome};
+use codeact::agent::{ResumedSession, ToolCallOutcome};
+use codeact::exec::Snapshot;
 use serde_json::json;
 
 use crate::support::reliability::{self, Section};

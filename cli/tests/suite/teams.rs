@@ -2,11 +2,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use codeact::agent::TeamOutcome;
 use codeact::chat::Role;
 use codeact::model::ReplayModel;
-use codeact::{
-    Agent, AgentError, Event, Limits, Outcome, RhaiRuntime, Team, TeamOutcome, TransferTarget,
-};
+use codeact::prompts::TransferTarget;
+use codeact::{Agent, AgentError, Event, Limits, Outcome, RhaiRuntime, Team};
 use serde_json::json;
 
 fn rhai() -> Arc<RhaiRuntime> {

@@ -10,9 +10,8 @@ use std::time::Duration;
 use codeact::agent::read_transcript;
 use codeact::chat::Role;
 use codeact::model::ReplayModel;
-use codeact::{
-    Agent, Event, JsRuntime, Limits, LoopConfig, Runtime, load_tool_manifest, runtime_by_name,
-};
+use codeact::tools::load_tool_manifest;
+use codeact::{Agent, Event, JsRuntime, Limits, LoopConfig, Runtime, runtime_by_name};
 
 fn transcripts() -> Vec<PathBuf> {
     let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("fixtures/transcripts");

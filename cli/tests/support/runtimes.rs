@@ -18,7 +18,7 @@ pub const EVERY_RUNTIME: [&str; 9] = [
     "wasm:boa",
 ];
 
-/// The runtime called `name` (see `codeact::RUNTIME_NAMES`) under `limits`.
+/// The runtime called `name` (see `codeact::exec::RUNTIME_NAMES`) under `limits`.
 /// JavaScript workers are the codeact binary: a test binary cannot serve as one.
 pub fn runtime(name: &str, limits: Limits) -> Result<Arc<dyn Runtime>, String> {
     match name {

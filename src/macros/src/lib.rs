@@ -18,8 +18,8 @@ use proc_macro::TokenStream;
 use quote::quote;
 use syn::{Data, DeriveInput, Fields, Type, parse_macro_input, parse_quote};
 
-/// Implements `codeact::FinalAnswer` and `codeact::AnswerField` for a struct or
-/// enum, and asserts that every field's type implements `codeact::AnswerField`
+/// Implements `codeact::FinalAnswer` and `codeact::output::AnswerField` for a struct or
+/// enum, and asserts that every field's type implements `codeact::output::AnswerField`
 /// (numbers, booleans, `UntrustedText`, other `FinalAnswer` types, and options,
 /// vectors and maps of those; not `String`). Type parameters must implement
 /// `AnswerField` too. Unions are refused.
@@ -56,7 +56,7 @@ fn expand(mut input: DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         for param in &type_params {
             where_clause
                 .predicates
-                .push(parse_quote!(#param: ::codeact::AnswerField));
+                .push(parse_quote!(#param: ::codeact::output::AnswerField));
         }
     }
     let name = &input.ident;
@@ -69,7 +69,7 @@ fn expand(mut input: DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         }
     });
     Ok(quote! {
-        impl #impl_generics ::codeact::AnswerField for #name #type_generics #where_clause {}
+        impl #impl_generics ::codeact::output::AnswerField for #name #type_generics #where_clause {}
         impl #impl_generics ::codeact::FinalAnswer for #name #type_generics #where_clause {}
         const _: () = {
             #[allow(dead_code)]

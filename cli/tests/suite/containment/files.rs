@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use codeact::{FileArea, Limits, Mount, MountMode, ScriptOutput, ScriptSession, ToolBox};
+use codeact::files::{Mount, MountMode};
+use codeact::{FileArea, Limits, ScriptOutput, ScriptSession, ToolBox};
 
 use super::attack::Attack;
 
@@ -195,7 +196,7 @@ fn case(
 fn escapes(column: &str) -> Option<Result<String, String>> {
     script(column, &[])?;
     let tree = Tree::new();
-    let area = tree.area(codeact::DEFAULT_MAX_DISK_BYTES);
+    let area = tree.area(codeact::files::DEFAULT_MAX_DISK_BYTES);
     let (cases, wants): (Vec<_>, Vec<_>) = [
         case("read_text", "data/prices.csv", "ok"),
         case("read_text", "../outside/secret.txt", "climbs out"),

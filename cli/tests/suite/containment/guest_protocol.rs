@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use codeact::{Limits, ScriptOutput, ScriptRun, ScriptSession, Tool, ToolBox};
+use codeact::exec::ScriptRun;
+use codeact::{Limits, ScriptOutput, ScriptSession, Tool, ToolBox};
 use serde_json::{Value, json};
 
 use super::attack::Attack;

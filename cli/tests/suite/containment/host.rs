@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use codeact::chat::{Message, ModelRequest};
 use codeact::model::{ModelClient, OpenAiClient, OpenAiConfig, ReplayModel, RetryPolicy};
-use codeact::{
-    Agent, ArtifactError, CommandSpec, Limits, OutputSpec, RhaiRuntime, TransferTarget,
-    artifact_path, command_tool,
-};
+use codeact::output::{ArtifactError, artifact_path};
+use codeact::prompts::TransferTarget;
+use codeact::tools::CommandSpec;
+use codeact::{Agent, Limits, OutputSpec, RhaiRuntime, command_tool};
 use serde_json::json;
 
 use super::attack::Attack;

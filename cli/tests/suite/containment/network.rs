@@ -5,10 +5,8 @@
 
 use std::sync::Arc;
 
-use codeact::{
-    FetchPolicy, HostPattern, IpNetwork, Limits, ScriptOutput, ScriptSession, SecretHeader,
-    ToolBox, fetch_tool,
-};
+use codeact::tools::{HostPattern, IpNetwork, SecretHeader};
+use codeact::{FetchPolicy, Limits, ScriptOutput, ScriptSession, ToolBox, fetch_tool};
 use serde_json::{Value, json};
 
 use super::attack::Attack;

@@ -11,7 +11,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact::{Limits, NoTools, ScriptOutput, ScriptSession, runtime_by_name};
+use codeact::tools::NoTools;
+use codeact::{Limits, ScriptOutput, ScriptSession, runtime_by_name};
 use codeact_alloc_meter::Metering;
 
 use super::attack::Attack;
@@ -94,7 +95,7 @@ fn memory_attack(column: &str, script: &str) -> Option<Result<String, String>> {
         let output = run(column, limits, script);
         let peak = usize::try_from(Metering::peak_bytes()).unwrap_or(0);
         drop(section);
-        if !codeact::metered_allocator_installed() {
+        if !codeact::exec::metered_allocator_installed() {
             return Err("the metered allocator is not installed".into());
         }
         if peak > most {

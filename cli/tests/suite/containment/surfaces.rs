@@ -7,10 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use codeact::exec::Snapshot;
+use codeact::output::Check;
+use codeact::tools::{HostPattern, IpNetwork, NoTools, SecretHeader, ToolDispatch, ToolSpec};
 use codeact::{
-    Check, FetchPolicy, HostPattern, IpNetwork, Limits, McpServer, NoTools, OutputSpec, Runtime,
-    ScriptOutput, ScriptSession, SecretHeader, Snapshot, ToolBox, ToolDispatch, ToolError,
-    ToolSpec, WasmRuntime, fetch_tool,
+    FetchPolicy, Limits, McpServer, OutputSpec, Runtime, ScriptOutput, ScriptSession, ToolBox,
+    ToolError, WasmRuntime, fetch_tool,
 };
 use serde_json::{Map, Value, json};
 

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact::{FileArea, Limits, Mount, MountMode, ScriptOutput, ScriptSession, ToolBox};
+use codeact::files::{Mount, MountMode};
+use codeact::{FileArea, Limits, ScriptOutput, ScriptSession, ToolBox};
 
 use super::attack::Attack;
 
@@ -154,7 +155,7 @@ fn escapes(column: &str) -> Option<Result<String, String>> {
         return None;
     }
     let tree = Tree::new();
-    let area = tree.area(codeact::DEFAULT_MAX_DISK_BYTES);
+    let area = tree.area(codeact::files::DEFAULT_MAX_DISK_BYTES);
     let attempts: &[(&str, &str, &str)] = &[
         ("read the mount", "lambda: read('data/prices.csv')", "ok"),
         (
