@@ -21,7 +21,7 @@ mod prompt_snapshots;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
 pub(crate) mod snapshots;
-pub(crate) mod spans;
+pub mod spans;
 pub(crate) mod team;
 pub(crate) mod team_config;
 pub(crate) mod two_word_names;
@@ -29,6 +29,7 @@ pub(crate) mod units;
 
 pub use approval::PendingApproval;
 pub use approval::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
+pub use codeact_rhai::RhaiPolicy;
 pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
 pub use driver::{Agent, AgentBuilder, AgentError, Chat, RunItem, RunRequest, RunResult, TypedRun};
 pub use events::{
@@ -40,3 +41,4 @@ pub use outcome::Outcome;
 pub use resume::{ResumeError, ResumePoint};
 pub use snapshots::SnapshotDir;
 pub use team::{Handover, Team, TeamBuilder, TeamOutcome, TeamRequest, TeamRun};
+pub use team_config::{LoadedTeam, TeamConfigError, load_team, load_team_for_run};
