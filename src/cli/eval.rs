@@ -13,7 +13,7 @@ use crate::agent::driver::Agent;
 use crate::agent::events::Transcript;
 use crate::agent::outcome::Outcome;
 use crate::eval::record::{file_safe, load_records, next_run};
-use crate::eval::{EvalTask, RunRecord, TaskRecord, is_right, load_tasks, render_report};
+use crate::eval::{EvalRecord, EvalTask, TaskRecord, is_right, load_tasks, render_report};
 use crate::exec::registry::runtime_by_name;
 use crate::model::{ModelSpecError, model_from_spec};
 use crate::output::final_output::rfc3339_utc;
@@ -168,7 +168,7 @@ fn eval_run(args: &EvalRunArgs) -> ExitCode {
     for runtime in &args.runtimes {
         for _ in 0..args.runs {
             let existing = load_records(&args.out).unwrap_or_default();
-            let mut record = RunRecord {
+            let mut record = EvalRecord {
                 label: args.label.clone(),
                 runner: "codeact".into(),
                 runtime: runtime.clone(),

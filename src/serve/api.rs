@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::config::Caller;
 use super::runs::{Job, Runs, awaited_call};
-use super::store::{Created, RunRecord, Status, StoreError};
+use super::store::{Created, Status, StoreError, StoredRun};
 use crate::output::spec::OutputSpec;
 
 /// Runs a page of `GET /runs` holds without `limit`.
@@ -171,7 +171,7 @@ pub(crate) async fn visible_run(
     runs: &Runs,
     caller: &Caller,
     id: &str,
-) -> Result<RunRecord, ApiError> {
+) -> Result<StoredRun, ApiError> {
     if !is_run_id(id) {
         return Err(ApiError::no_run());
     }
@@ -589,7 +589,7 @@ async fn send_message(
 }
 
 /// A run in full, as `GET /runs/{id}` answers.
-fn full(run: &RunRecord) -> Value {
+fn full(run: &StoredRun) -> Value {
     let mut value = serde_json::to_value(run).unwrap_or(Value::Null);
     if let (Some((call, tool, args)), Value::Object(fields)) =
         (awaited_call(run.outcome.as_ref()), &mut value)
@@ -604,7 +604,7 @@ fn full(run: &RunRecord) -> Value {
 }
 
 /// A run in a list: no outcome or output, the task cut short.
-fn summary(run: &RunRecord) -> Value {
+fn summary(run: &StoredRun) -> Value {
     let task: String = run.task.chars().take(TASK_PREVIEW_CHARS).collect();
     json!({
         "id": run.id,
