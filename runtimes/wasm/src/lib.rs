@@ -60,8 +60,9 @@ use wasmtime::{Linker, Module};
 
 pub use cache::Source;
 pub use guests::{
-    BOA_GUEST_FILE, CPythonBuild, GUEST_NAMES, Guest, GuestSource, Launch, Mount, OnRequestGuest,
-    RHAI_GUEST_FILE, built_guests, default_guest_dir, guest_sources, on_request_guests,
+    BOA_GUEST_FILE, CPythonBuild, GUEST_NAMES, Guest, GuestMount, GuestSource, Launch,
+    OnRequestGuest, RHAI_GUEST_FILE, built_guests, default_guest_dir, guest_sources,
+    on_request_guests,
 };
 pub use session::WasmSession;
 
