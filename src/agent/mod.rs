@@ -17,7 +17,7 @@ pub(crate) mod made_up_filters;
 pub(crate) mod map_as_number;
 pub(crate) mod outcome;
 #[cfg(test)]
-mod prompt_snapshots;
+mod prompt_renderings;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
 pub(crate) mod snapshots;

@@ -1,5 +1,5 @@
 //! Prompt cards rendered from each runtime crate's `prompts/`, compared with snapshots under
-//! `fixtures/snapshots/`. After an intended change, regenerate them with
+//! `fixtures/prompt_renderings/`. After an intended change, regenerate them with
 //! `UPDATE_SNAPSHOTS=1 cargo test --test suite prompts::` and review the diff.
 
 use std::path::Path;
@@ -14,7 +14,7 @@ use serde_json::json;
 
 fn assert_snapshot(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/snapshots")
+        .join("fixtures/prompt_renderings")
         .join(name);
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
         std::fs::write(&path, actual).expect("snapshot is written");
