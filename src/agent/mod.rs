@@ -11,6 +11,7 @@ pub(crate) mod events;
 pub(crate) mod extract;
 pub(crate) mod feedback;
 pub(crate) mod file_stubs;
+pub(crate) mod host_tools;
 pub(crate) mod js_fallback;
 pub(crate) mod line_diff;
 pub(crate) mod made_up_filters;
