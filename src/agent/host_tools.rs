@@ -71,6 +71,9 @@ pub(crate) struct HostTools {
     script: Mutex<String>,
     /// Ends a wait for approval when the run is cancelled.
     cancel: Option<tokio_util::sync::CancellationToken>,
+    /// How the runtime's language writes parameter names, for the arguments a
+    /// failed call left out. Default: JSON's.
+    spelling: codeact_runtime::Spelling,
     /// Decisions made ahead for exact calls, each taken once.
     grants: Mutex<Vec<Grant>>,
     /// Calls the running script made (for call ids).
@@ -138,6 +141,7 @@ impl HostTools {
             approvals: Arc::new(Approvals::default()),
             script: Mutex::new(String::new()),
             cancel: None,
+            spelling: codeact_runtime::Spelling::JSON,
             grants: Mutex::new(Vec::new()),
             script_call_count: AtomicUsize::new(0),
             awaited: Mutex::new(None),
@@ -347,6 +351,13 @@ impl HostTools {
         self
     }
 
+    /// The same tools, naming the arguments a failed call left out as
+    /// `spelling` (the runtime's) writes them.
+    pub(crate) fn written_as(mut self, spelling: codeact_runtime::Spelling) -> Self {
+        self.spelling = spelling;
+        self
+    }
+
     /// The step whose script makes the next calls (a new script: its calls
     /// count from zero).
     pub(crate) fn set_step(&self, step: usize) {
@@ -484,7 +495,7 @@ impl HostTools {
         // ones (safe in a prompt) to name.
         spec.argument_names()
             .into_iter()
-            .zip(spec.signature_fields())
+            .zip(spec.signature_fields(&self.spelling))
             .filter(|((raw, _), field)| field.required && !given.contains_key(raw))
             .map(|(_, field)| (field.name, field.ty))
             .collect()

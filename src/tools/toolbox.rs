@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
-use codeact_runtime::{ToolDispatch, ToolError, ToolSpec, is_identifier};
+use codeact_runtime::{Spelling, ToolDispatch, ToolError, ToolSpec, is_identifier};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -279,6 +279,9 @@ pub struct ToolBox {
     /// Set by an agent, whose own tool layer asks its approver before a call
     /// reaches this toolbox. Default: false.
     approved_upstream: bool,
+    /// How the scripts' language writes parameter names, which a refused call's
+    /// message uses (`from (written from_)`). Default: JSON's, the schemas' own.
+    spelling: Spelling,
 }
 
 impl ToolBox {
@@ -315,6 +318,16 @@ impl ToolBox {
     /// [`AgentBuilder::on_approval`](crate::AgentBuilder::on_approval)).
     pub fn approved_by(mut self, approver: Approver) -> Self {
         self.approver = Some(approver);
+        self
+    }
+
+    /// The same tools, whose refusals of a call's argument names (see
+    /// [`ToolDispatch::call`]) name each parameter also as `spelling` writes it:
+    /// the spelling of the runtime whose scripts call them
+    /// ([`Runtime::spelling`](codeact_runtime::Runtime::spelling)). An agent sets
+    /// its runtime's.
+    pub fn written_as(mut self, spelling: Spelling) -> Self {
+        self.spelling = spelling;
         self
     }
 
@@ -375,8 +388,14 @@ impl ToolDispatch for ToolBox {
         &self.specs
     }
 
+    /// Calls tool `name`. Its argument names are checked against its schema
+    /// first ([`ToolSpec::check_argument_names`]), whatever kind of tool it is (a
+    /// closure, a typed tool, a command, an MCP server's): a required argument
+    /// left out or a name the schema does not list is a tool error naming the
+    /// wrong and the expected names, and the tool does not run.
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
         let tool = self.tools.get(name).ok_or_else(|| self.unknown(name))?;
+        tool.spec.check_argument_names(&args, &self.spelling)?;
         let cancelled = || ToolError::new("the run was cancelled, so the host stopped this call");
         if self
             .cancel

@@ -90,7 +90,8 @@ async fn a_servers_tools_are_listed_with_their_schemas_under_its_name() {
         "a method of the server's object; the output schema is the return type"
     );
     assert_eq!(
-        add.spec().python_signature(),
+        add.spec()
+            .python_signature(&codeact_runtime::Spelling::JSON),
         "scripted.add(a=integer, b=integer) -> {sum: integer}"
     );
     assert_eq!(

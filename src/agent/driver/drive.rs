@@ -171,6 +171,7 @@ impl Agent {
                     journal_bytes: self.config.max_journal_bytes,
                 })
                 .with_results_kept(self.config.tool_results_on_error > 0)
+                .written_as(self.runtime.spelling())
                 .with_policy(self.policy.clone())
                 .with_approvals(self.approvals.clone(), cancel.cloned())
                 .with_grants(grants),
