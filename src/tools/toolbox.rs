@@ -712,8 +712,8 @@ mod tests {
 
     #[test]
     fn a_tool_without_a_schema_or_admitting_other_names_takes_any_argument() {
-        let free = Tool::from_fn("free", "", |args| Ok(args));
-        let open = Tool::from_fn("open", "", |args| Ok(args)).with_parameters(json!({
+        let free = Tool::from_fn("free", "", Ok);
+        let open = Tool::from_fn("open", "", Ok).with_parameters(json!({
             "type": "object",
             "properties": {"a": {"type": "integer"}},
             "additionalProperties": true,
