@@ -54,7 +54,7 @@ const JS_REGEX: &[&str] = &["match", "matchAll", "test", "exec"];
 
 /// How a script used a pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Usage {
+pub enum PatternUse {
     /// Looked for it (`startsWith`, `in`, a regular expression).
     Search,
     /// Split on it.
@@ -66,7 +66,7 @@ pub enum Usage {
 pub struct AbsentPattern {
     /// The pattern as the script wrote it, between its quotes or slashes.
     pub written: String,
-    pub usage: Usage,
+    pub usage: PatternUse,
     /// The script's line with the pattern (1-based).
     pub line: usize,
     /// The tool whose text the script searched, when it called one tool that
@@ -107,7 +107,7 @@ const THEN_CHARS: usize = 30;
 struct Written {
     text: String,
     regex: bool,
-    usage: Usage,
+    usage: PatternUse,
     line: usize,
     /// Where the literal begins in the script (byte offset), so the script's
     /// other strings exclude it.
@@ -418,11 +418,11 @@ fn patterns_of(script: &str) -> Vec<Written> {
         let receiver = before[..name_start].trim_end_matches('.');
         let rest = &script[at + 1..];
         let usage = if after_dot && SEARCHING.contains(&name) {
-            Some((Usage::Search, false))
+            Some((PatternUse::Search, false))
         } else if after_dot && SPLITTING.contains(&name) {
-            Some((Usage::Split, false))
+            Some((PatternUse::Split, false))
         } else if after_dot && receiver.ends_with("re") && PYTHON_REGEX.contains(&name) {
-            Some((Usage::Search, true))
+            Some((PatternUse::Search, true))
         } else {
             None
         };
@@ -436,7 +436,13 @@ fn patterns_of(script: &str) -> Vec<Written> {
             && JS_REGEX.contains(&name)
             && let Some((offset, text)) = regex_literal(rest)
         {
-            found.push(written(script, at + 1 + offset, text, true, Usage::Search));
+            found.push(written(
+                script,
+                at + 1 + offset,
+                text,
+                true,
+                PatternUse::Search,
+            ));
         }
     }
     found.extend(in_tests(script));
@@ -449,7 +455,7 @@ fn patterns_of(script: &str) -> Vec<Written> {
     found
 }
 
-fn written(script: &str, at: usize, text: String, regex: bool, usage: Usage) -> Written {
+fn written(script: &str, at: usize, text: String, regex: bool, usage: PatternUse) -> Written {
     let line = script[..at].matches('\n').count() + 1;
     Written {
         text,
@@ -468,7 +474,7 @@ fn in_tests(script: &str) -> Vec<Written> {
             let after = &script[*end..];
             after.starts_with(" in ") && !after[4..].trim_start().starts_with('[')
         })
-        .map(|(at, _, text)| written(script, at, text, false, Usage::Search))
+        .map(|(at, _, text)| written(script, at, text, false, PatternUse::Search))
         .collect()
 }
 
@@ -611,7 +617,7 @@ mod tests {
         let script = "const data = tools.read_file({name: 'server.log'});\nconst codes = data.split('\\n').filter(line => line.startsWith('ERROR:'));";
         let found = absent_pattern(script, &read(LOG), true).expect("found");
         assert_eq!(found.written, "ERROR:");
-        assert_eq!(found.usage, Usage::Search);
+        assert_eq!(found.usage, PatternUse::Search);
         assert_eq!(found.line, 2);
         assert_eq!(found.tool.as_deref(), Some("read_file"));
         assert_eq!(
@@ -727,7 +733,7 @@ mod tests {
             "let text = \"the cat and the dog and the bird\"\nlet words = text.split(\",\")";
         let found = absent_pattern(script, &[], false).expect("found");
         assert_eq!(found.written, ",");
-        assert_eq!(found.usage, Usage::Split);
+        assert_eq!(found.usage, PatternUse::Split);
         assert_eq!(found.tool, None);
         assert_eq!(found.near, None);
         assert_eq!(absent_pattern(script, &[], true), None, "tools only");

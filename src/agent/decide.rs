@@ -2167,7 +2167,7 @@ impl Conversation {
             context! {
                 held => held.is_some(),
                 value => held.flatten(),
-                split => found.usage == absent_patterns::Usage::Split,
+                split => found.usage == absent_patterns::PatternUse::Split,
                 line_number => found.line,
                 written => fenced(&found.written),
                 tool => &found.tool,

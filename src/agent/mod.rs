@@ -11,13 +11,14 @@ pub(crate) mod events;
 pub(crate) mod extract;
 pub(crate) mod feedback;
 pub(crate) mod file_stubs;
+pub(crate) mod host_tools;
 pub(crate) mod js_fallback;
 pub(crate) mod line_diff;
 pub(crate) mod made_up_filters;
 pub(crate) mod map_as_number;
 pub(crate) mod outcome;
 #[cfg(test)]
-mod prompt_snapshots;
+mod prompt_renderings;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
 pub(crate) mod snapshots;

@@ -255,9 +255,9 @@ pub fn artifact_path(workdir: &Path, declared: &str) -> Result<PathBuf, Artifact
         return Err(escapes());
     }
     match beneath::resolve(workdir, &normal) {
-        beneath::Verdict::Inside => Ok(normal),
-        beneath::Verdict::Escapes => Err(escapes()),
-        beneath::Verdict::Unproven => Err(ArtifactError::Unproven {
+        beneath::Placement::Inside => Ok(normal),
+        beneath::Placement::Escapes => Err(escapes()),
+        beneath::Placement::Unproven => Err(ArtifactError::Unproven {
             path: declared.to_string(),
         }),
     }
@@ -270,7 +270,7 @@ mod beneath {
     use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
     use rustix::io::Errno;
 
-    pub(super) enum Verdict {
+    pub(super) enum Placement {
         Inside,
         Escapes,
         Unproven,
@@ -300,14 +300,14 @@ mod beneath {
     }
 
     /// Resolves `relative` (normal components only) beneath `workdir`.
-    pub(super) fn resolve(workdir: &Path, relative: &Path) -> Verdict {
+    pub(super) fn resolve(workdir: &Path, relative: &Path) -> Placement {
         let Ok(root) = rustix::fs::openat(
             CWD,
             workdir,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         ) else {
-            return Verdict::Unproven;
+            return Placement::Unproven;
         };
         let names: Vec<_> = relative.components().collect();
         // The longest prefix that exists, resolved beneath the root.
@@ -325,31 +325,31 @@ mod beneath {
                 Mode::empty(),
                 ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
             ) {
-                Ok(_) if kept == names.len() => return Verdict::Inside,
+                Ok(_) if kept == names.len() => return Placement::Inside,
                 Ok(found) => {
                     // `names[kept]` is missing: it must be missing even as a link
                     // (a dangling one leads somewhere unchecked), in a directory.
                     let is_dir = rustix::fs::fstat(&found)
                         .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
                     if !is_dir {
-                        return Verdict::Unproven;
+                        return Placement::Unproven;
                     }
                     return match rustix::fs::statat(
                         &found,
                         names[kept].as_os_str(),
                         AtFlags::SYMLINK_NOFOLLOW,
                     ) {
-                        Err(Errno::NOENT) => Verdict::Inside,
-                        _ => Verdict::Unproven,
+                        Err(Errno::NOENT) => Placement::Inside,
+                        _ => Placement::Unproven,
                     };
                 }
                 Err(Errno::NOENT) => continue,
                 // EXDEV: a link or `..` led out of the working directory.
-                Err(Errno::XDEV) => return Verdict::Escapes,
-                Err(_) => return Verdict::Unproven,
+                Err(Errno::XDEV) => return Placement::Escapes,
+                Err(_) => return Placement::Unproven,
             }
         }
-        Verdict::Unproven
+        Placement::Unproven
     }
 }
 
@@ -359,7 +359,7 @@ mod beneath {
 mod beneath {
     use std::path::Path;
 
-    pub(super) enum Verdict {
+    pub(super) enum Placement {
         Inside,
         Escapes,
         Unproven,
@@ -376,14 +376,14 @@ mod beneath {
         (real.starts_with(&root) && file.metadata().ok()?.is_file()).then_some(file)
     }
 
-    pub(super) fn resolve(workdir: &Path, relative: &Path) -> Verdict {
+    pub(super) fn resolve(workdir: &Path, relative: &Path) -> Placement {
         match (
             workdir.join(relative).canonicalize(),
             workdir.canonicalize(),
         ) {
-            (Ok(real), Ok(root)) if real.starts_with(&root) => Verdict::Inside,
-            (Ok(_), Ok(_)) => Verdict::Escapes,
-            _ => Verdict::Unproven,
+            (Ok(real), Ok(root)) if real.starts_with(&root) => Placement::Inside,
+            (Ok(_), Ok(_)) => Placement::Escapes,
+            _ => Placement::Unproven,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
-use codeact_runtime::{ToolDispatch, ToolError, ToolSpec, is_identifier};
+use codeact_runtime::{Spelling, ToolDispatch, ToolError, ToolSpec, is_identifier};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -280,6 +280,9 @@ pub struct ToolBox {
     /// Set by an agent, whose own tool layer asks its approver before a call
     /// reaches this toolbox. Default: false.
     approved_upstream: bool,
+    /// How the scripts' language writes parameter names, which a refused call's
+    /// message uses (`from (written from_)`). Default: JSON's, the schemas' own.
+    spelling: Spelling,
 }
 
 impl ToolBox {
@@ -316,6 +319,16 @@ impl ToolBox {
     /// [`AgentBuilder::on_approval`](crate::AgentBuilder::on_approval)).
     pub fn approved_by(mut self, approver: Approver) -> Self {
         self.approver = Some(approver);
+        self
+    }
+
+    /// The same tools, whose refusals of a call's argument names (see
+    /// [`ToolDispatch::call`]) name each parameter also as `spelling` writes it:
+    /// the spelling of the runtime whose scripts call them
+    /// ([`Runtime::spelling`](codeact_runtime::Runtime::spelling)). An agent sets
+    /// its runtime's.
+    pub fn written_as(mut self, spelling: Spelling) -> Self {
+        self.spelling = spelling;
         self
     }
 
@@ -376,8 +389,14 @@ impl ToolDispatch for ToolBox {
         &self.specs
     }
 
+    /// Calls tool `name`. Its argument names are checked against its schema
+    /// first ([`ToolSpec::check_argument_names`]), whatever kind of tool it is (a
+    /// closure, a typed tool, a command, an MCP server's): a required argument
+    /// left out or a name the schema does not list is a tool error naming the
+    /// wrong and the expected names, and the tool does not run.
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
         let tool = self.tools.get(name).ok_or_else(|| self.unknown(name))?;
+        tool.spec.check_argument_names(&args, &self.spelling)?;
         let cancelled = || ToolError::new("the run was cancelled, so the host stopped this call");
         if self
             .cancel
@@ -596,6 +615,146 @@ mod tests {
         assert_eq!(
             ToolBox::new([bad]).err(),
             Some(ToolBoxError::InvalidName("my-tool".into()))
+        );
+    }
+
+    fn convert_schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number"},
+                "from": {"type": "string"},
+                "to": {"type": "string"},
+            },
+            "required": ["amount", "from", "to"],
+        })
+    }
+
+    /// A made-up spelling that writes `from` as `from_`, as Python's does.
+    const TRAILING: Spelling = Spelling {
+        language: "Test",
+        rule: |name| match name {
+            "from" => codeact_runtime::Written::Respelled("from_".into()),
+            _ => codeact_runtime::Written::AsIs,
+        },
+    };
+
+    const WRONG: &str = "unknown argument `to_`; missing required `to`; the parameters are amount, from (written from_), to";
+
+    #[test]
+    fn a_closure_tool_is_not_run_for_a_call_with_a_wrong_argument_name() {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = ran.clone();
+        let convert = Tool::from_fn("convert", "", move |_| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(json!(1))
+        })
+        .with_parameters(convert_schema());
+        let toolbox = ToolBox::new([convert]).expect("valid").written_as(TRAILING);
+        let err = toolbox
+            .call(
+                "convert",
+                json!({"amount": 50, "from": "EUR", "to_": "USD"}),
+            )
+            .expect_err("refused");
+        assert_eq!(err.message, WRONG);
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        let ok = toolbox.call("convert", json!({"amount": 50, "from": "EUR", "to": "USD"}));
+        assert_eq!(ok, Ok(json!(1)));
+    }
+
+    #[test]
+    fn a_typed_tool_names_the_wrong_and_the_expected_argument_before_its_schema_check() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        struct Convert {
+            amount: f64,
+            from: String,
+            to: String,
+        }
+        let convert = Tool::typed("convert", "", |args: Convert| async move {
+            Ok(format!("{} {} {}", args.amount, args.from, args.to))
+        });
+        let toolbox = ToolBox::new([convert]).expect("valid").written_as(TRAILING);
+        let err = toolbox
+            .call(
+                "convert",
+                json!({"amount": 50, "from": "EUR", "to_": "USD"}),
+            )
+            .expect_err("refused");
+        assert_eq!(err.message, WRONG);
+        assert_eq!(
+            toolbox.call("convert", json!({"amount": 5, "from": "EUR", "to": "USD"})),
+            Ok(json!("5 EUR USD"))
+        );
+    }
+
+    #[test]
+    fn a_command_tool_is_not_started_for_a_call_with_a_wrong_argument_name() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let marker = dir.path().join("ran");
+        let command =
+            crate::tools::command::CommandSpec::parse(&format!("touch {}", marker.display()))
+                .expect("parses");
+        let convert = crate::tools::command::command_tool("convert", "", command)
+            .with_parameters(convert_schema());
+        let toolbox = ToolBox::new([convert]).expect("valid");
+        let err = toolbox
+            .call(
+                "convert",
+                json!({"amount": 50, "from_": "EUR", "to": "USD"}),
+            )
+            .expect_err("refused");
+        assert_eq!(
+            err.message,
+            "unknown argument `from_`; missing required `from`; the parameters are amount, from, to"
+        );
+        assert!(!marker.exists(), "the command ran");
+    }
+
+    #[test]
+    fn a_tool_without_a_schema_or_admitting_other_names_takes_any_argument() {
+        let free = Tool::from_fn("free", "", Ok);
+        let open = Tool::from_fn("open", "", Ok).with_parameters(json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "additionalProperties": true,
+        }));
+        let toolbox = ToolBox::new([free, open]).expect("valid");
+        for name in ["free", "open"] {
+            assert_eq!(
+                toolbox.call(name, json!({"anything": 1})),
+                Ok(json!({"anything": 1}))
+            );
+        }
+    }
+
+    /// A schema of thousands of properties, all required, called with thousands
+    /// of huge names: refused quickly, with a short message on one line.
+    #[test]
+    fn a_huge_schema_and_a_call_of_huge_names_are_refused_quickly_and_briefly() {
+        let properties: serde_json::Map<String, Value> = (0..10_000)
+            .map(|i| (format!("p{i}"), json!({"type": "string"})))
+            .collect();
+        let required: Vec<String> = (0..10_000).map(|i| format!("p{i}")).collect();
+        let wide = Tool::from_fn("wide", "", |_| Ok(json!(null))).with_parameters(json!({
+            "type": "object", "properties": properties, "required": required,
+        }));
+        let toolbox = ToolBox::new([wide]).expect("valid");
+        let args: serde_json::Map<String, Value> = (0..10_000)
+            .map(|i| (format!("{}\n```{i}", "y".repeat(500)), json!(i)))
+            .collect();
+        let started = std::time::Instant::now();
+        for _ in 0..10 {
+            let err = toolbox
+                .call("wide", Value::Object(args.clone()))
+                .expect_err("refused");
+            assert!(err.message.len() < 2_000, "{} bytes", err.message.len());
+            assert!(!err.message.contains('\n'), "{}", err.message);
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
         );
     }
 }

@@ -95,7 +95,7 @@ impl StepKind {
 
 /// How one step ended, against what its script should do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum StepVerdict {
     /// A script that should return did, with its own value.
     Result,
     /// A runaway script was stopped by a limit.
@@ -109,25 +109,25 @@ pub enum Verdict {
 }
 
 /// Judges step `n` of kind `kind` by its outcome.
-pub fn judge(kind: StepKind, n: u64, outcome: &Result<ScriptRun, HostError>) -> Verdict {
+pub fn judge(kind: StepKind, n: u64, outcome: &Result<ScriptRun, HostError>) -> StepVerdict {
     let run = match outcome {
         Ok(run) => run,
-        Err(e) => return Verdict::Unexpected(format!("host error: {e}")),
+        Err(e) => return StepVerdict::Unexpected(format!("host error: {e}")),
     };
     match &run.output {
         ScriptOutput::FinalResult { value, .. } if !kind.runaway() && *value == json!(n) => {
-            Verdict::Result
+            StepVerdict::Result
         }
         ScriptOutput::Error { message } if message.contains("exceeded the") => {
             if kind.runaway() {
-                Verdict::RunawayStopped
+                StepVerdict::RunawayStopped
             } else if message.contains("time limit") {
-                Verdict::StoppedByTheClock
+                StepVerdict::StoppedByTheClock
             } else {
-                Verdict::Unexpected(message.clone())
+                StepVerdict::Unexpected(message.clone())
             }
         }
-        other => Verdict::Unexpected(other.to_string()),
+        other => StepVerdict::Unexpected(other.to_string()),
     }
 }
 
@@ -166,11 +166,11 @@ struct Counters {
 }
 
 impl Counters {
-    fn count(&self, kind: StepKind, verdict: Verdict, ran_for: Duration) {
+    fn count(&self, kind: StepKind, verdict: StepVerdict, ran_for: Duration) {
         self.steps.fetch_add(1, Ordering::Relaxed);
         match verdict {
-            Verdict::Result => self.results.fetch_add(1, Ordering::Relaxed),
-            Verdict::RunawayStopped => {
+            StepVerdict::Result => self.results.fetch_add(1, Ordering::Relaxed),
+            StepVerdict::RunawayStopped => {
                 let slowest = if kind == StepKind::RunawayLoop {
                     &self.slowest_loop_stop_us
                 } else {
@@ -180,8 +180,10 @@ impl Counters {
                 slowest.fetch_max(micros, Ordering::Relaxed);
                 self.runaways_stopped.fetch_add(1, Ordering::Relaxed)
             }
-            Verdict::StoppedByTheClock => self.stopped_by_the_clock.fetch_add(1, Ordering::Relaxed),
-            Verdict::Unexpected(what) => {
+            StepVerdict::StoppedByTheClock => {
+                self.stopped_by_the_clock.fetch_add(1, Ordering::Relaxed)
+            }
+            StepVerdict::Unexpected(what) => {
                 self.unexpected_outcome(what);
                 0
             }
@@ -366,13 +368,13 @@ mod tests {
         let returned = run_of(ScriptOutput::final_result(json!(7)));
         assert!(matches!(
             judge(StepKind::RunawayLoop, 7, &returned),
-            Verdict::Unexpected(_)
+            StepVerdict::Unexpected(_)
         ));
         assert!(matches!(
             judge(StepKind::Trivial, 8, &returned),
-            Verdict::Unexpected(_)
+            StepVerdict::Unexpected(_)
         ));
-        assert_eq!(judge(StepKind::Trivial, 7, &returned), Verdict::Result);
+        assert_eq!(judge(StepKind::Trivial, 7, &returned), StepVerdict::Result);
     }
 
     #[test]
@@ -384,15 +386,15 @@ mod tests {
         };
         assert_eq!(
             judge(StepKind::MemoryBomb, 1, &stopped("memory limit")),
-            Verdict::RunawayStopped
+            StepVerdict::RunawayStopped
         );
         assert_eq!(
             judge(StepKind::ToolCalls, 1, &stopped("time limit")),
-            Verdict::StoppedByTheClock
+            StepVerdict::StoppedByTheClock
         );
         assert!(matches!(
             judge(StepKind::ToolCalls, 1, &stopped("memory limit")),
-            Verdict::Unexpected(_)
+            StepVerdict::Unexpected(_)
         ));
     }
 

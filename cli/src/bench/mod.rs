@@ -33,7 +33,7 @@ mod stats;
 
 pub use cases::{AGENT_STEPS, JSON_BYTES, STOP_LIMIT, agent_replies};
 pub use load::{
-    LoadPlan, LoadProgress, LoadTally, MIXED, StepKind, Verdict, add_tool, judge, run_load,
+    LoadPlan, LoadProgress, LoadTally, MIXED, StepKind, StepVerdict, add_tool, judge, run_load,
 };
 pub use machine::{Machine, format_utc, now_utc, rss_bytes};
 pub use report::{

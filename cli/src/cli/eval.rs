@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use super::printer::terminal_safe;
 use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, host_runtime, usage_error};
 use crate::eval::record::{file_safe, load_records, next_run};
-use crate::eval::{EvalTask, RunRecord, TaskRecord, is_right, load_tasks, render_report};
+use crate::eval::{EvalTask, EvalRecord, TaskRecord, is_right, load_tasks, render_report};
 use codeact::agent::Agent;
 use codeact::agent::LoopConfig;
 use codeact::agent::Outcome;
@@ -168,7 +168,7 @@ fn eval_run(args: &EvalRunArgs) -> ExitCode {
     for runtime in &args.runtimes {
         for _ in 0..args.runs {
             let existing = load_records(&args.out).unwrap_or_default();
-            let mut record = RunRecord {
+            let mut record = EvalRecord {
                 label: args.label.clone(),
                 runner: "codeact".into(),
                 runtime: runtime.clone(),

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 /// One run of every task on one runtime of one host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunRecord {
+pub struct EvalRecord {
     /// What this run measures, e.g. `before` or `after` a change.
     pub label: String,
     /// The host: `codeact`, or `smolagents` for the baseline.
@@ -48,7 +48,7 @@ pub struct TaskRecord {
     pub error: Option<String>,
 }
 
-impl RunRecord {
+impl EvalRecord {
     /// The record's file in `folder`: one name per label, runner, runtime and run.
     pub fn path_in(&self, folder: &Path) -> PathBuf {
         folder.join(format!(
@@ -69,7 +69,7 @@ impl RunRecord {
 }
 
 /// Every record in `folder` (files ending in `.json`), in file-name order.
-pub fn load_records(folder: &Path) -> Result<Vec<RunRecord>, String> {
+pub fn load_records(folder: &Path) -> Result<Vec<EvalRecord>, String> {
     let entries = std::fs::read_dir(folder)
         .map_err(|e| format!("cannot read the results folder '{}': {e}", folder.display()))?;
     let mut paths: Vec<PathBuf> = entries
@@ -89,7 +89,7 @@ pub fn load_records(folder: &Path) -> Result<Vec<RunRecord>, String> {
 }
 
 /// The next run number for this label, runner and runtime among `records`.
-pub fn next_run(records: &[RunRecord], label: &str, runner: &str, runtime: &str) -> u32 {
+pub fn next_run(records: &[EvalRecord], label: &str, runner: &str, runtime: &str) -> u32 {
     records
         .iter()
         .filter(|r| r.label == label && r.runner == runner && r.runtime == runtime)
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_runtime_with_a_colon_makes_a_safe_file_name() {
-        let record = RunRecord {
+        let record = EvalRecord {
             label: "after".into(),
             runner: "codeact".into(),
             runtime: "wasm:python".into(),

@@ -4,14 +4,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::judge::is_right;
-use super::record::{RunRecord, TaskRecord};
+use super::record::{EvalRecord, TaskRecord};
 use super::tasks::EvalTask;
 
 /// The report, in Markdown: a summary row per run (right answers overall and per
 /// category, mean steps, tokens and wall time per task), then each task's right
 /// answers per host and runtime, then what every wrong run ended with.
 /// `source` says where the records came from, for the header.
-pub fn render_report(tasks: &[EvalTask], records: &[RunRecord], source: &str) -> String {
+pub fn render_report(tasks: &[EvalTask], records: &[EvalRecord], source: &str) -> String {
     let mut out = String::new();
     let categories = categories(tasks);
     let by_id: BTreeMap<&str, &EvalTask> = tasks.iter().map(|t| (t.id.as_str(), t)).collect();
@@ -135,8 +135,8 @@ pub fn render_report(tasks: &[EvalTask], records: &[RunRecord], source: &str) ->
 
 type GroupKey = (String, String, String);
 
-fn groups(records: &[RunRecord]) -> BTreeMap<GroupKey, Vec<&RunRecord>> {
-    let mut groups: BTreeMap<GroupKey, Vec<&RunRecord>> = BTreeMap::new();
+fn groups(records: &[EvalRecord]) -> BTreeMap<GroupKey, Vec<&EvalRecord>> {
+    let mut groups: BTreeMap<GroupKey, Vec<&EvalRecord>> = BTreeMap::new();
     for record in records {
         groups
             .entry((
@@ -191,8 +191,8 @@ mod tests {
     use crate::eval::tasks::parse_tasks;
     use serde_json::json;
 
-    fn record(run: u32, answers: &[(&str, serde_json::Value)]) -> RunRecord {
-        RunRecord {
+    fn record(run: u32, answers: &[(&str, serde_json::Value)]) -> EvalRecord {
+        EvalRecord {
             label: "after".into(),
             runner: "codeact".into(),
             runtime: "js".into(),

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::config::Caller;
 use super::runs::{Job, OutputRequest, Runs, awaited_call};
-use super::store::{Created, RunRecord, Status, StoreError};
+use super::store::{Created, StoredRun, Status, StoreError};
 
 /// Runs a page of `GET /runs` holds without `limit`.
 const DEFAULT_PAGE: u32 = 20;
@@ -142,7 +142,7 @@ pub(crate) async fn visible_run(
     runs: &Runs,
     caller: &Caller,
     id: &str,
-) -> Result<RunRecord, ApiError> {
+) -> Result<StoredRun, ApiError> {
     if !is_run_id(id) {
         return Err(ApiError::no_run());
     }
@@ -528,7 +528,7 @@ pub(super) async fn send_message(
 }
 
 /// A run in full, as `GET /runs/{id}` answers.
-fn full(run: &RunRecord) -> Value {
+fn full(run: &StoredRun) -> Value {
     let mut value = serde_json::to_value(run).unwrap_or(Value::Null);
     if let (Some((call, tool, args)), Value::Object(fields)) =
         (awaited_call(run.outcome.as_ref()), &mut value)
@@ -543,7 +543,7 @@ fn full(run: &RunRecord) -> Value {
 }
 
 /// A run in a list: no outcome or output, the task cut short.
-fn summary(run: &RunRecord) -> Value {
+fn summary(run: &StoredRun) -> Value {
     let task: String = run.task.chars().take(TASK_PREVIEW_CHARS).collect();
     json!({
         "id": run.id,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use sqlx::Row;
 use sqlx::postgres::PgListener;
 
-use super::store::{RunRecord, Status, Store, StoreError, now, record, run_columns};
+use super::store::{Status, Store, StoreError, StoredRun, now, record, run_columns};
 
 /// Channels of the notices.
 pub(crate) const QUEUE_CHANNEL: &str = "codeact_queue";
@@ -25,7 +25,7 @@ pub(crate) const CANCEL_CHANNEL: &str = "codeact_cancel";
 /// A run a worker claimed, with the work to do.
 #[derive(Debug)]
 pub(crate) struct Claimed {
-    pub run: RunRecord,
+    pub run: StoredRun,
     /// The job's JSON (see `runs::Job`).
     pub job: Option<String>,
     /// Claims of this job so far, this one included: more than 1 means another

@@ -23,7 +23,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::config::{OfferedAgent, ServeConfig};
-use super::store::{Ended, RunRecord, Status, Store};
+use super::store::{Ended, StoredRun, Status, Store};
 use codeact::agent::Outcome;
 use codeact::agent::ResumePoint;
 use codeact::agent::{Agent, AgentError, RunResult};
@@ -142,7 +142,7 @@ impl Runs {
     /// for a worker on PostgreSQL. False when the run was in none of them.
     pub(crate) async fn go_on(
         self: &Arc<Self>,
-        run: RunRecord,
+        run: StoredRun,
         from: &[Status],
         job: Job,
     ) -> Result<bool, super::store::StoreError> {
@@ -158,14 +158,14 @@ impl Runs {
 
     /// Starts `job` on `run`, which the caller has set `running` (or claimed
     /// from the queue; `retake`: after another worker had it).
-    pub(crate) fn spawn(self: &Arc<Self>, run: RunRecord, job: Job, retake: bool) {
+    pub(crate) fn spawn(self: &Arc<Self>, run: StoredRun, job: Job, retake: bool) {
         self.spawn_holding(run, job, retake, None);
     }
 
     /// [`Runs::spawn`], holding `slot` (a worker's) until the work ends.
     pub(crate) fn spawn_holding(
         self: &Arc<Self>,
-        run: RunRecord,
+        run: StoredRun,
         job: Job,
         retake: bool,
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -194,7 +194,7 @@ impl Runs {
     /// run metrics (see [`telemetry`](super::telemetry)).
     async fn work(
         self: &Arc<Self>,
-        run: RunRecord,
+        run: StoredRun,
         job: Job,
         retake: bool,
         cancel: CancellationToken,
@@ -235,7 +235,7 @@ impl Runs {
     /// last event is journalled.
     async fn journal_and_drive(
         self: &Arc<Self>,
-        run: RunRecord,
+        run: StoredRun,
         job: Job,
         retake: bool,
         cancel: CancellationToken,
@@ -328,7 +328,7 @@ impl Runs {
 /// is going on (the script is interrupted as at its time limit), and nothing it
 /// does after the cancel is journalled.
 struct Work {
-    run: RunRecord,
+    run: StoredRun,
     offered: OfferedAgent,
     limits: codeact_runtime::Limits,
     tool_timeout: std::time::Duration,
@@ -445,7 +445,7 @@ impl Work {
 }
 
 async fn drive_agent(
-    run: &RunRecord,
+    run: &StoredRun,
     agent: &Agent,
     job: Job,
     retake: bool,
@@ -517,7 +517,7 @@ async fn drive_agent(
 }
 
 async fn drive_chat(
-    run: &RunRecord,
+    run: &StoredRun,
     agent: &Agent,
     job: Job,
     retake: bool,
@@ -569,7 +569,7 @@ async fn drive_chat(
 }
 
 async fn drive_team(
-    run: &RunRecord,
+    run: &StoredRun,
     team: &Team,
     entry: &str,
     job: Job,

@@ -90,7 +90,7 @@ impl Status {
 
 /// One run as stored.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct RunRecord {
+pub(crate) struct StoredRun {
     pub id: String,
     pub tenant: String,
     pub agent: String,
@@ -148,7 +148,7 @@ pub(crate) struct QueueLimits {
 #[derive(Debug)]
 pub(crate) enum Created {
     /// Stored: queued on PostgreSQL, running on SQLite.
-    Run(Box<RunRecord>),
+    Run(Box<StoredRun>),
     /// Refused: this many runs of the tenant, or of everyone, are active already.
     Full { tenant: bool, limit: u32 },
 }
@@ -357,7 +357,7 @@ impl Store {
                 },
             });
         }
-        Ok(Created::Run(Box::new(RunRecord {
+        Ok(Created::Run(Box::new(StoredRun {
             id: id.into(),
             tenant: tenant.into(),
             agent: agent.into(),
@@ -415,7 +415,7 @@ impl Store {
     }
 
     /// The run `id`, if stored.
-    pub(crate) async fn get(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+    pub(crate) async fn get(&self, id: &str) -> Result<Option<StoredRun>, StoreError> {
         Ok(match self {
             Store::Sqlite(pool) => sqlx::query(concat!(
                 "SELECT ",
@@ -445,7 +445,7 @@ impl Store {
         tenant: Option<&str>,
         after: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError> {
+    ) -> Result<Vec<StoredRun>, StoreError> {
         Ok(match self {
             Store::Sqlite(pool) => sqlx::query(concat!(
                 "SELECT ",
@@ -720,9 +720,9 @@ fn transcript_line(agent: &str, body: &str) -> String {
 
 /// A run from a row of either database (the same columns; `takeovers` only on
 /// PostgreSQL).
-pub(super) fn record<R: RunRow>(row: &R) -> RunRecord {
+pub(super) fn record<R: RunRow>(row: &R) -> StoredRun {
     let text = |column: &str| row.text(column);
-    RunRecord {
+    StoredRun {
         id: text("id").unwrap_or_default(),
         tenant: text("tenant").unwrap_or_default(),
         agent: text("agent").unwrap_or_default(),

@@ -91,7 +91,8 @@ async fn a_servers_tools_are_listed_with_their_schemas_under_its_name() {
         "a method of the server's object; the output schema is the return type"
     );
     assert_eq!(
-        add.spec().python_signature(),
+        add.spec()
+            .python_signature(&codeact_runtime::Spelling::JSON),
         "scripted.add(a=integer, b=integer) -> {sum: integer}"
     );
     assert_eq!(
@@ -135,12 +136,15 @@ async fn arguments_against_the_schema_are_refused_before_the_server_sees_them() 
     let err = call(&tools, "scripted_add", json!({"a": 2}))
         .await
         .expect_err("refused");
-    assert!(
-        err.message.contains("\"b\""),
-        "names the missing field: {}",
-        err.message
+    assert_eq!(err.message, "missing required `b`; the parameters are a, b");
+    let err = call(&tools, "scripted_add", json!({"a": 2, "c": 40}))
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        err.message,
+        "unknown argument `c`; missing required `b`; the parameters are a, b"
     );
-    // Neither reached the server: this is its first call.
+    // None reached the server: this is its first call.
     assert_eq!(
         call(&tools, "scripted_calls", json!({})).await,
         Ok(json!({"calls": 1}))
@@ -598,15 +602,26 @@ async fn codeact_mcp_holds_its_limits_runtimes_and_session_cap_against_a_client(
         "1",
     ]))
     .await;
-    // The operator's time limit, whatever the client sends along.
-    let started = Instant::now();
-    let ran = call(
+    // Names the schema does not list are refused by the client's own check (a
+    // raw client that sends them along meets the operator's limit: below).
+    let err = call(
         &tools,
         "codeact_run_script",
         json!({"code": "loop { }", "limits": {"wall_time_ms": 600000}, "timeout_ms": 600000}),
     )
     .await
-    .expect("answered");
+    .expect_err("refused");
+    assert!(
+        err.message
+            .starts_with("unknown arguments `limits`, `timeout_ms`"),
+        "{}",
+        err.message
+    );
+    // The operator's time limit.
+    let started = Instant::now();
+    let ran = call(&tools, "codeact_run_script", json!({"code": "loop { }"}))
+        .await
+        .expect("answered");
     assert_eq!(ran["output"]["type"], "error", "{ran}");
     assert!(started.elapsed() < Duration::from_secs(5));
     // No runtime outside the served list (the schema's enum stops this client;
@@ -657,12 +672,13 @@ async fn codeact_mcp_holds_its_limits_runtimes_and_session_cap_against_a_client(
 }
 
 /// A client that ignores the schema: the server itself refuses a runtime outside
-/// its list (a guest file's path, the memory-uncapped in-process JavaScript).
+/// its list (a guest file's path, the memory-uncapped in-process JavaScript), and
+/// holds a script to the operator's time limit whatever limits it sends along.
 #[test]
 fn codeact_mcp_refuses_a_runtime_outside_its_list_from_a_raw_client() {
     use std::io::{BufRead, BufReader, Write};
     let mut child = Command::new(env!("CARGO_BIN_EXE_codeact"))
-        .arg("mcp")
+        .args(["mcp", "--timeout-ms", "300"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -702,6 +718,21 @@ fn codeact_mcp_refuses_a_runtime_outside_its_list_from_a_raw_client() {
             .unwrap_or_default();
         assert!(text.contains("not served here"), "{runtime}: {text}");
     }
+    let started = Instant::now();
+    send(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "run_script", "arguments": {"code": "loop { }",
+        "limits": {"wall_time_ms": 600000}, "timeout_ms": 600000}}}),
+    );
+    let reply: Value = loop {
+        let line = lines.next().expect("a reply").expect("a line");
+        let message: Value = serde_json::from_str(&line).expect("JSON");
+        if message["id"] == 4 {
+            break message;
+        }
+    };
+    assert!(started.elapsed() < Duration::from_secs(5), "{reply}");
+    assert!(reply.to_string().contains("error"), "{reply}");
     drop(stdin);
     let _ = child.wait();
 }

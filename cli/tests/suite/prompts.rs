@@ -1,6 +1,6 @@
-//! Prompt cards rendered from each runtime crate's `prompts/`, compared with snapshots under
-//! `fixtures/snapshots/`. After an intended change, regenerate them with
-//! `UPDATE_SNAPSHOTS=1 cargo test --test suite prompts::` and review the diff.
+//! Prompt cards rendered from each runtime crate's `prompts/`, compared with the renderings under
+//! `fixtures/prompt_renderings/`. After an intended change, regenerate them with
+//! `UPDATE_RENDERINGS=1 cargo test --test suite prompts::` and review the diff.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,24 +12,24 @@ use codeact::tools::{ToolDispatch, ToolSpec};
 use codeact::{Agent, Limits, Outcome, RhaiRuntime, Runtime};
 use serde_json::json;
 
-fn assert_snapshot(name: &str, actual: &str) {
+fn assert_rendering(name: &str, actual: &str) {
     let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .join("fixtures/snapshots")
+        .join("fixtures/prompt_renderings")
         .join(name);
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, actual).expect("snapshot is written");
+    if std::env::var_os("UPDATE_RENDERINGS").is_some() {
+        std::fs::write(&path, actual).expect("rendering is written");
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}; run with UPDATE_SNAPSHOTS=1 to create it",
+            "{}: {e}; run with UPDATE_RENDERINGS=1 to create it",
             path.display()
         )
     });
     assert_eq!(
         actual,
         expected,
-        "{} differs; run with UPDATE_SNAPSHOTS=1 if intended",
+        "{} differs; run with UPDATE_RENDERINGS=1 if intended",
         path.display()
     );
 }
@@ -44,10 +44,10 @@ fn add_tool() -> ToolSpec {
 
 /// If this fails, the text every Rhai model reads has changed.
 #[test]
-fn the_rhai_card_with_tools_matches_its_snapshot() {
+fn the_rhai_card_with_tools_matches_its_rendering() {
     let runtime = RhaiRuntime::new(Limits::default());
     let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
-    assert_snapshot("rhai_card_with_tools.md", &card);
+    assert_rendering("rhai_card_with_tools.md", &card);
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn the_rhai_card_without_tools_says_there_are_none_and_mentions_no_transfer() {
     let card = render_card(&runtime, &[], &[]).expect("the card renders");
     assert!(card.contains("No tools are available"));
     assert!(!card.contains("transfer_to_agent"));
-    assert_snapshot("rhai_card_without_tools.md", &card);
+    assert_rendering("rhai_card_without_tools.md", &card);
 }
 
 #[test]
@@ -118,20 +118,20 @@ fn a_card_using_an_undefined_variable_is_an_error_not_a_blank() {
 
 /// If this fails, the text every JavaScript model reads has changed.
 #[test]
-fn the_js_card_with_tools_matches_its_snapshot() {
+fn the_js_card_with_tools_matches_its_rendering() {
     let runtime = codeact::JsRuntime::new(Limits::default());
     let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
     assert!(
         card.contains("- `tools.add({a: integer, b: integer})`: Adds two integers."),
         "{card}"
     );
-    assert_snapshot("js_card_with_tools.md", &card);
+    assert_rendering("js_card_with_tools.md", &card);
 }
 
 /// If this fails, the text about fenced data or about the final result that every
 /// model reads has changed.
 #[test]
-fn the_system_prompt_with_an_output_spec_matches_its_snapshot() {
+fn the_system_prompt_with_an_output_spec_matches_its_rendering() {
     let runtime = RhaiRuntime::new(Limits::default());
     let spec = codeact::OutputSpec {
         format: Some("json".into()),
@@ -153,7 +153,7 @@ fn the_system_prompt_with_an_output_spec_matches_its_snapshot() {
     )
     .expect("the prompt renders");
     assert!(prompt.contains(codeact::untrusted::FENCE_RULE));
-    assert_snapshot("system_prompt_with_output_spec.md", &prompt);
+    assert_rendering("system_prompt_with_output_spec.md", &prompt);
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn the_system_prompt_without_an_output_spec_says_nothing_about_the_final_result(
 
 /// If this fails, the text every Python model on a wasm guest reads has changed.
 #[test]
-fn the_python_card_with_tools_matches_its_snapshot() {
+fn the_python_card_with_tools_matches_its_rendering() {
     let runtime = codeact::WasmRuntime::by_name("wasm:micropython", Limits::default())
         .expect("the MicroPython guest loads (guests/fetch-guests.sh)");
     let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
@@ -175,17 +175,17 @@ fn the_python_card_with_tools_matches_its_snapshot() {
         card.contains("- `add(a=integer, b=integer)`: Adds two integers."),
         "{card}"
     );
-    assert_snapshot("python_card_with_tools.md", &card);
+    assert_rendering("python_card_with_tools.md", &card);
 }
 
 /// If this fails, the text every JavaScript model on the QuickJS guest reads has
 /// changed.
 #[test]
-fn the_quickjs_card_with_tools_matches_its_snapshot() {
+fn the_quickjs_card_with_tools_matches_its_rendering() {
     let runtime = codeact::WasmRuntime::by_name("wasm:js", Limits::default())
         .expect("the QuickJS guest loads (guests/fetch-guests.sh)");
     let card = render_card(&runtime, &[add_tool()], &[]).expect("the card renders");
-    assert_snapshot("quickjs_card_with_tools.md", &card);
+    assert_rendering("quickjs_card_with_tools.md", &card);
 }
 
 /// If this fails, a model given the file tools reads, on the same card, that it
@@ -234,7 +234,7 @@ fn a_card_with_the_file_tools_no_longer_says_there_are_no_files() {
 
 /// An MCP server's tools are listed, and the example call written where a card
 /// has one (Python's), as methods of the server's object in each language; a card without such tools does not
-/// mention them (its text is the snapshot's).
+/// mention them (its text is the rendering's).
 #[test]
 fn a_servers_tools_are_listed_as_methods_of_its_object_in_every_card() {
     let issue = ToolSpec::new("github_create_issue", "Opens an issue.")

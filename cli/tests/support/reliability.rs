@@ -5,7 +5,7 @@
 //! The rendered section always goes to `target/tmp/reliability/<section>.md`. With
 //! `UPDATE_RELIABILITY=1` it replaces its section of `RELIABILITY.md` at the repo
 //! root; otherwise it must equal that section, so a changed outcome fails the test
-//! until the file is regenerated and the diff reviewed (like `UPDATE_SNAPSHOTS`).
+//! until the file is regenerated and the diff reviewed (like `UPDATE_RENDERINGS`).
 //! Cells hold only deterministic text (no timings), so the check is stable.
 
 use std::collections::{BTreeMap, HashMap};

@@ -21,6 +21,7 @@ mod limits;
 mod logs;
 mod runtime;
 mod snapshot;
+mod spelling;
 mod tools;
 
 pub mod call_deadline;
@@ -43,6 +44,7 @@ pub use runtime::{
     HostError, RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED, ScriptError, Session,
 };
 pub use snapshot::{Snapshot, SnapshotError};
+pub use spelling::{MAX_WRITTEN_NAME, SpelledTools, Spelling, Written, WrittenName};
 pub use tools::{
     HELPER_NAMES, NoTools, SignatureField, ToolDispatch, ToolError, ToolSpec, compact_type,
     is_identifier, is_member_name, is_namespace_name, namespaces, rhai_member,

@@ -39,6 +39,16 @@ pub trait Runtime: Send + Sync {
     /// How a model calls `tool` in this language, e.g. `call_tool("add", #{a: INT, b: INT})`.
     fn tool_signature(&self, tool: &crate::ToolSpec) -> String;
 
+    /// How this language writes a tool's parameter names in a call (a keyword
+    /// respelled, a name that is no identifier quoted), which its signatures use;
+    /// the host names parameters this way in its messages. A runtime whose
+    /// spelling changes a name (Python's `from_`) maps a call's arguments back to
+    /// the schema's names itself ([`SpelledTools`](crate::SpelledTools)) before
+    /// they reach its tools. Default: [`Spelling::JSON`](crate::Spelling::JSON).
+    fn spelling(&self) -> crate::Spelling {
+        crate::Spelling::JSON
+    }
+
     /// Starts a session whose scripts can call `tools`.
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError>;
 

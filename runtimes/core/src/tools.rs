@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::Spelling;
+
 /// What a model is told about a tool: its name, what it does, and the JSON Schema of
 /// its arguments object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,35 +120,47 @@ impl ToolSpec {
             .unwrap_or_default();
         let typed =
             |name: &str, schema: &Value| (name.to_string(), schema_type(schema).to_string());
+        let mut seen = std::collections::HashSet::new();
         let mut names: Vec<(String, String)> = required
             .iter()
+            .filter(|name| seen.insert(**name))
             .filter_map(|name| properties.get(*name).map(|schema| typed(name, schema)))
             .collect();
+        let required = seen;
         names.extend(
             properties
                 .iter()
-                .filter(|(name, _)| !required.contains(&name.as_str()))
+                .filter(|(name, _)| !required.contains(name.as_str()))
                 .map(|(name, schema)| typed(name, schema)),
         );
         names
     }
 
-    /// [`argument_names`](Self::argument_names) as a signature shows them: a name
-    /// that is not plain (letters, digits, `_`, `-`; at most 64) is a JSON string
-    /// of at most 64 characters, so a third party's schema cannot start a line of
-    /// its own in the prompt. Each says whether the schema requires it: a model
-    /// shown every argument alike invents a value for an optional one (a
-    /// `customer: "all"` that filters everything out) instead of leaving it out.
-    /// At most [`MAX_SIGNATURE_FIELDS`] are shown (required ones first):
-    /// [`signature_is_cut`](Self::signature_is_cut) says when some were left out.
-    pub fn signature_fields(&self) -> Vec<SignatureField> {
+    /// [`argument_names`](Self::argument_names) as a signature in a language
+    /// written as `spelling` shows them (see [`ToolSpec::written_names`]): a
+    /// name the language cannot write as it is gets its usual spelling (Python's
+    /// `from_`) or is a string key (JavaScript's `"max-results"`), and a name
+    /// longer than 64 characters is a JSON string cut at 64, so a third party's
+    /// schema cannot start a line of its own in the prompt. Each says whether the
+    /// schema requires it: a model shown every argument alike invents a value for
+    /// an optional one (a `customer: "all"` that filters everything out) instead
+    /// of leaving it out. At most [`MAX_SIGNATURE_FIELDS`] are shown (required
+    /// ones first): [`signature_is_cut`](Self::signature_is_cut) says when some
+    /// were left out.
+    pub fn signature_fields(&self, spelling: &Spelling) -> Vec<SignatureField> {
         let required = self.required_names();
-        self.argument_names()
+        let names: Vec<(String, String)> = self
+            .argument_names()
             .into_iter()
             .take(MAX_SIGNATURE_FIELDS)
-            .map(|(name, ty)| SignatureField {
+            .collect();
+        let written = self.written_names(names.iter().map(|(name, _)| name.as_str()), spelling);
+        names
+            .into_iter()
+            .zip(written)
+            .map(|((name, ty), written)| SignatureField {
                 required: required.contains(&name.as_str()),
-                name: shown_name(&name),
+                name: written.shown,
                 ty,
             })
             .collect()
@@ -171,7 +185,7 @@ impl ToolSpec {
     }
 
     /// The names `parameters.required` lists.
-    fn required_names(&self) -> Vec<&str> {
+    pub(crate) fn required_names(&self) -> Vec<&str> {
         self.parameters
             .get("required")
             .and_then(Value::as_array)
@@ -189,12 +203,13 @@ impl ToolSpec {
     }
 
     /// How a JavaScript script calls this tool: `tools.add({a: integer, b: integer})`
-    /// (one object of named arguments; an optional one as TypeScript writes it,
-    /// `{customer?: string}`), or `github.create_issue({…})` for a namespaced
-    /// one. Shared by the Boa and QuickJS backends.
+    /// (one object of named arguments, written as [`Spelling::JAVASCRIPT`]
+    /// says: `{"max-results"?: integer}`; an optional one as TypeScript writes
+    /// it, `{customer?: string}`), or `github.create_issue({…})` for a
+    /// namespaced one. Shared by the Boa and QuickJS backends.
     pub fn js_signature(&self) -> String {
         let fields: Vec<String> = self
-            .signature_fields()
+            .signature_fields(&Spelling::JAVASCRIPT)
             .into_iter()
             .map(|f| format!("{}{}: {}", f.name, if f.required { "" } else { "?" }, f.ty))
             .collect();
@@ -207,12 +222,12 @@ impl ToolSpec {
     }
 
     /// How a Python script calls this tool: `add(a=integer, b=integer)` (keyword
-    /// arguments; an optional one as a union with `None`, as Python's type hints
-    /// write it: `customer=string|None`), or `github.create_issue(…)` for a
-    /// namespaced one.
-    pub fn python_signature(&self) -> String {
+    /// arguments, each named as `spelling`, Python's, writes it: `from_=string`;
+    /// an optional one as a union with `None`, as Python's type hints write it:
+    /// `customer=string|None`), or `github.create_issue(…)` for a namespaced one.
+    pub fn python_signature(&self, spelling: &Spelling) -> String {
         let fields: Vec<String> = self
-            .signature_fields()
+            .signature_fields(spelling)
             .into_iter()
             .map(|f| {
                 format!(
@@ -244,7 +259,8 @@ const MAX_COMPACT_DEPTH: usize = 3;
 /// One argument as a tool's signature shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignatureField {
-    /// The name, plain or as a JSON string (see [`ToolSpec::signature_fields`]).
+    /// The name as the language writes it: as it is, respelled, or as a JSON
+    /// string (see [`ToolSpec::signature_fields`]).
     pub name: String,
     /// Its JSON Schema type (`string`, `integer`, … or `any`).
     pub ty: String,
@@ -258,7 +274,7 @@ pub struct SignatureField {
 /// the characters that end or open markup in a prompt (`` ` ``, `<`, `>`, `*`,
 /// `[`, `]`, `|`) are `\u` escapes, which JSON, JavaScript and Python read
 /// back as the same name.
-fn shown_name(name: &str) -> String {
+pub(crate) fn shown_name(name: &str) -> String {
     let plain = !name.is_empty()
         && name.len() <= 64
         && name
@@ -267,6 +283,13 @@ fn shown_name(name: &str) -> String {
     if plain {
         return name.to_string();
     }
+    quoted_name(name)
+}
+
+/// `name` as a JSON string of at most 64 characters, the characters that end or
+/// open markup in a prompt as `\u` escapes (see [`shown_name`]): how a language
+/// that takes string keys writes a name it cannot write as it is.
+pub(crate) fn quoted_name(name: &str) -> String {
     let cut: String = name.chars().take(64).collect();
     let quoted = serde_json::to_string(&cut).unwrap_or_else(|_| "\"?\"".to_string());
     quoted
@@ -543,7 +566,7 @@ mod tests {
                 "wide": {"type": "object", "properties": properties},
             }}));
         assert!(spec.signature_is_cut());
-        for signature in [spec.js_signature(), spec.python_signature()] {
+        for signature in [spec.js_signature(), spec.python_signature(&Spelling::JSON)] {
             assert!(
                 signature.contains("p031") && !signature.contains("p032"),
                 "{signature}"
@@ -559,10 +582,13 @@ mod tests {
         let spec = ToolSpec::new("github_create_issue", "").in_namespace("github");
         assert_eq!(spec.namespaced(), Some(("github", "create_issue")));
         assert_eq!(spec.js_signature(), "github.create_issue({})");
-        assert_eq!(spec.python_signature(), "github.create_issue()");
+        assert_eq!(
+            spec.python_signature(&Spelling::JSON),
+            "github.create_issue()"
+        );
         let flat = ToolSpec::new("add", "");
         assert_eq!(flat.js_signature(), "tools.add({})");
-        assert_eq!(flat.python_signature(), "add()");
+        assert_eq!(flat.python_signature(&Spelling::JSON), "add()");
     }
 
     /// A server named like something scripts rely on (a keyword, a global, a
@@ -653,10 +679,10 @@ mod tests {
             "tools.list_orders({limit: integer, customer?: string})"
         );
         assert_eq!(
-            spec.python_signature(),
+            spec.python_signature(&Spelling::JSON),
             "list_orders(limit=integer, customer=string|None)"
         );
-        let fields = spec.signature_fields();
+        let fields = spec.signature_fields(&Spelling::JSON);
         assert_eq!(
             fields.iter().map(|f| f.required).collect::<Vec<_>>(),
             vec![true, false]

@@ -165,6 +165,10 @@ impl Runtime for JsRuntime {
         tool.js_signature()
     }
 
+    fn spelling(&self) -> codeact_runtime::Spelling {
+        codeact_runtime::Spelling::JAVASCRIPT
+    }
+
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
         Ok(Box::new(JsSession::new(
             self.mode,

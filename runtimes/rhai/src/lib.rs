@@ -32,8 +32,8 @@ mod validator;
 use std::sync::Arc;
 
 use codeact_runtime::{
-    HostError, Limits, Runtime, RuntimeInfo, Session, Snapshot, SnapshotError, ToolDispatch,
-    ToolSpec,
+    HostError, Limits, Runtime, RuntimeInfo, Session, Snapshot, SnapshotError, Spelling,
+    ToolDispatch, ToolSpec, Written,
 };
 use rhai::Engine;
 
@@ -100,6 +100,10 @@ impl Runtime for RhaiRuntime {
         tool_signature(tool)
     }
 
+    fn spelling(&self) -> Spelling {
+        SPELLING
+    }
+
     fn new_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<Box<dyn Session>, HostError> {
         Ok(Box::new(self.session(tools)))
     }
@@ -129,7 +133,7 @@ pub(crate) const SNAPSHOT_IDENTITY: &str = concat!("codeact-rhai ", env!("CARGO_
 /// as a method of the server's map.
 pub fn tool_signature(tool: &ToolSpec) -> String {
     let fields: Vec<String> = tool
-        .signature_fields()
+        .signature_fields(&SPELLING)
         .into_iter()
         .map(|f| {
             let optional = if f.required { "" } else { "?" };
@@ -148,6 +152,54 @@ pub fn tool_signature(tool: &ToolSpec) -> String {
         tool.return_suffix()
     )
 }
+
+/// How Rhai writes a parameter name as a key of the arguments' map: an
+/// identifier that is no keyword or reserved word as it is (`#{city: "Oslo"}`),
+/// anything else as a string key (`#{"fn": 1, "max-results": 5}`), which Rhai
+/// takes for the same key, so nothing is mapped back.
+pub const SPELLING: Spelling = Spelling {
+    language: "Rhai",
+    rule: |name| {
+        if is_rhai_identifier(name) && !KEYWORDS.contains(&name) {
+            Written::AsIs
+        } else {
+            Written::Quoted
+        }
+    },
+};
+
+/// Whether Rhai reads `name` as an identifier: ASCII letters, digits and `_`,
+/// not starting with a digit, with at least one letter before any digit
+/// (`_1` and `__` are not).
+fn is_rhai_identifier(name: &str) -> bool {
+    let mut letter_seen = false;
+    for c in name.chars() {
+        match c {
+            '_' => {}
+            c if c.is_ascii_alphabetic() => letter_seen = true,
+            c if c.is_ascii_digit() && letter_seen => {}
+            _ => return false,
+        }
+    }
+    letter_seen
+}
+
+/// Rhai's keywords, its reserved words and the names of its built-in keyword
+/// functions: a map key spelled like one is written as a string.
+#[rustfmt::skip]
+pub const KEYWORDS: &[&str] = &[
+    // Keywords.
+    "as", "break", "catch", "const", "continue", "do", "else", "export", "false", "fn", "for",
+    "global", "if", "import", "in", "let", "loop", "private", "return", "switch", "this",
+    "throw", "true", "try", "until", "while",
+    // Keyword functions.
+    "call", "curry", "debug", "eval", "Fn", "is_def_fn", "is_def_var", "is_shared", "print",
+    "type_of",
+    // Reserved for the future.
+    "async", "await", "case", "default", "exit", "go", "goto", "is", "match", "module", "new",
+    "nil", "null", "package", "protected", "public", "shared", "spawn", "static", "super",
+    "sync", "thread", "use", "var", "void", "with", "yield",
+];
 
 /// The Rhai spelling of a JSON Schema type.
 fn rhai_type(json_type: &str) -> &'static str {

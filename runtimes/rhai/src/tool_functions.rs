@@ -121,9 +121,10 @@ pub(crate) fn is_namespace_object(scope: &Scope, name: &str, object: &Dynamic) -
         })
 }
 
-/// A map-literal key: bare when an identifier, quoted otherwise.
+/// A map-literal key: bare where Rhai takes it so ([`crate::SPELLING`]), as a
+/// string otherwise (a keyword, a reserved word, a name that is no identifier).
 fn key(property: &str) -> String {
-    if is_identifier(property) {
+    if crate::SPELLING.write(property) == codeact_runtime::Written::AsIs {
         property.to_string()
     } else {
         serde_json::to_string(property).unwrap_or_else(|_| "\"\"".into())

@@ -15,7 +15,7 @@ use codeact_runtime::{Interrupt, LogBuffer};
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError, StreamResult};
 
-use crate::protocol::{Message, OutputParser};
+use crate::protocol::{GuestMessage, OutputParser};
 
 /// Where the guest is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub(crate) struct Exchange {
     read_waker: Option<Waker>,
     parser: OutputParser,
     pub(crate) logs: LogBuffer,
-    pub(crate) inbox: VecDeque<Message>,
+    pub(crate) inbox: VecDeque<GuestMessage>,
     /// When the current run must stop; checked at every epoch tick.
     pub(crate) deadline: Option<Instant>,
     /// Raised from outside to stop the current run as at its deadline.

@@ -62,7 +62,7 @@ pub enum CPythonBuild {
 
 /// A host directory a guest sees, read-only, at a path of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
+pub struct GuestMount {
     /// The directory on the host.
     pub host: PathBuf,
     /// Where the guest sees it, an absolute guest path.
@@ -87,7 +87,7 @@ pub struct Guest {
     pub launch: Launch,
     /// Directories it sees read-only (the stdlib zip of `wasm:python-sci`); none
     /// for the other guests, which get no files at all.
-    pub mounts: Vec<Mount>,
+    pub mounts: Vec<GuestMount>,
     /// Other files the guest reads that must have a pinned sha256 (path, hash),
     /// checked with the module on every load.
     pub pinned_files: Vec<(PathBuf, String)>,
@@ -379,7 +379,7 @@ impl Guest {
             mounts: if sci {
                 PYTHON_SCI_MOUNTS
                     .iter()
-                    .map(|(host, guest)| Mount {
+                    .map(|(host, guest)| GuestMount {
                         host: guest_dir.join(host),
                         guest: guest.to_string(),
                     })

@@ -45,6 +45,7 @@ mod files;
 mod guests;
 mod preinit;
 pub mod protocol;
+mod python_names;
 mod session;
 mod turns;
 
@@ -54,15 +55,17 @@ use std::time::Duration;
 
 use codeact_runtime::{
     Enforcement, FileView, HostError, LimitKind, Limits, Runtime, RuntimeInfo, Session, Snapshot,
-    SnapshotError, ToolDispatch, ToolSpec,
+    SnapshotError, SpelledTools, Spelling, ToolDispatch, ToolSpec,
 };
 use wasmtime::{Linker, Module};
 
 pub use cache::Source;
 pub use guests::{
-    BOA_GUEST_FILE, CPythonBuild, GUEST_NAMES, Guest, GuestSource, Launch, Mount, OnRequestGuest,
-    RHAI_GUEST_FILE, built_guests, default_guest_dir, guest_sources, on_request_guests,
+    BOA_GUEST_FILE, CPythonBuild, GUEST_NAMES, Guest, GuestMount, GuestSource, Launch,
+    OnRequestGuest, RHAI_GUEST_FILE, built_guests, default_guest_dir, guest_sources,
+    on_request_guests,
 };
+pub use python_names::{PYTHON_KEYWORDS, PYTHON_SPELLING};
 pub use session::WasmSession;
 
 use files::HostState;
@@ -521,8 +524,11 @@ impl WasmRuntime {
         self.load_time
     }
 
-    /// Starts a session with these tools, as a concrete type.
+    /// Starts a session with these tools, as a concrete type. Calls written with
+    /// a respelled parameter name (Python's `from_`) reach `tools` under the
+    /// schema's name.
     pub fn start_session(&self, tools: Arc<dyn ToolDispatch>) -> Result<WasmSession, HostError> {
+        let tools = SpelledTools::wrap(tools, &self.spelling());
         match &self.linked {
             Linked::Stdio(blueprint) => WasmSession::stdio(blueprint.clone(), tools, None),
             Linked::Abi(blueprint) => WasmSession::abi(blueprint.clone(), tools),
@@ -659,7 +665,7 @@ impl Runtime for WasmRuntime {
 
     fn tool_signature(&self, tool: &ToolSpec) -> String {
         match self.guest.launch {
-            Launch::MicroPython | Launch::CPython(_) => tool.python_signature(),
+            Launch::MicroPython | Launch::CPython(_) => tool.python_signature(&PYTHON_SPELLING),
             Launch::CodeactAbi if self.info.language == "Rhai" => {
                 codeact_rhai::tool_signature(tool)
             }
@@ -670,6 +676,16 @@ impl Runtime for WasmRuntime {
                 ..tool.clone()
             }
             .js_signature(),
+        }
+    }
+
+    /// Python's for the Python guests ([`PYTHON_SPELLING`]), Rhai's for
+    /// `wasm:rhai`, JavaScript's for the others.
+    fn spelling(&self) -> Spelling {
+        match self.guest.launch {
+            Launch::MicroPython | Launch::CPython(_) => PYTHON_SPELLING,
+            Launch::CodeactAbi if self.info.language == "Rhai" => codeact_rhai::SPELLING,
+            Launch::QuickJsReactor | Launch::CodeactAbi | Launch::Command => Spelling::JAVASCRIPT,
         }
     }
 
@@ -704,6 +720,7 @@ impl Runtime for WasmRuntime {
         tools: Arc<dyn ToolDispatch>,
         files: &FileView,
     ) -> Result<Box<dyn Session>, HostError> {
+        let tools = SpelledTools::wrap(tools, &self.spelling());
         let session = match &self.linked {
             Linked::Stdio(blueprint) => {
                 WasmSession::stdio(blueprint.clone(), tools, Some(files.clone()))?

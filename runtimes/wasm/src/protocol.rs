@@ -136,7 +136,7 @@ enum Wire {
 
 /// A message from the guest.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Message {
+pub enum GuestMessage {
     /// Call tool `name` with `args`.
     ToolCall {
         /// The tool.
@@ -162,28 +162,28 @@ pub enum Message {
     Malformed(String),
 }
 
-impl Message {
+impl GuestMessage {
     /// Whether the run is over after this message: everything but a tool call.
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, Message::ToolCall { .. })
+        !matches!(self, GuestMessage::ToolCall { .. })
     }
 
-    fn parse(body: &[u8]) -> Message {
+    fn parse(body: &[u8]) -> GuestMessage {
         match serde_json::from_slice::<Wire>(body) {
-            Ok(Wire::Tool { tool, args }) => Message::ToolCall { name: tool, args },
-            Ok(Wire::Done { done }) => Message::Done(done),
+            Ok(Wire::Tool { tool, args }) => GuestMessage::ToolCall { name: tool, args },
+            Ok(Wire::Done { done }) => GuestMessage::Done(done),
             Ok(Wire::Fail {
                 fail,
                 message,
                 values,
-            }) => Message::Failed {
+            }) => GuestMessage::Failed {
                 kind: fail,
                 message,
                 values,
             },
             Err(e) => {
                 let shown: String = String::from_utf8_lossy(body).chars().take(200).collect();
-                Message::Malformed(format!("{e}: {shown}"))
+                GuestMessage::Malformed(format!("{e}: {shown}"))
             }
         }
     }
@@ -250,7 +250,12 @@ impl OutputParser {
 
     /// Feeds bytes the guest wrote. Printed text goes to `text` (as UTF-8, invalid
     /// bytes replaced), complete messages to `messages`.
-    pub fn feed(&mut self, bytes: &[u8], text: &mut dyn FnMut(&str), messages: &mut Vec<Message>) {
+    pub fn feed(
+        &mut self,
+        bytes: &[u8],
+        text: &mut dyn FnMut(&str),
+        messages: &mut Vec<GuestMessage>,
+    ) {
         let mut i = 0;
         while i < bytes.len() {
             match &mut self.state {
@@ -286,14 +291,14 @@ impl OutputParser {
                     let chunk = &bytes[i..end.map_or(bytes.len(), |p| i + p)];
                     if body.len() + chunk.len() > self.max_message {
                         // Dropped as it streams in: the host never holds more.
-                        self.close(Message::Oversized(self.max_message), messages);
+                        self.close(GuestMessage::Oversized(self.max_message), messages);
                         return;
                     }
                     body.extend_from_slice(chunk);
                     match end {
                         Some(p) => {
                             let body = std::mem::take(body);
-                            self.close(Message::parse(&body), messages);
+                            self.close(GuestMessage::parse(&body), messages);
                             i += p + 1;
                         }
                         None => i = bytes.len(),
@@ -308,7 +313,7 @@ impl OutputParser {
     }
 
     /// Hands out `message`; the guest must now read stdin, so the parser closes.
-    fn close(&mut self, message: Message, messages: &mut Vec<Message>) {
+    fn close(&mut self, message: GuestMessage, messages: &mut Vec<GuestMessage>) {
         self.terminated = message.is_terminal();
         self.state = State::Closed;
         messages.push(message);
@@ -376,7 +381,11 @@ mod tests {
 
     /// Feeds each part of `parts` in pieces of `piece` bytes, reopening the parser
     /// between parts (as the host does once a tool's answer is queued).
-    fn parse_parts(nonce: &str, parts: &[&[u8]], piece: usize) -> (String, Vec<Message>, bool) {
+    fn parse_parts(
+        nonce: &str,
+        parts: &[&[u8]],
+        piece: usize,
+    ) -> (String, Vec<GuestMessage>, bool) {
         let mut parser = OutputParser::new(nonce, 1 << 20);
         let mut text = String::new();
         let mut messages = Vec::new();
@@ -390,7 +399,7 @@ mod tests {
         (text, messages, parser.overrun())
     }
 
-    fn parse_in_pieces(nonce: &str, input: &[u8], piece: usize) -> (String, Vec<Message>) {
+    fn parse_in_pieces(nonce: &str, input: &[u8], piece: usize) -> (String, Vec<GuestMessage>) {
         let (text, messages, _) = parse_parts(nonce, &[input], piece);
         (text, messages)
     }
@@ -409,11 +418,11 @@ mod tests {
             assert_eq!(
                 messages,
                 vec![
-                    Message::ToolCall {
+                    GuestMessage::ToolCall {
                         name: "add".into(),
                         args: serde_json::json!({"a": 1})
                     },
-                    Message::Done(serde_json::json!([1, "é"]))
+                    GuestMessage::Done(serde_json::json!([1, "é"]))
                 ]
             );
         }
@@ -425,7 +434,7 @@ mod tests {
         let done = "\x1ecodeact:0123456789abcdef {\"done\":1}\n";
         let twice = format!("{done}{done}");
         let (_, messages, overrun) = parse_parts(NONCE, &[twice.as_bytes()], 7);
-        assert_eq!(messages, vec![Message::Done(serde_json::json!(1))]);
+        assert_eq!(messages, vec![GuestMessage::Done(serde_json::json!(1))]);
         assert!(overrun);
         // Reopening (a tool answer) does not reopen a finished run.
         let (_, messages, overrun) = parse_parts(NONCE, &[done.as_bytes(), b"x"], 7);
@@ -461,7 +470,7 @@ mod tests {
         let (_, messages) = parse_in_pieces(NONCE, fail.as_bytes(), 9);
         assert_eq!(
             messages[0],
-            Message::Failed {
+            GuestMessage::Failed {
                 kind: FailKind::Syntax,
                 message: "bad".into(),
                 values: Vec::new(),
@@ -469,7 +478,7 @@ mod tests {
         );
         let (_, messages) =
             parse_in_pieces(NONCE, b"\x1ecodeact:0123456789abcdef {\"what\":1}\n", 9);
-        assert!(matches!(messages[0], Message::Malformed(_)));
+        assert!(matches!(messages[0], GuestMessage::Malformed(_)));
     }
 
     /// If this fails, a guest's message costs the host more than the cap.
@@ -486,7 +495,7 @@ mod tests {
         for _ in 0..100 {
             parser.feed(&[b'x'; 100], &mut |t| text.push_str(t), &mut messages);
         }
-        assert_eq!(messages, vec![Message::Oversized(1000)]);
+        assert_eq!(messages, vec![GuestMessage::Oversized(1000)]);
         assert!(text.is_empty());
         assert!(matches!(parser.state, State::Closed));
     }

@@ -32,7 +32,7 @@ use crate::engine::{self, Ticking};
 use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, locked};
 use crate::files::{self, HostState, MemoryCap};
 use crate::guests::{CPythonBuild, Guest, Launch};
-use crate::protocol::{self, FailKind, Message};
+use crate::protocol::{self, FailKind, GuestMessage};
 use crate::turns::{self, TurnStart};
 
 /// How long past its deadline a guest that is not running wasm (blocked in a host
@@ -138,7 +138,7 @@ pub(crate) fn stdio_unsupported(runtime: &str) -> SnapshotError {
 enum Event {
     /// The guest waits for a script.
     Ready,
-    Message(Message),
+    Message(GuestMessage),
     /// The guest's call returned.
     Ended(wasmtime::Result<()>),
     /// Past the deadline and not running wasm.
@@ -351,7 +351,7 @@ impl StdioSession {
         // The completion, and whether the instance may serve the next run.
         let (completion, keep) = loop {
             match poll_guest(&mut instance, deadline) {
-                Event::Message(Message::ToolCall { name, args }) => {
+                Event::Message(GuestMessage::ToolCall { name, args }) => {
                     let line = match self.tools.call(&name, args) {
                         Ok(value) => protocol::tool_answer_line(Ok(&value)),
                         Err(e) => protocol::tool_answer_line(Err(&format!(
@@ -361,8 +361,8 @@ impl StdioSession {
                     };
                     locked(&instance.exchange).answer_tool(line);
                 }
-                Event::Message(Message::Done(value)) => break (Ok(value), true),
-                Event::Message(Message::Failed {
+                Event::Message(GuestMessage::Done(value)) => break (Ok(value), true),
+                Event::Message(GuestMessage::Failed {
                     kind,
                     message,
                     values,
@@ -381,7 +381,7 @@ impl StdioSession {
                 }
                 // The guest may still be writing it, or waiting for a tool answer
                 // it will never get: it is not used again.
-                Event::Message(Message::Oversized(cap)) => {
+                Event::Message(GuestMessage::Oversized(cap)) => {
                     let detail = format!(
                         "the value or tool arguments are over {} as JSON, the most a script may send under this limit",
                         shown_bytes(cap),
@@ -390,7 +390,7 @@ impl StdioSession {
                         ScriptError::limit(LimitKind::Memory, &limits, Some(detail)).restarting();
                     break (Err(error), false);
                 }
-                Event::Message(Message::Malformed(what)) => {
+                Event::Message(GuestMessage::Malformed(what)) => {
                     let message = format!("the guest sent a malformed protocol message: {what}");
                     break (Err(ScriptError::thrown(message)), true);
                 }

@@ -226,10 +226,12 @@ impl AgentBuilder {
             None
         };
         // The agent's tool layer (`HostTools`) asks its approver before a call
-        // reaches the toolbox.
+        // reaches the toolbox; a refused call names parameters as the runtime's
+        // scripts write them.
         let tools = ToolBox::new(tools)
             .map_err(|e| AgentError::Setup(e.to_string()))?
-            .approved_upstream();
+            .approved_upstream()
+            .written_as(self.runtime.spelling());
         let contract = self.output.load()?;
         let mut agent = Agent {
             name: self.name,

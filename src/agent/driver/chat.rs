@@ -10,7 +10,8 @@ use super::drive::Turn;
 use super::{Agent, AgentError, RunResult};
 use crate::agent::decide::{Conversation, Progress};
 use crate::agent::events::Event;
-use crate::agent::resume::{HostTools, ResumePoint};
+use crate::agent::host_tools::HostTools;
+use crate::agent::resume::ResumePoint;
 use crate::chat::Message;
 use crate::exec::session::ScriptSession;
 

@@ -16,8 +16,9 @@ use super::{Agent, AgentError};
 use crate::agent::approval::Grant;
 use crate::agent::decide::{Conversation, Decision, Next};
 use crate::agent::events::Event;
+use crate::agent::host_tools::{CallBudgets, HostTools};
 use crate::agent::outcome::Outcome;
-use crate::agent::resume::{CallBudgets, HostTools, ResumePoint};
+use crate::agent::resume::ResumePoint;
 use crate::agent::snapshots::{Keeper, new_run_id};
 use crate::agent::spans;
 use crate::chat::{ModelRequest, StreamEvent};
@@ -170,6 +171,7 @@ impl Agent {
                     journal_bytes: self.config.max_journal_bytes,
                 })
                 .with_results_kept(self.config.tool_results_on_error > 0)
+                .written_as(self.runtime.spelling())
                 .with_policy(self.policy.clone())
                 .with_approvals(self.approvals.clone(), cancel.cloned())
                 .with_grants(grants),

@@ -9,7 +9,8 @@ use tracing::Instrument;
 
 use super::{Agent, AgentError};
 use crate::agent::events::{Event, ResumedSession};
-use crate::agent::resume::{HostTools, ResumePoint};
+use crate::agent::host_tools::HostTools;
+use crate::agent::resume::ResumePoint;
 use crate::agent::snapshots::{Fallback, SnapshotDir, off_the_reactor};
 use crate::exec::session::ScriptSession;
 

@@ -110,8 +110,9 @@ impl Tree {
     }
 }
 
-/// A script calling `call_tool(op, {path, text, base64})` for each case and collecting
-/// `ok: <result as JSON>` or `refused: <message>`.
+/// A script calling `call_tool(op, {path})` for each case (with `text` for
+/// `write_text` and `base64` for `write_bytes`) and collecting `ok: <result as
+/// JSON>` or `refused: <message>`.
 fn script(column: &str, cases: &[(&str, String, String)]) -> Option<String> {
     let list = |pick: fn(&(&str, String, String)) -> String| {
         serde_json::to_string(&cases.iter().map(pick).collect::<Vec<_>>()).expect("json")
@@ -123,13 +124,13 @@ fn script(column: &str, cases: &[(&str, String, String)]) -> Option<String> {
     );
     Some(match column {
         "rhai" | "wasm:rhai" => format!(
-            "let ops = {ops}; let paths = {paths}; let texts = {texts}; let out = [];\nfor i in 0..ops.len() {{ try {{ let r = call_tool(ops[i], #{{path: paths[i], text: texts[i], base64: `cGxhbnRlZA==`}}); out.push(`ok: ${{r}}`); }} catch (e) {{ out.push(`refused: ${{e}}`); }} }}\nfinal_result(out)"
+            "let ops = {ops}; let paths = {paths}; let texts = {texts}; let out = [];\nfor i in 0..ops.len() {{ try {{ let a = #{{path: paths[i]}}; if ops[i] == `write_text` {{ a.text = texts[i]; }} if ops[i] == `write_bytes` {{ a.base64 = `cGxhbnRlZA==`; }} let r = call_tool(ops[i], a); out.push(`ok: ${{r}}`); }} catch (e) {{ out.push(`refused: ${{e}}`); }} }}\nfinal_result(out)"
         ),
         "js" | "wasm:js" | "wasm:js-stdio" | "wasm:boa" => format!(
-            "const ops = {ops}, paths = {paths}, texts = {texts}; const out = [];\nfor (let i = 0; i < ops.length; i++) {{ try {{ out.push('ok: ' + JSON.stringify(call_tool(ops[i], {{path: paths[i], text: texts[i], base64: 'cGxhbnRlZA=='}}))); }} catch (e) {{ out.push('refused: ' + String(e)); }} }}\nfinal_result(out)"
+            "const ops = {ops}, paths = {paths}, texts = {texts}; const out = [];\nfor (let i = 0; i < ops.length; i++) {{ try {{ const a = {{path: paths[i]}}; if (ops[i] === 'write_text') a.text = texts[i]; if (ops[i] === 'write_bytes') a.base64 = 'cGxhbnRlZA=='; out.push('ok: ' + JSON.stringify(call_tool(ops[i], a))); }} catch (e) {{ out.push('refused: ' + String(e)); }} }}\nfinal_result(out)"
         ),
         "wasm:python" | "wasm:micropython" => format!(
-            "ops = {ops}\npaths = {paths}\ntexts = {texts}\nout = []\nfor i in range(len(ops)):\n    try:\n        out.append('ok: ' + str(call_tool(ops[i], {{'path': paths[i], 'text': texts[i], 'base64': 'cGxhbnRlZA=='}})))\n    except Exception as e:\n        out.append('refused: ' + str(e))\nfinal_result(out)"
+            "ops = {ops}\npaths = {paths}\ntexts = {texts}\nout = []\nfor i in range(len(ops)):\n    a = {{'path': paths[i]}}\n    if ops[i] == 'write_text':\n        a['text'] = texts[i]\n    if ops[i] == 'write_bytes':\n        a['base64'] = 'cGxhbnRlZA=='\n    try:\n        out.append('ok: ' + str(call_tool(ops[i], a)))\n    except Exception as e:\n        out.append('refused: ' + str(e))\nfinal_result(out)"
         ),
         _ => return None,
     })

@@ -1,8 +1,8 @@
 //! Every kind of message the host sends the model after the system prompt, each
 //! rendered once through the code that sends it and compared with
-//! `fixtures/snapshots/feedback.md` (fences made neutral), so a change of wording
+//! `fixtures/prompt_renderings/feedback.md` (fences made neutral), so a change of wording
 //! shows in review. After an intended change, regenerate it with
-//! `UPDATE_SNAPSHOTS=1 cargo test --lib prompt_snapshots` and review the diff.
+//! `UPDATE_RENDERINGS=1 cargo test --lib prompt_renderings` and review the diff.
 
 use std::path::Path;
 
@@ -1163,29 +1163,29 @@ fn sections() -> Vec<(&'static str, String)> {
 }
 
 /// If this fails, the words the model reads after a step have changed: review the
-/// diff of `fixtures/snapshots/feedback.md`, and regenerate it if intended.
+/// diff of `fixtures/prompt_renderings/feedback.md`, and regenerate it if intended.
 #[test]
-fn every_kind_of_feedback_matches_its_snapshot() {
+fn every_kind_of_feedback_matches_its_rendering() {
     let mut actual =
         String::from("# Feedback the model reads, one of each kind (fences made neutral)\n");
     for (kind, text) in sections() {
         actual.push_str(&format!("\n## {kind}\n\n{}\n", without_nonces(&text)));
     }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/snapshots/feedback.md");
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &actual).expect("the snapshot is written");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/prompt_renderings/feedback.md");
+    if std::env::var_os("UPDATE_RENDERINGS").is_some() {
+        std::fs::write(&path, &actual).expect("the rendering is written");
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}; run with UPDATE_SNAPSHOTS=1 to create it",
+            "{}: {e}; run with UPDATE_RENDERINGS=1 to create it",
             path.display()
         )
     });
     assert_eq!(
         actual,
         expected,
-        "{} differs; run with UPDATE_SNAPSHOTS=1 if intended",
+        "{} differs; run with UPDATE_RENDERINGS=1 if intended",
         path.display()
     );
 }
