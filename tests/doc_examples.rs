@@ -62,7 +62,9 @@ fn tested_examples(file: &str, text: &str) -> Result<Vec<Example>, String> {
         let (info, script, after) = fenced_block(&lines, start)
             .ok_or_else(|| format!("{at}: {MARKER} is not followed by a closed fenced block"))?;
         if info != "sh" {
-            return Err(format!("{at}: {MARKER} must stand above a ```sh block, not ```{info}"));
+            return Err(format!(
+                "{at}: {MARKER} must stand above a ```sh block, not ```{info}"
+            ));
         }
         let expected_stdout = match next_nonblank(&lines, after) {
             Some(next) if lines[next].trim() == "```text" => {
@@ -150,7 +152,11 @@ fn every_tested_shell_example_in_the_readme_and_the_manual_runs_and_prints_what_
     let mut examples = Vec::new();
     for path in documentation_files(&root) {
         let text = std::fs::read_to_string(&path).expect("a readable page");
-        let name = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
+        let name = path
+            .strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
         examples.extend(tested_examples(&name, &text).unwrap_or_else(|e| panic!("{e}")));
     }
     assert!(
@@ -202,7 +208,8 @@ fn a_marked_block_and_the_output_block_under_it_are_read_as_one_example() {
 
 #[test]
 fn an_unmarked_block_is_not_run_and_a_marked_one_without_output_checks_only_its_status() {
-    let page = "```sh\nrm -rf /nowhere\n```\n<!-- tested -->\n```sh\ntrue\n```\nprose\n```text\nx\n```\n";
+    let page =
+        "```sh\nrm -rf /nowhere\n```\n<!-- tested -->\n```sh\ntrue\n```\nprose\n```text\nx\n```\n";
     let examples = tested_examples("page.md", page).expect("a well-formed page");
     assert_eq!(examples.len(), 1);
     assert_eq!(examples[0].script, "true\n");
@@ -216,7 +223,10 @@ fn a_misplaced_marker_is_an_error_naming_its_line() {
     assert!(err.contains("page.md:1") && err.contains("```sh"), "{err}");
     let unclosed = "<!-- tested -->\n```sh\necho never closed\n";
     let err = tested_examples("page.md", unclosed).unwrap_err();
-    assert!(err.contains("not followed by a closed fenced block"), "{err}");
+    assert!(
+        err.contains("not followed by a closed fenced block"),
+        "{err}"
+    );
     let at_the_end = "prose\n<!-- tested -->\n\n";
     let err = tested_examples("page.md", at_the_end).unwrap_err();
     assert!(err.contains("nothing under it"), "{err}");
