@@ -219,15 +219,15 @@ fn an_unmarked_block_is_not_run_and_a_marked_one_without_output_checks_only_its_
 #[test]
 fn a_misplaced_marker_is_an_error_naming_its_line() {
     let over_rust = "<!-- tested -->\n```rust\nfn main() {}\n```\n";
-    let err = tested_examples("page.md", over_rust).unwrap_err();
+    let err = tested_examples("page.md", over_rust).expect_err("a marker over a Rust block");
     assert!(err.contains("page.md:1") && err.contains("```sh"), "{err}");
     let unclosed = "<!-- tested -->\n```sh\necho never closed\n";
-    let err = tested_examples("page.md", unclosed).unwrap_err();
+    let err = tested_examples("page.md", unclosed).expect_err("a marker over an unclosed block");
     assert!(
         err.contains("not followed by a closed fenced block"),
         "{err}"
     );
     let at_the_end = "prose\n<!-- tested -->\n\n";
-    let err = tested_examples("page.md", at_the_end).unwrap_err();
+    let err = tested_examples("page.md", at_the_end).expect_err("a marker with nothing under it");
     assert!(err.contains("nothing under it"), "{err}");
 }
