@@ -84,8 +84,15 @@ fn tested_examples(file: &str, text: &str) -> Result<Vec<Example>, String> {
     Ok(examples)
 }
 
+/// The repository's root: the nearest folder at or above this package's that holds
+/// README.md and docs/ (this test works the same from a package in a subfolder).
 fn repository_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let package = Path::new(env!("CARGO_MANIFEST_DIR"));
+    package
+        .ancestors()
+        .find(|dir| dir.join("README.md").is_file() && dir.join("docs").is_dir())
+        .unwrap_or_else(|| panic!("no README.md and docs/ at or above {}", package.display()))
+        .to_path_buf()
 }
 
 /// README.md and every Markdown page under docs/, sorted.
