@@ -6,7 +6,7 @@
 //! and the script reports both. In an app, the approver would ask a person (a
 //! button in a UI, a message in a chat) and may take its time: the script waits
 //! inside the call. `ApprovalDecision::defer()` instead stops the run for an
-//! approval that takes hours; see `codeact run --approve defer` in the README.
+//! approval that takes hours; see `codeact run --approve defer` in docs/cli.md.
 
 use std::sync::Arc;
 

@@ -119,3 +119,42 @@ pub use tokio_util::sync::CancellationToken;
 pub use tools::McpServer;
 pub use tools::{FetchPolicy, Tool, ToolBox, command_tool, fetch_tool};
 pub use untrusted::UntrustedText;
+
+/// The README's and the manual's Rust blocks, compiled (and run, unless marked
+/// `no_run`) by `cargo test --doc`, so the documentation cannot drift from the
+/// code. A page whose blocks need a feature is compiled only with it.
+#[cfg(doctest)]
+mod manual {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/embedding.md")]
+    struct Embedding;
+    #[doc = include_str!("../docs/cli.md")]
+    struct CommandLine;
+    #[doc = include_str!("../docs/loop.md")]
+    struct Loop;
+    #[doc = include_str!("../docs/teams.md")]
+    struct Teams;
+    #[cfg(feature = "js")]
+    #[doc = include_str!("../docs/runtimes.md")]
+    struct Runtimes;
+    #[doc = include_str!("../docs/files-and-network.md")]
+    struct FilesAndNetwork;
+    #[cfg(feature = "mcp")]
+    #[doc = include_str!("../docs/mcp.md")]
+    struct Mcp;
+    #[doc = include_str!("../docs/serve.md")]
+    struct Serve;
+    #[doc = include_str!("../docs/output-specs.md")]
+    struct OutputSpecs;
+    #[doc = include_str!("../docs/snapshots-and-resume.md")]
+    struct SnapshotsAndResume;
+    #[doc = include_str!("../docs/security.md")]
+    struct Security;
+    #[doc = include_str!("../docs/benchmarks.md")]
+    struct Benchmarks;
+    #[doc = include_str!("../docs/evaluation.md")]
+    struct Evaluation;
+    #[doc = include_str!("../docs/layout.md")]
+    struct Layout;
+}

@@ -270,7 +270,7 @@ fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
 }
 
 /// If this fails, a served run is not one trace of a `run` span with its model
-/// calls, scripts and tool calls beneath it as the README says, a long script
+/// calls, scripts and tool calls beneath it as docs/serve.md says, a long script
 /// reaches the collector whole, the config's endpoint does not win over the
 /// environment's, or the metrics are not exported at shutdown.
 #[tokio::test(flavor = "multi_thread")]

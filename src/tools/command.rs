@@ -62,7 +62,7 @@ pub fn command_tool(
 /// How long the host keeps reading a finished tool's output after killing its
 /// process group: long enough for killed processes to close their ends of the
 /// pipes, short enough that a process which left the group (see
-/// [`command_tool`]'s README section) cannot hold the call open. Default: 1 s; it
+/// the command tools' section of docs/cli.md) cannot hold the call open. Default: 1 s; it
 /// is only ever waited in full when such an escaped process keeps a pipe open.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 
@@ -418,7 +418,7 @@ mod tests {
                 "the double-forked daemon outlived its call"
             );
         } else {
-            // The gap the README states for systems without the namespace; end
+            // The gap docs/cli.md states for systems without the namespace; end
             // them here.
             for marker in [detached, daemon] {
                 let _ = std::process::Command::new("pkill")

@@ -13,7 +13,7 @@
 //!
 //! Where that cannot be set up (no `unshare` on `PATH`, user namespaces switched
 //! off, a container profile refusing them) the host finds out once, by trying, and
-//! runs commands in their own process group only, with the gap the README states.
+//! runs commands in their own process group only, with the gap docs/cli.md states.
 //! Inside a user namespace, set-user-ID programs (`sudo`, `ping` on some systems)
 //! do not gain privileges; a deployment whose tools need them sets
 //! `CODEACT_TOOL_PID_NAMESPACE=off`.

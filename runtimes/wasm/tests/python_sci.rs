@@ -16,7 +16,7 @@ use codeact_wasm::{Guest, LoadError, WasmRuntime, default_guest_dir};
 use serde_json::{Value, json};
 
 /// The limits these tests run under: the scientific stack's imports take more
-/// than the defaults (see the runtime's card and README).
+/// than the defaults (see the runtime's card and docs/runtimes.md).
 fn sci_limits() -> Limits {
     Limits {
         max_memory_bytes: 512 << 20,
