@@ -7,6 +7,7 @@ use minijinja::context;
 use serde_json::Value;
 
 use super::data_paths::{Access, Kind, Language, Misreading};
+pub use super::seen::{FailedCall, ToolResultSeen};
 use crate::output::spec::RefusedBy;
 use crate::prompts::Prompts;
 use crate::untrusted::{UntrustedText, fence};
@@ -445,31 +446,6 @@ pub fn refusal(
             remaining => remaining,
         },
     )
-}
-
-/// A tool call a script made and what it returned, shown with the script's
-/// error ([`tool_results`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolResultSeen {
-    /// The tool's name.
-    pub tool: String,
-    /// The arguments the script passed.
-    pub args: Value,
-    /// What the tool returned.
-    pub value: Value,
-}
-
-/// A tool call the tool failed, for the script's error to say what was wrong
-/// with its arguments ([`missing_arguments`], [`made_up_arguments`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FailedCall {
-    /// The tool's name.
-    pub tool: String,
-    /// The arguments the script passed.
-    pub args: Value,
-    /// Each argument the tool requires that the call left out, as the tool's
-    /// signature shows it (name, type).
-    pub missing: Vec<(String, String)>,
 }
 
 /// Tools listed in a made-up arguments account, at most.

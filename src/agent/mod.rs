@@ -20,6 +20,7 @@ pub(crate) mod outcome;
 mod prompt_snapshots;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
+pub(crate) mod seen;
 pub(crate) mod snapshots;
 pub(crate) mod spans;
 pub(crate) mod team;
