@@ -128,6 +128,7 @@ mod serve;
 mod tools;
 mod untrusted;
 
+pub use agent::coach;
 pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team, load_team_for_run};
 pub use agent::{
     Agent, AgentBuilder, AgentError, BareValues, Chat, Event, Handover, LoopConfig, Outcome,
@@ -135,6 +136,7 @@ pub use agent::{
     TeamBuilder, TeamOutcome, TeamRequest, TeamRun, ToolCallOutcome, Transcript, TypedRun,
 };
 pub use agent::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
+pub use agent::{CoachDecision, PlainCoach, SmallModelCoach};
 pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
 #[cfg(feature = "js")]
 pub use codeact_js::{JsRuntime, run_worker_if_requested};

@@ -180,40 +180,6 @@ pub fn absent_pattern(
     })
 }
 
-/// Whether a final `value` looks like nothing was found: `null`, `""`, `[]`,
-/// `{}`, `0`, `false`, or a whole text the script worked on (a string of
-/// `results`, or one of its own literals), alone or as a list's one item, as
-/// a split that found no separator leaves it.
-pub fn looks_like_nothing_found(value: &Value, script: &str, results: &[ToolResultSeen]) -> bool {
-    let whole_text = |text: &str| {
-        let text = text.trim();
-        if text.is_empty() {
-            return true;
-        }
-        let mut texts = Vec::new();
-        let mut bytes = 0;
-        for result in results {
-            strings_of(&result.value, &mut texts, &mut bytes);
-        }
-        texts.iter().any(|seen| seen.trim() == text)
-            || literals_of(script)
-                .iter()
-                .any(|(_, literal)| literal.trim() == text)
-    };
-    match value {
-        Value::Null => true,
-        Value::Bool(found) => !found,
-        Value::Number(number) => number.as_f64() == Some(0.0),
-        Value::String(text) => whole_text(text),
-        Value::Array(items) => match items.as_slice() {
-            [] => true,
-            [Value::String(text)] => whole_text(text),
-            _ => false,
-        },
-        Value::Object(entries) => entries.is_empty(),
-    }
-}
-
 /// Whether `pattern` occurs in one of `texts`; `None` when it cannot be told
 /// (a regular expression this crate does not read).
 fn occurs(pattern: &Written, texts: &[&str], folds_case: bool) -> Option<bool> {
@@ -740,44 +706,6 @@ mod tests {
         assert_eq!(absent_pattern(script, &read(LOG), true), None);
         let lowered = "lines = [l for l in log.splitlines() if 'error' in l.lower()]";
         assert_eq!(absent_pattern(lowered, &read(LOG), true), None);
-    }
-
-    #[test]
-    fn empty_answers_and_whole_texts_look_like_nothing_found_and_others_do_not() {
-        let script = "let text = \"the cat and the dog\"\nlet words = text.split(\",\")";
-        for value in [
-            json!(null),
-            json!(0),
-            json!(false),
-            json!([]),
-            json!({}),
-            json!(""),
-        ] {
-            assert!(looks_like_nothing_found(&value, script, &[]), "{value}");
-        }
-        assert!(looks_like_nothing_found(
-            &json!("the cat and the dog"),
-            script,
-            &[]
-        ));
-        assert!(looks_like_nothing_found(
-            &json!(["the cat and the dog"]),
-            script,
-            &[]
-        ));
-        assert!(looks_like_nothing_found(&json!(LOG), "", &read(LOG)));
-        for value in [
-            json!("the"),
-            json!(3),
-            json!(true),
-            json!(["a", "b"]),
-            json!({"a": 1}),
-        ] {
-            assert!(
-                !looks_like_nothing_found(&value, script, &read(LOG)),
-                "{value}"
-            );
-        }
     }
 
     #[test]

@@ -3,12 +3,16 @@
 //! and "the script finished", does what it says and reports the events it returns;
 //! every rule here is tested without a model or an engine.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use codeact_runtime::LogBuffer;
 use minijinja::context;
 use serde_json::Value;
 
+use super::coach::{Coach, PlainCoach, Rule, Seen};
 use super::data_paths;
-use super::events::Event;
+use super::events::{CoachDecision, Event};
 use super::extract::{self, Extraction, extract_code};
 use super::feedback;
 use super::map_as_number;
@@ -164,61 +168,27 @@ pub struct Conversation {
     /// The calls the tools of the step in progress failed
     /// ([`note_failed_calls`](Self::note_failed_calls)).
     step_failed_calls: Vec<feedback::FailedCall>,
-    /// Rhai pitfalls a final result was already held back for: each holds one
-    /// result back once, so a script that meant what it wrote goes through
-    /// when sent again.
-    flagged_pitfalls: Vec<String>,
-    /// The run's tool calls so far, as the tools counted them
-    /// ([`note_tool_calls_made`](Self::note_tool_calls_made)).
-    tool_calls_made: usize,
-    /// Whether a final result was held back already as unfounded (once a run).
-    held_unfounded: bool,
-    /// The text of the run's tool results, lowercased (at most
-    /// [`holds::TOOL_TEXT_KEPT`] bytes), for a final result's words found in
-    /// none of them ([`LoopConfig::hold_unfounded_results`]).
-    tool_text_seen: String,
-    /// Whether [`tool_text_seen`](Self::tool_text_seen) holds every tool
-    /// result noted: not past its size.
-    tool_text_complete: bool,
-    /// The tool results noted in the run: fewer than its calls when a call
-    /// failed or was refused (a script may answer with the error it caught,
-    /// which is not kept) or a script's results were not all kept, and then
-    /// no answer is taken for made up.
-    tool_results_noted: usize,
     /// The tools' descriptions, by name, for the units they name.
     tool_descriptions: Vec<(String, String)>,
     /// Numbers the run's tools returned (at most [`holds::NUMBERS_KEPT`]), for a final
     /// result that is one of them in another unit than the task asks for.
     numbers_seen: Vec<super::units::NumberSeen>,
-    /// Whether a final result was held back already as in another unit (once
-    /// a run).
-    held_other_unit: bool,
     /// The run's tool results that are ids (an integer, or a list of at most
     /// [`holds::IDS_LISTED`]), by tool, at most [`holds::NUMBERS_KEPT`].
     ids_seen: Vec<(String, Value)>,
-    /// Whether a final result was held back already as ids (once a run).
-    held_ids: bool,
-    /// Whether a final result was held back already as a whole map (once a
-    /// run).
-    held_whole_map: bool,
     /// The maps the run's tools returned (results, and items of listed
     /// results), at most [`holds::RECORDS_KEPT`] of at most
     /// [`holds::RECORD_BYTES`] each.
     records_seen: Vec<Value>,
-    /// Whether a final result was held back already for a made-up filter
-    /// (once a run).
-    held_made_up_filter: bool,
-    /// Whether a final result was held back already for a text its script
-    /// looked for that its data does not hold (once a run).
-    held_absent_pattern: bool,
-    /// Whether a final result was held back already as a number worked out by
-    /// hand (once a run).
-    held_hand_computed: bool,
     /// Sections for the feedback of the step in progress that go last, just
     /// before "Fix the script", where a small model acts on them.
     closing_sections: Vec<String>,
     /// The templates of everything fed back.
     prompts: Prompts,
+    /// The coach that advises this run. Default: [`PlainCoach`].
+    coach: Arc<dyn Coach>,
+    /// The built-in rules the coach turns on.
+    rules: BTreeSet<Rule>,
 }
 
 /// How a reply was read: a step to take, or an error of the reply itself (its
@@ -268,9 +238,6 @@ impl Conversation {
     /// first) and counters, as replaying its events gave them (see
     /// [`ResumePoint`](super::ResumePoint)). Go on with [`resume`](Self::resume).
     pub fn resumed(progress: Progress, fence_tags: &[&str], config: LoopConfig) -> Self {
-        // A run resumed past its first step may have called its tools before a
-        // snapshot restored it: its results are not second-guessed.
-        let past_first_step = progress.steps > 0;
         Self {
             config,
             transfer_targets: Vec::new(),
@@ -302,24 +269,14 @@ impl Conversation {
             last_observation: None,
             step_tool_results: Vec::new(),
             step_failed_calls: Vec::new(),
-            flagged_pitfalls: Vec::new(),
-            tool_calls_made: 0,
-            held_unfounded: past_first_step,
-            tool_text_seen: String::new(),
-            tool_text_complete: true,
-            tool_results_noted: 0,
             tool_descriptions: Vec::new(),
             numbers_seen: Vec::new(),
-            held_other_unit: false,
             ids_seen: Vec::new(),
-            held_ids: false,
-            held_whole_map: false,
             records_seen: Vec::new(),
-            held_made_up_filter: false,
-            held_absent_pattern: false,
-            held_hand_computed: false,
             closing_sections: Vec::new(),
             prompts: Prompts::default(),
+            coach: Arc::new(PlainCoach),
+            rules: BTreeSet::new(),
         }
     }
 
@@ -328,6 +285,19 @@ impl Conversation {
     pub fn with_prompts(mut self, prompts: Prompts) -> Self {
         self.prompts = prompts;
         self
+    }
+
+    /// The coach that advises this run ([`coach`](super::coach)). Default:
+    /// [`PlainCoach`], which gives no advice.
+    pub fn with_coach(mut self, coach: Arc<dyn Coach>) -> Self {
+        self.rules = coach.rules();
+        self.coach = coach;
+        self
+    }
+
+    /// Whether the coach turns the built-in `rule` on.
+    fn rule_on(&self, rule: Rule) -> bool {
+        self.rules.contains(&rule)
     }
 
     /// Declares the agents a script may transfer to, and this agent's own name.
@@ -496,7 +466,10 @@ impl Conversation {
             _ => {}
         }
         let truncated = *stop_reason == StopReason::OutputTruncated;
-        let mend = self.proposed_mend.take();
+        let mend = self
+            .proposed_mend
+            .take()
+            .filter(|_| self.rule_on(Rule::RewriteRepeatedScripts));
         self.applied_mend = None;
         self.changed_beside_mend = None;
         self.left_out_of_mend = None;
@@ -531,7 +504,11 @@ impl Conversation {
                     self.pending_notes.push(note);
                 }
                 let code = self.prepare_script(code, fence);
+                let sent = code.clone();
                 let code = self.mended_if_repeated(code, mend);
+                if code != sent {
+                    self.rewrote(Rule::RewriteRepeatedScripts.name(), &sent, &code);
+                }
                 self.current_script = Some(code.clone());
                 return Reading::Next(Next::RunScript { code });
             }
@@ -562,44 +539,49 @@ impl Conversation {
         self.stub_sections.clear();
         self.stub_readings.clear();
         self.kept_reading_observations.clear();
+        let sent = code.clone();
         let helpers = script_notes::HELPERS.len();
         // A Python script that writes its own stub of a tool and then calls
         // it meant to call the tool: the stub is taken out (and the model
         // told), so the call reaches the host's tool with real data.
-        let (mut code, lines_to_put_back) = if matches!(fence, "python" | "py") {
-            self.take_out_python_stubs(code)
-        } else {
-            (code, Vec::new())
-        };
-        for name in script_notes::redefined_names(&code, &self.provided_names) {
-            let index = self
-                .provided_names
-                .iter()
-                .position(|provided| provided == name)
-                .unwrap_or(0);
-            let signature = index
-                .checked_sub(helpers)
-                .map(|tool| self.tool_signatures[tool].as_str());
-            let note = self.prompts.render(
-                "notes/redefined",
-                context! { name => name, signature => signature },
-            );
-            self.pending_notes.push(note);
-            if index >= helpers {
-                self.faked_tools.push(name.to_string());
+        let (mut code, lines_to_put_back) =
+            if matches!(fence, "python" | "py") && self.rule_on(Rule::PythonStubs) {
+                self.take_out_python_stubs(code)
+            } else {
+                (code, Vec::new())
+            };
+        if self.rule_on(Rule::FakedTools) {
+            for name in script_notes::redefined_names(&code, &self.provided_names) {
+                let index = self
+                    .provided_names
+                    .iter()
+                    .position(|provided| provided == name)
+                    .unwrap_or(0);
+                let signature = index
+                    .checked_sub(helpers)
+                    .map(|tool| self.tool_signatures[tool].as_str());
+                let note = self.prompts.render(
+                    "notes/redefined",
+                    context! { name => name, signature => signature },
+                );
+                self.pending_notes.push(note);
+                if index >= helpers {
+                    self.faked_tools.push(name.to_string());
+                }
             }
-        }
-        // JavaScript's tools are methods of the host's `tools` object: a script
-        // that makes its own (`const tools = { get_weather: … }`) fakes them all.
-        if self.fence_tags.iter().any(|tag| tag == "js")
-            && !script_notes::redefined_names(&code, &[TOOLS_OBJECT.to_string()]).is_empty()
-        {
-            let note = self.prompts.render(
-                "notes/redefined",
-                context! { name => TOOLS_OBJECT, signature => None::<&str> },
-            );
-            self.pending_notes.push(note);
-            self.faked_tools.push(TOOLS_OBJECT.to_string());
+            // JavaScript's tools are methods of the host's `tools` object: a
+            // script that makes its own (`const tools = { get_weather: … }`)
+            // fakes them all.
+            if self.language() == data_paths::Language::JavaScript
+                && !script_notes::redefined_names(&code, &[TOOLS_OBJECT.to_string()]).is_empty()
+            {
+                let note = self.prompts.render(
+                    "notes/redefined",
+                    context! { name => TOOLS_OBJECT, signature => None::<&str> },
+                );
+                self.pending_notes.push(note);
+                self.faked_tools.push(TOOLS_OBJECT.to_string());
+            }
         }
         // Put back after the check for redefined names: these lines are the
         // host's, not the model's.
@@ -612,7 +594,33 @@ impl Conversation {
             }
             code = lines.join("\n");
         }
+        if code != sent {
+            self.rewrote(Rule::PythonStubs.name(), &sent, &code);
+        }
+        let language = fence.to_string();
+        let seen = Seen {
+            messages: &self.progress.messages,
+            script: &code,
+            language: &language,
+        };
+        if let Some(rewrite) = self.coach.before_script(&seen) {
+            self.pending_notes.push(rewrite.note);
+            self.rewrote(&rewrite.rule, &code, &rewrite.script);
+            return rewrite.script;
+        }
         code
+    }
+
+    /// Records that the host runs `run` in place of the script `sent`.
+    fn rewrote(&mut self, rule: &str, sent: &str, run: &str) {
+        self.record(Event::Coached {
+            step: self.progress.steps,
+            rule: rule.to_string(),
+            decision: CoachDecision::Rewrote {
+                sent: sent.to_string(),
+                run: run.to_string(),
+            },
+        });
     }
 
     /// What the tool calls of the script in progress returned, in order (calls
@@ -622,14 +630,6 @@ impl Conversation {
     pub fn note_tool_results(&mut self, results: Vec<feedback::ToolResultSeen>) {
         self.remember_results(&results);
         self.step_tool_results = results;
-    }
-
-    /// The run's tool calls so far (made or served from a transcript), after
-    /// each script: a final result from a run that called none, though it has
-    /// tools, is checked for made-up words
-    /// ([`LoopConfig::hold_unfounded_results`]).
-    pub fn note_tool_calls_made(&mut self, calls: usize) {
-        self.tool_calls_made = calls;
     }
 
     /// The calls the tools of the script that just ran failed (the first of
@@ -671,6 +671,7 @@ impl Conversation {
                     .collect();
                 let call = self
                     .call_of_uncalled(&script, &uncalled)
+                    .filter(|_| self.rule_on(Rule::UncalledFunctions))
                     .map(|call| feedback::fenced(&call, limit));
                 let observe = self.observation_of_kept_reading(&uncalled);
                 if call.is_some() || observe.is_some() {
@@ -697,18 +698,6 @@ impl Conversation {
                         text.push_str("\n\n");
                         text.push_str(&section);
                     }
-                    let next = self.script_error(text, message.clone(), logs);
-                    (next, ScriptOutput::Error { message })
-                }
-                Ok(ScriptOutput::FinalResult { .. }) if !self.faked_tools.is_empty() => {
-                    let names = self.faked_tools.join("`, `");
-                    let message = format!(
-                        "the final result was refused: the script defined its own `{names}` instead of calling the host's tool, so its data is made up"
-                    );
-                    let text = self.prompts.render(
-                        "feedback/faked_tool",
-                        context! { names => &self.faked_tools },
-                    );
                     let next = self.script_error(text, message.clone(), logs);
                     (next, ScriptOutput::Error { message })
                 }
@@ -762,7 +751,8 @@ impl Conversation {
                 };
                 // The scripts' lists are looked for only for a missing
                 // function, the one error the bare-method hint answers.
-                let meant = if message.contains("Function not found: ") {
+                let coached = self.rule_on(Rule::BareArrayMethods);
+                let meant = if coached && message.contains("Function not found: ") {
                     match data_paths::list_names(&script, &self.step_tool_results).as_slice() {
                         [only] => Some(only.clone()),
                         _ => None,
@@ -770,7 +760,7 @@ impl Conversation {
                 } else {
                     None
                 };
-                let bare_method = line.as_ref().and_then(|(_, text)| {
+                let bare_method = line.as_ref().filter(|_| coached).and_then(|(_, text)| {
                     script_notes::bare_array_method(
                         message,
                         text,
@@ -804,28 +794,32 @@ impl Conversation {
                 if matches!(error, ScriptError::Syntax { .. }) {
                     self.account_for_two_word_names(&script, line.as_ref().map(|(n, _)| *n));
                 }
+                let hinted = self.rule_on(Rule::ErrorHints);
                 let hints = feedback::ErrorHints {
                     line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
                     values,
-                    undefined_name: script_notes::undefined_name(message).is_some()
+                    undefined_name: hinted
+                        && script_notes::undefined_name(message).is_some()
                         && unit_call.is_none()
                         && bare_method.is_none(),
-                    called_on_unit: unit_call.map(|name| {
+                    called_on_unit: unit_call.filter(|_| hinted).map(|name| {
                         let method = line
                             .as_ref()
                             .and_then(|(_, text)| script_notes::in_place_method(text));
                         (name, method)
                     }),
-                    out_of_bounds: script_notes::index_out_of_bounds(message),
+                    out_of_bounds: script_notes::index_out_of_bounds(message).filter(|_| hinted),
                     unit_condition: script_notes::unit_condition(
                         message,
                         line.as_ref().map_or("", |(_, text)| text.as_str()),
-                    ),
-                    import: script_notes::imports_something(message)
+                    )
+                    .filter(|_| hinted),
+                    import: (hinted && script_notes::imports_something(message))
                         .then(|| &self.provided_names[script_notes::HELPERS.len()..]),
-                    import_line: line
-                        .as_ref()
-                        .is_some_and(|(_, text)| script_notes::is_import_line(text)),
+                    import_line: hinted
+                        && line
+                            .as_ref()
+                            .is_some_and(|(_, text)| script_notes::is_import_line(text)),
                 };
                 let text = feedback::error_at(&self.prompts, message, hints, logs, limit);
                 let next = self.script_error(text, message.clone(), logs);
@@ -1073,20 +1067,23 @@ impl Conversation {
             .last_observation
             .as_ref()
             .is_some_and(|(last, shown)| *last == script && shown == value);
-        if again {
+        if again && self.rule_on(Rule::RepeatedObservations) {
+            self.record(Event::Coached {
+                step: self.progress.steps,
+                rule: Rule::RepeatedObservations.name().to_string(),
+                decision: CoachDecision::Advised,
+            });
             text.push_str("\n\n");
-            // The task, quoted: after a few observations the local 1.5B
-            // model listed the data again rather than answer it.
+            // The task, quoted: after a few observations a small model may
+            // list the data again rather than answer it.
             let task = self
                 .turn_task()
                 .map(|task| feedback::fenced(&task, self.config.feedback_limit));
             // A map with one number, observed by name: where that number is,
-            // and the script that finishes with it, fenced (the local model
-            // observed Berlin's weather map up to its step limit, asked for
-            // the temperature, told the number's key in the host's words:
-            // label `echo`; it copies a fenced line). Said only now, after
-            // the same look twice: offered at once, a map's number was taken
-            // where it was not the answer (label `offer-maps`).
+            // and the script that finishes with it, fenced (a small model
+            // copies a fenced line). Said only after the same look twice:
+            // offered at once, a map's number is taken where it is not the
+            // answer.
             let number = map_as_number::the_number_key(value).and_then(|key| {
                 let name = script_notes::observed_expression(&script)?;
                 script_notes::is_sayable_name(&name).then(|| {
@@ -1101,9 +1098,8 @@ impl Conversation {
                 context! {
                     task => task,
                     key => number.as_ref().map(|(key, _)| *key),
-                    // The whole script, ending with that call: the local
-                    // model resent its CPython `munich-or-berlin` script six
-                    // times when offered the call alone (label `chain`); it
+                    // The whole script, ending with that call: offered the
+                    // call alone, a small model resends its own script; it
                     // copies a whole script it is handed.
                     call => number.as_ref().map(|(_, access)| {
                         feedback::fenced(
@@ -1116,6 +1112,21 @@ impl Conversation {
                     }),
                 },
             ));
+        }
+        let language = self.fence_tags.first().cloned().unwrap_or_default();
+        let seen = Seen {
+            messages: &self.progress.messages,
+            script: &script,
+            language: &language,
+        };
+        if let Some(advice) = self.coach.on_observation(&seen, value) {
+            text.push_str("\n\n");
+            text.push_str(&advice.text);
+            self.record(Event::Coached {
+                step: self.progress.steps,
+                rule: advice.rule,
+                decision: CoachDecision::Advised,
+            });
         }
         self.repeated = again;
         self.last_observation = Some((script, value.clone()));
@@ -1196,6 +1207,20 @@ impl Conversation {
                 failed: script.clone(),
                 carried: false,
                 ..mend
+            });
+        }
+        let language = self.fence_tags.first().cloned().unwrap_or_default();
+        let seen = Seen {
+            messages: &self.progress.messages,
+            script: script.as_deref().unwrap_or_default(),
+            language: &language,
+        };
+        if let Some(advice) = self.coach.on_error(&seen, message) {
+            self.insert_before_fix_it(&mut text, &advice.text);
+            self.record(Event::Coached {
+                step: self.progress.steps,
+                rule: advice.rule,
+                decision: CoachDecision::Advised,
             });
         }
         self.repeated = false;

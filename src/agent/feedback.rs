@@ -436,6 +436,7 @@ pub fn refusal(
         RefusedBy::BrokenValidator => "broken_validator",
         RefusedBy::Type => "type",
         RefusedBy::Artifact => "artifact",
+        RefusedBy::Coach => "coach",
     };
     prompts.render(
         "feedback/refusal",

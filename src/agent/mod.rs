@@ -4,6 +4,7 @@
 pub(crate) mod absent_patterns;
 pub(crate) mod answer_shape;
 pub(crate) mod approval;
+pub mod coach;
 pub(crate) mod data_paths;
 pub mod decide;
 pub(crate) mod driver;
@@ -30,10 +31,12 @@ pub(crate) mod units;
 
 pub use approval::PendingApproval;
 pub use approval::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
+pub use coach::{Coach, PlainCoach, Rule, SmallModelCoach};
 pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
 pub use driver::{Agent, AgentBuilder, AgentError, Chat, RunItem, RunRequest, RunResult, TypedRun};
 pub use events::{
-    Event, Listener, ResumedSession, ToolCallOutcome, Transcript, parse_transcript, read_transcript,
+    CoachDecision, Event, Listener, ResumedSession, ToolCallOutcome, Transcript, parse_transcript,
+    read_transcript,
 };
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;

@@ -96,6 +96,10 @@ pub struct ResumePoint {
     pub turn_starts: Vec<usize>,
     /// The model's replies dropped from `messages` with a chat's oldest turns.
     pub dropped_replies: usize,
+    /// The coaching rules that held a result back in the run (or chat turn).
+    pub held_rules: Vec<String>,
+    /// The coaching rules that added advice in the run (or chat turn).
+    pub noted_rules: Vec<String>,
     /// Scripts that finished, in order: re-run to rebuild the session.
     pub finished_scripts: Vec<RecordedScript>,
     /// The last reply, when the run stopped before its step was over (its script
@@ -201,6 +205,7 @@ impl ResumePoint {
                 | Event::Observation { .. }
                 | Event::Error { .. }
                 | Event::ResultRefused { .. }
+                | Event::Coached { .. }
                 | Event::ModelRequest { .. }
                 | Event::TextDelta { .. }
                 | Event::FinalOutput { .. }
@@ -262,6 +267,8 @@ impl ResumePoint {
             turn_start_step,
             turn_starts,
             dropped_replies,
+            held_rules,
+            noted_rules,
         } = progress;
         Ok(ResumePoint {
             model,
@@ -274,6 +281,8 @@ impl ResumePoint {
             turn_start_step,
             turn_starts,
             dropped_replies,
+            held_rules,
+            noted_rules,
             finished_scripts: scripts,
             pending_reply,
             pending_calls,
@@ -295,6 +304,8 @@ impl ResumePoint {
             turn_start_step: self.turn_start_step,
             turn_starts: self.turn_starts.clone(),
             dropped_replies: self.dropped_replies,
+            held_rules: self.held_rules.clone(),
+            noted_rules: self.noted_rules.clone(),
         }
     }
 
@@ -689,12 +700,6 @@ impl HostTools {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         )
-    }
-
-    /// The tool calls of the run so far (made, or served from the transcript on
-    /// resume), failed ones included.
-    pub(crate) fn calls_made(&self) -> usize {
-        self.calls.load(Ordering::Relaxed)
     }
 
     /// The run's tool calls, once a call was refused for the run's budget.

@@ -947,41 +947,6 @@ pub struct RhaiPitfall {
     pub account: String,
 }
 
-/// Words of a result looked up in the conversation, at most: each lookup reads
-/// the conversation, and a result can be long.
-const WORDS_LOOKED_AT: usize = 500;
-
-/// The words (runs of letters, digits and `_`; not digits alone, which a
-/// script computes) of the strings in `value` that `seen` (lowercase text)
-/// does not contain, lowercased, each once, in order; of its first
-/// [`WORDS_LOOKED_AT`] words.
-pub fn unseen_words(value: &serde_json::Value, seen: &str) -> Vec<String> {
-    fn strings<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
-        match value {
-            serde_json::Value::String(text) => out.push(text),
-            serde_json::Value::Array(items) => items.iter().for_each(|item| strings(item, out)),
-            serde_json::Value::Object(map) => map.values().for_each(|item| strings(item, out)),
-            _ => {}
-        }
-    }
-    let mut texts = Vec::new();
-    strings(value, &mut texts);
-    let words = texts
-        .into_iter()
-        .flat_map(|text| text.split(|c: char| !(c.is_alphanumeric() || c == '_')))
-        .filter(|word| !word.is_empty())
-        .take(WORDS_LOOKED_AT);
-    let mut unseen: Vec<String> = Vec::new();
-    for word in words {
-        let word = word.to_lowercase();
-        let digits = word.chars().all(|c| c.is_ascii_digit());
-        if !digits && !seen.contains(&word) && !unseen.contains(&word) {
-            unseen.push(word);
-        }
-    }
-    unseen
-}
-
 /// Whether a tool's signature, as a card shows it (`tools.get_user({user_id:
 /// integer})`, `get_user(user_id=integer)`), has an argument named `id` or
 /// ending in `_id` or `Id`.

@@ -6,6 +6,7 @@ use minijinja::context;
 use serde_json::Value;
 
 use super::{Conversation, ProposedMend};
+use crate::agent::coach::Rule;
 use crate::agent::{
     absent_patterns, data_paths, feedback, file_stubs, js_fallback, map_as_number, script_notes,
     two_word_names,
@@ -30,6 +31,9 @@ impl Conversation {
     /// fallback in the `catch` block (template `feedback/fallback_in_catch`,
     /// [`js_fallback`]).
     pub(super) fn fallback_in_catch(&mut self, script: &str, message: &str) -> Option<String> {
+        if !self.rule_on(Rule::FallbackInCatch) {
+            return None;
+        }
         if self.language() != data_paths::Language::JavaScript {
             return None;
         }
@@ -67,6 +71,9 @@ impl Conversation {
         failed: &[feedback::FailedCall],
         results: &[feedback::ToolResultSeen],
     ) {
+        if !self.rule_on(Rule::FailedCallArguments) {
+            return;
+        }
         if failed.is_empty() {
             return;
         }
@@ -109,6 +116,9 @@ impl Conversation {
     /// [`two_word_names`]), when the error is at one of them or at no known
     /// line.
     pub(super) fn account_for_two_word_names(&mut self, script: &str, failing: Option<usize>) {
+        if !self.rule_on(Rule::TwoWordNames) {
+            return;
+        }
         let rhai = self.language() == data_paths::Language::Rhai;
         let Some((line_numbers, rewritten)) = two_word_names::rewritten(script, rhai) else {
             return;
@@ -147,6 +157,9 @@ impl Conversation {
         script: Option<&str>,
         results: &[feedback::ToolResultSeen],
     ) {
+        if !self.rule_on(Rule::AbsentPatterns) {
+            return;
+        }
         let Some(script) = script.filter(|_| !results.is_empty()) else {
             return;
         };
@@ -195,6 +208,9 @@ impl Conversation {
         message: &str,
         script: Option<&str>,
     ) -> bool {
+        if !self.rule_on(Rule::CatchToolErrors) {
+            return false;
+        }
         if self.language() != data_paths::Language::Python || !message.contains("ToolError") {
             return false;
         }
@@ -244,6 +260,9 @@ impl Conversation {
         message: &str,
         script: Option<&str>,
     ) -> bool {
+        if !self.rule_on(Rule::FilesThroughTools) {
+            return false;
+        }
         if self.language() != data_paths::Language::Python || !message.contains("FileNotFoundError")
         {
             return false;
@@ -294,6 +313,9 @@ impl Conversation {
         script: Option<&str>,
         results: &[feedback::ToolResultSeen],
     ) -> bool {
+        if !self.rule_on(Rule::MapsAsNumbers) {
+            return false;
+        }
         let Some((number, line)) =
             script.and_then(|script| script_notes::failing_line(message, script))
         else {
@@ -335,6 +357,9 @@ impl Conversation {
         script: Option<&str>,
         results: &[feedback::ToolResultSeen],
     ) -> bool {
+        if !self.rule_on(Rule::MisreadData) {
+            return false;
+        }
         let Some(script) = script.filter(|_| !results.is_empty()) else {
             return false;
         };

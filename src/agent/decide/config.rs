@@ -62,63 +62,6 @@ pub struct LoopConfig {
     /// the deadline is abandoned (a script's own time limit still ends it) and
     /// the run ends with [`Outcome::DeadlineExceeded`]. Default: none.
     pub max_run_time: Option<std::time::Duration>,
-    /// Whether a Rhai script's final result resting on a common mistake
-    /// (`1..N` between literals meant to include N, `A^B` meant as a power) is
-    /// held back once as an error naming it; sent again, it is accepted. It
-    /// costs a step where the script meant it (`1..100` for "below 100").
-    /// Default: true.
-    pub hold_rhai_pitfalls: bool,
-    /// Whether a final result that cannot have come from the tools is held
-    /// back once: the session has tools, and the result holds a word the
-    /// script typed that is found nowhere in the conversation (an invented
-    /// `["item1", "item3"]`) nor, when tools were called, in anything they
-    /// returned (`"Laptop"` answered after a reading of sales.csv that found
-    /// nothing). Sent again, it is accepted, so an answer that needs no tool
-    /// costs one step. Default: true.
-    pub hold_unfounded_results: bool,
-    /// Whether a final result that is a tool's number in another unit than the
-    /// task asks for is held back once: the tool's description names the unit
-    /// ("in euros"), the task another one of the same kind ("in US dollars"),
-    /// and the result is the number as the tool returned it. The feedback names
-    /// both units and the tools that convert. Sent again, it is accepted.
-    /// Default: true.
-    pub hold_results_in_other_units: bool,
-    /// Whether a final result that is the ids a tool returned (an integer, or
-    /// a list of them) is held back once when the task does not ask for an id
-    /// and another tool takes one: the feedback writes the call with the id
-    /// (`get_user(user_id=42)`). Sent again, it is accepted. Default: true.
-    pub hold_ids_as_results: bool,
-    /// Whether a final result that is a whole map a tool returned (the
-    /// result, or an item of a list it returned) is held back once when the
-    /// task names exactly one of its keys ("What is the email of …?"
-    /// answered with the whole user) and does not ask for a map. A map the
-    /// script built itself is its own answer. Sent again, it is accepted.
-    /// Default: true.
-    pub hold_whole_maps: bool,
-    /// Whether a final result is held back once when its script's tool call
-    /// returned nothing (`[]`, `{}`, `""`, `null`) for its one argument, an
-    /// optional one whose value appears nowhere in what the model read (a
-    /// customer it made up): the feedback rewrites the line without it. Sent
-    /// again, it is accepted. Default: true.
-    pub hold_results_from_made_up_filters: bool,
-    /// Whether a final result is held back once when it looks like nothing
-    /// was found (`null`, `[]`, `{}`, `""`, `0`, `false`, or a whole text the
-    /// script split) and its script looks for, or splits on, a text that
-    /// occurs nowhere in what its tools returned or in its own other strings
-    /// (`startsWith('ERROR:')` over lines that read `ERROR E42`): the
-    /// feedback quotes a line of the data that holds the text's word (see
-    /// `agent::absent_patterns`). Sent again, it is accepted. After an error
-    /// the same account is added to the feedback whatever this says.
-    /// Default: true.
-    pub hold_results_from_absent_patterns: bool,
-    /// Whether a final result is held back once when its script is nothing but
-    /// `final_result(<number>)`, written after an observation of a list or a
-    /// map of numbers, and the number is none of them: the model added or
-    /// counted the data in its head (the local model answered 40.8 for
-    /// 23.5 + 8.25 + 19.0, and 4 for a count of 3). The feedback asks for the
-    /// number worked out by a script. Sent again, it is accepted. Default:
-    /// true.
-    pub hold_hand_computed_results: bool,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
     /// returned (up to four distinct calls, each cut in the middle to this
@@ -168,14 +111,6 @@ impl Default for LoopConfig {
             max_run_time: None,
             max_history_bytes: Some(256 * 1024),
             tool_results_on_error: 1_500,
-            hold_rhai_pitfalls: true,
-            hold_unfounded_results: true,
-            hold_results_in_other_units: true,
-            hold_ids_as_results: true,
-            hold_whole_maps: true,
-            hold_results_from_made_up_filters: true,
-            hold_results_from_absent_patterns: true,
-            hold_hand_computed_results: true,
         }
     }
 }

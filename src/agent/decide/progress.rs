@@ -2,7 +2,7 @@
 
 use minijinja::context;
 
-use crate::agent::events::Event;
+use crate::agent::events::{CoachDecision, Event};
 use crate::chat::{ContentBlock, Message, Role, Usage};
 use crate::prompts::Prompts;
 
@@ -70,6 +70,11 @@ pub struct Progress {
     pub turn_starts: Vec<usize>,
     /// The model's replies dropped from `messages` with the oldest turns.
     pub dropped_replies: usize,
+    /// The coaching rules that held a final result back in this run (each
+    /// built-in rule holds at most once a run).
+    pub held_rules: Vec<String>,
+    /// The coaching rules that added advice in this run (or chat turn).
+    pub noted_rules: Vec<String>,
 }
 
 impl Progress {
@@ -91,9 +96,30 @@ impl Progress {
             Event::Observation { .. } => self.consecutive_errors = 0,
             Event::Error { .. } => self.consecutive_errors += 1,
             Event::ResultRefused { refusals, .. } => self.refusals = *refusals,
+            Event::Coached {
+                rule,
+                decision: CoachDecision::Held { .. },
+                ..
+            } => {
+                if !self.held_rules.contains(rule) {
+                    self.held_rules.push(rule.clone());
+                }
+            }
+            Event::Coached {
+                rule,
+                decision: CoachDecision::Advised,
+                ..
+            } => {
+                if !self.noted_rules.contains(rule) {
+                    self.noted_rules.push(rule.clone());
+                }
+            }
+            Event::Coached { .. } => {}
             Event::TurnStarted { .. } => {
                 self.consecutive_errors = 0;
                 self.refusals = 0;
+                self.held_rules.clear();
+                self.noted_rules.clear();
                 self.turn_start_step = self.steps;
                 self.turn_starts.push(self.messages.len());
             }

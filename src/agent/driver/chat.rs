@@ -121,6 +121,7 @@ impl Agent {
                 .map(|spec| (spec.name.clone(), spec.description.clone())),
         )
         .with_prompts(self.prompts.clone())
+        .with_coach(self.coach.clone())
     }
 
     /// Continues a chat from its transcript (read with

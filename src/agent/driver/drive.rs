@@ -322,7 +322,6 @@ impl Agent {
                     }
                     conversation.note_tool_results(tools.take_script_results());
                     conversation.note_failed_calls(tools.take_failed_calls());
-                    conversation.note_tool_calls_made(tools.calls_made());
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {

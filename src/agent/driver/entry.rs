@@ -404,7 +404,8 @@ impl Agent {
                     .iter()
                     .map(|spec| (spec.name.clone(), spec.description.clone())),
             )
-            .with_prompts(self.prompts.clone());
+            .with_prompts(self.prompts.clone())
+            .with_coach(self.coach.clone());
         if resume.is_none() {
             self.emit(|| Event::RunStarted {
                 model: self.model.label(),

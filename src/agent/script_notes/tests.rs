@@ -506,26 +506,6 @@ fn a_map_key_tested_for_truth_is_found_for_the_host_to_write_in() {
 }
 
 #[test]
-fn words_of_a_results_strings_found_nowhere_are_unseen_and_numbers_are_not_words() {
-    let seen = "which items are out of stock? reverse \"one two\"";
-    assert_eq!(
-        unseen_words(
-            &serde_json::json!(["item1", "Stock 3", {"n": "apple pie"}, 42]),
-            seen
-        ),
-        vec!["item1", "apple", "pie"]
-    );
-    assert_eq!(
-        unseen_words(&serde_json::json!("two one"), seen),
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        unseen_words(&serde_json::json!(7.5), seen),
-        Vec::<String>::new()
-    );
-}
-
-#[test]
 fn a_signature_with_an_id_argument_takes_an_id() {
     for signature in [
         "tools.get_user({user_id: integer})",
