@@ -1300,6 +1300,7 @@ impl Conversation {
 #[cfg(test)]
 pub(super) fn python_reading_files() -> Conversation {
     Conversation::new("task", &["python"], LoopConfig::default())
+        .with_coach(Arc::new(super::coach::SmallModelCoach::default()))
         .with_tools([(
             "read_file".to_string(),
             "read_file(name=string)".to_string(),

@@ -121,9 +121,13 @@ fn last_line_column(message: &str) -> Option<usize> {
     found
 }
 
-/// The names among `provided` (helpers and tools) that `script` defines or assigns
-/// to, in the forms models write: `def NAME(`, `function NAME(`, `fn NAME(`,
-/// `let|const|var NAME =`, or `NAME = ` at the start of a line.
+/// The names among `provided` (helpers and tools) that `script` defines as its
+/// own stand-in, in the forms models write: `def NAME(`, `function NAME(`, `fn
+/// NAME(`, or `let|const|var NAME =` (or `NAME = ` at the start of a line)
+/// followed by a function or an object (`function`, an arrow, `lambda`, a
+/// Rhai closure or `Fn(…)`, `{…}`, `#{…}`). A variable holding a value (`const
+/// weather = tools.weather({…})`, `let weather = weather(#{…})`) stands in
+/// for nothing: it holds what the tool returned.
 pub fn redefined_names<'a>(script: &str, provided: &'a [String]) -> Vec<&'a str> {
     let mut found: Vec<&str> = Vec::new();
     for line in script.lines() {
@@ -147,7 +151,10 @@ pub fn redefined_names<'a>(script: &str, provided: &'a [String]) -> Vec<&'a str>
         let (name, after) = rest.split_at(name_len);
         let after = after.trim_start();
         let defines = after.starts_with('(') && rest.len() != line.len()
-            || (after.starts_with('=') && !after.starts_with("=="));
+            || (after.starts_with('=')
+                && !after.starts_with("==")
+                && !after.starts_with("=>")
+                && stands_in(after[1..].trim_start()));
         if !defines || name.is_empty() {
             continue;
         }
@@ -158,6 +165,26 @@ pub fn redefined_names<'a>(script: &str, provided: &'a [String]) -> Vec<&'a str>
         }
     }
     found
+}
+
+/// Whether the right-hand side of an assignment is a function or an object
+/// (what can stand in for a tool), not a value computed from a call.
+fn stands_in(value: &str) -> bool {
+    let starts_arrow = || {
+        // `(a) => …`, `a => …`, `async (a) => …`.
+        let head = value.split(['\n', ';']).next().unwrap_or_default();
+        head.contains("=>")
+            && (value.starts_with('(')
+                || head
+                    .split_once("=>")
+                    .is_some_and(|(params, _)| is_sayable_name(params.trim())))
+    };
+    [
+        "function", "async ", "lambda", "class ", "Fn(", "{", "#{", "|",
+    ]
+    .iter()
+    .any(|start| value.starts_with(start))
+        || starts_arrow()
 }
 
 /// Whether an engine's error says the script tried to load a module or a package

@@ -630,6 +630,7 @@ mod tests {
         )
         .tools(tools)
         .config(config)
+        .coach(crate::agent::coach::SmallModelCoach::default())
         .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
         .build()
         .expect("agent builds");
