@@ -1312,4 +1312,6 @@ pub(super) fn python_reading_files() -> Conversation {
 }
 
 #[cfg(test)]
+mod coach_tests;
+#[cfg(test)]
 mod tests;

@@ -2695,3 +2695,27 @@ fn a_rhai_range_between_literals_is_never_held_it_may_mean_to_exclude_its_end() 
         decision.next
     );
 }
+
+#[test]
+fn a_failed_script_sent_again_runs_as_the_rewrite_only_after_an_event_with_both_scripts() {
+    let mut c = after_munich_failed();
+    let decision = c.on_reply(&python_reply(MUNICH_SCRIPT));
+    let Next::RunScript { code } = &decision.next else {
+        panic!("{:?}", decision.next)
+    };
+    assert!(
+        decision.events.iter().any(|e| matches!(
+            e,
+            Event::Coached { rule, decision: CoachDecision::Rewrote { sent, run }, .. }
+                if rule == "rewrite_repeated_scripts" && sent == MUNICH_SCRIPT && run == code
+        )),
+        "{:?}",
+        decision.events
+    );
+    // Turned off, the failed script runs as sent.
+    let mut off = after_munich_failed().with_coach(without(Rule::RewriteRepeatedScripts));
+    assert_eq!(
+        off.on_reply(&python_reply(MUNICH_SCRIPT)).next,
+        runs(MUNICH_SCRIPT)
+    );
+}
