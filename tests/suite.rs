@@ -21,6 +21,8 @@ mod bench;
 mod chats;
 #[path = "suite/cli.rs"]
 mod cli;
+#[path = "suite/competent_replies.rs"]
+mod competent_replies;
 #[path = "suite/containment.rs"]
 mod containment;
 #[path = "suite/files.rs"]
