@@ -1,14 +1,14 @@
 //! Text a script searches for, or splits on, that occurs nowhere in the text it
-//! works on: `line.startsWith('ERROR:')` over a log whose lines read
-//! `… ERROR E42 disk full`, `re.findall(r"ERROR (\d+)", log)` over the same log,
+//! works on: `line.startsWith('ERROR:')` over a log whose lines read `… ERROR
+//! E42 disk full`, `re.findall(r"ERROR (\d+)", log)` over the same log,
 //! `text.split(",")` over words without a comma. Found by reading the script's
 //! string literals and regular expressions and trying them on the step's tool
 //! texts (and the script's own other strings); no script code runs.
 //!
-//! Why: on "Which error code occurs most often in server.log?" the local 1.5B
-//! model filtered lines on a prefix of its own in every runtime, and answered
-//! its empty count's error or `null` four times over: the tool's text was
-//! shown each time, yet it never compared the two.
+//! Why: on "Which error code occurs most often in server.log?" a small model
+//! filtered lines on a prefix of its own in every runtime, and answered its
+//! empty count's error or `null` four times over: the tool's text was shown
+//! each time, yet it never compared the two.
 
 use regex::RegexBuilder;
 use serde_json::Value;
@@ -206,15 +206,15 @@ fn occurs(pattern: &Written, texts: &[&str], folds_case: bool) -> Option<bool> {
     )
 }
 
-/// Where `pattern`, a regular expression that matches nowhere in `line`,
-/// stops matching it: its longest start (cut at a character) that is a
-/// regular expression of its own, holds a letter or a digit, and matches in
-/// `line`. None when no start does, or the pattern reads as no regular
-/// expression this crate knows.
+/// Where `pattern`, a regular expression that matches nowhere in `line`, stops
+/// matching it: its longest start (cut at a character) that is a regular
+/// expression of its own, holds a letter or a digit, and matches in `line`.
+/// None when no start does, or the pattern reads as no regular expression this
+/// crate knows.
 ///
 /// Why: told that `ERROR (\d+)` occurs nowhere in a log of `ERROR E42` lines,
-/// shown such a line, the local 1.5B model sent the same pattern back in
-/// every runtime: it never saw that the codes start with a letter.
+/// shown such a line, a small model sent the same pattern back in every
+/// runtime: it never saw that the codes start with a letter.
 pub fn where_it_stops(pattern: &str, line: &str, folds_case: bool) -> Option<Stop> {
     let build = |text: &str| {
         RegexBuilder::new(text)

@@ -443,9 +443,8 @@ fn assignment_from_call(line: &str) -> Option<(&str, &str)> {
 /// taken as whole.
 ///
 /// Why: `const sales = tools.read_file({…}).split('\n').slice(1)` bound `sales`
-/// to the file's text, and the feedback told the local model that its loop
-/// over `sales` took the text one character at a time, which was false (the
-/// evaluation, `wasm:js`, label `qjs-guest`, `sales-revenue`, both runs).
+/// to the file's text, and the feedback told a small model that its loop over
+/// `sales` took the text one character at a time, which was false.
 fn call_is_whole(call: &str) -> bool {
     let mut depth = 0usize;
     let mut quote: Option<char> = None;

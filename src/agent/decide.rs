@@ -387,7 +387,7 @@ impl Conversation {
             // A reply that is only a helper call runs as that script, and the
             // history shows it in the card's fence: a model that sees its own
             // unfenced reply goes on answering without fences, echoing the
-            // host's feedback into `error("…")` (the evaluation, CPython).
+            // host's feedback into `error("…")`.
             let tag = self.fence_tags.first().map_or("", String::as_str);
             vec![ContentBlock::text(format!("```{tag}\n{call}\n```"))]
         } else {
@@ -481,8 +481,8 @@ impl Conversation {
         let fence = tags.first().copied().unwrap_or("code");
         let problem = match extract_code(&text, &tags) {
             // An empty block, most often after an observation that held the
-            // answer (the local model, JavaScript): said plainly, with the
-            // offer the observation made.
+            // answer (a small model, JavaScript): said plainly, with the offer
+            // the observation made.
             Extraction::Code { code, closed: true } if code.trim().is_empty() => {
                 let call = self
                     .last_observation

@@ -121,8 +121,8 @@ fn failed_adding_maps(script: &str) -> Conversation {
     c
 }
 
-/// A Python script that tests `get_weather`'s result for `None` where the
-/// tool raises (`munich-or-berlin`).
+/// A Python script that tests `get_weather`'s result for `None` where the tool
+/// raises.
 const MUNICH: &str = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
 
 /// A Python conversation whose [`MUNICH`] script failed on the tool's

@@ -250,15 +250,15 @@ pub fn without_thinking(reply: &str) -> String {
     out
 }
 
-/// A Python line that assigns a tool's result (`result = get_weather("Munich")`)
-/// written to catch the tool's error and assign `None` instead, at the line's
-/// indent, when `script` then tests that name for `None` (`if result is
-/// None:`, `if not result:`): the script was written for a tool that answers
-/// `None` when it fails. `tools` are the host's tools' names.
+/// A Python line that assigns a tool's result (`result =
+/// get_weather("Munich")`) written to catch the tool's error and assign `None`
+/// instead, at the line's indent, when `script` then tests that name for `None`
+/// (`if result is None:`, `if not result:`): the script was written for a tool
+/// that answers `None` when it fails. `tools` are the host's tools' names.
 ///
-/// Why: the local 1.5B model's stub of `get_weather` returned `None` for an
-/// unknown city and its script then asked another; with the stub taken out,
-/// the host's tool raised `ToolError` at that line four times over.
+/// Why: a small model's stub of `get_weather` returned `None` for an unknown
+/// city and its script then asked another; with the stub taken out, the host's
+/// tool raised `ToolError` at that line four times over.
 pub fn catching_tool_error(line: &str, script: &str, tools: &[&str]) -> Option<String> {
     let indent = &line[..line.len() - line.trim_start().len()];
     let (name, value) = line.trim().split_once('=')?;
@@ -288,10 +288,10 @@ pub fn catching_tool_error(line: &str, script: &str, tools: &[&str]) -> Option<S
     })
 }
 
-/// [`catching_tool_error`] for 1-based line `number` of `script`, with the
-/// `if` block that tests the name when it follows at once (shown the catch
-/// alone, the local model wrote it over its fallback to another city): the
-/// last line replaced and the lines to write in their place.
+/// [`catching_tool_error`] for 1-based line `number` of `script`, with the `if`
+/// block that tests the name when it follows at once (shown the catch alone, a
+/// small model wrote it over its fallback to another city): the last line
+/// replaced and the lines to write in their place.
 pub fn catching_tool_error_at(
     number: usize,
     script: &str,
@@ -344,10 +344,10 @@ pub struct WithoutStubs {
 }
 
 /// `script` (Python) without its `def` blocks for any of `names`, and without
-/// the top-level imports that only those blocks used. A block is the `def`
-/// line and every line after it that is blank or indented deeper.
+/// the top-level imports that only those blocks used. A block is the `def` line
+/// and every line after it that is blank or indented deeper.
 ///
-/// Why the imports: the local 1.5B model's stub of `get_weather` called
+/// Why the imports: a small model's stub of `get_weather` called
 /// `requests.get`; with the stub gone, `import requests` alone failed the
 /// script, and the model sent it back unchanged until its errors ran out.
 pub fn without_python_defs(script: &str, names: &[&str]) -> WithoutStubs {
@@ -427,10 +427,10 @@ pub fn without_python_defs(script: &str, names: &[&str]) -> WithoutStubs {
 /// note. None when the stub has no default, a default that is not a plain
 /// string or number, or a parameter the tool's `parameters` lack.
 ///
-/// Why: the local 1.5B model's stubs of `read_file` named their file only in
-/// the default and called `read_file()`; with the stub taken out, the host's
-/// tool got no name, and the model sent the script back unchanged until its
-/// errors ran out.
+/// Why: a small model's stubs of `read_file` named their file only in the
+/// default and called `read_file()`; with the stub taken out, the host's tool
+/// got no name, and the model sent the script back unchanged until its errors
+/// ran out.
 pub fn stub_with_defaults(
     header: &str,
     tool: &str,
@@ -457,13 +457,14 @@ pub fn stub_with_defaults(
 
 /// A one-line definition to stand where a Python stub of a tool that read a
 /// file was: it returns `reading` (the stub's own expression with the host's
-/// tool in place of `open`, from `file_stubs::reading_of_parameter`), with
-/// the stub's parameters and defaults. None when a parameter is not a plain
-/// name with at most a plain default.
+/// tool in place of `open`, from `file_stubs::reading_of_parameter`), with the
+/// stub's parameters and defaults. None when a parameter is not a plain name
+/// with at most a plain default.
 ///
-/// Why: told to write `list(csv.reader(read_file(name="sales.csv")
-/// .splitlines()))` in place of its calls, the local 1.5B model sent its stub
-/// back each time, and its rows were the file's characters.
+/// Why: told to write
+/// `list(csv.reader(read_file(name="sales.csv").splitlines()))` in place of its
+/// calls, a small model sent its stub back each time, and its rows were the
+/// file's characters.
 pub fn stub_with_reading(header: &str, tool: &str, reading: &str) -> Option<String> {
     let stub = stub_parameters(header, tool)?;
     let call = format!("{tool}(");
@@ -691,14 +692,14 @@ const DEFINING: &[&str] = &[
     "private fn ",
 ];
 
-/// The functions a script defines when it only defines them: every line at
-/// the top level (not indented) is a definition, an import, a decorator, a
-/// comment or a closing brace, so nothing ran. Empty when the script does
-/// anything else, or defines nothing. Names are letters, digits and `_` only.
+/// The functions a script defines when it only defines them: every line at the
+/// top level (not indented) is a definition, an import, a decorator, a comment
+/// or a closing brace, so nothing ran. Empty when the script does anything
+/// else, or defines nothing. Names are letters, digits and `_` only.
 ///
-/// Why: the local 1.5B model wrote Python "libraries" (a `def` for the tool,
-/// one for the filter, one for `final_result`) and was told only that its
-/// script ended without a value; it then answered from memory.
+/// Why: a small model wrote Python "libraries" (a `def` for the tool, one for
+/// the filter, one for `final_result`) and was told only that its script ended
+/// without a value; it then answered from memory.
 pub fn uncalled_definitions(script: &str) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for line in script.lines() {
@@ -960,8 +961,7 @@ pub fn index_out_of_bounds(message: &str) -> Option<(u64, u64)> {
 
 /// A Rhai mistake a small model makes even though the prompt card warns of it,
 /// found in a script's text: a final result resting on one is held back once
-/// with this account (the evaluation's transcripts: `for i in 1..20` meant to
-/// include 20, `2^50` meant as a power).
+/// with this account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RhaiPitfall {
     /// The 1-based line it is on.
@@ -1121,8 +1121,8 @@ pub fn rhai_pitfalls(script: &str) -> Vec<RhaiPitfall> {
 /// `c.to_int()` on the name of a loop over a string's characters (`for c in
 /// n.to_string()`, or a name set from `.to_string()` or a string literal): in
 /// Rhai that is the character's code ('7' gives 55), where a model means the
-/// digit (the evaluation's digit sum came back as 844 for 76). The loop's name
-/// is quoted: an identifier of at most 40 letters, digits and `_`.
+/// digit. The loop's name is quoted: an identifier of at most 40 letters,
+/// digits and `_`.
 fn character_codes_taken_for_digits(script: &str) -> Vec<RhaiPitfall> {
     let texts: Vec<&str> = script
         .lines()

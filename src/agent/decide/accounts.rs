@@ -12,11 +12,11 @@ use crate::agent::{
     two_word_names,
 };
 
-/// The script's line with `found`'s regular expression mended where it
-/// stops ([`absent_patterns::Stop::mended`]), when the line holds the
-/// pattern as written (a raw string or a regex literal; a plain string's
-/// escapes differ). The local model, shown where `ERROR (\d+)` stopped on
-/// `ERROR E42`, sent the pattern back unchanged; it copies a line.
+/// The script's line with `found`'s regular expression mended where it stops
+/// ([`absent_patterns::Stop::mended`]), when the line holds the pattern as
+/// written (a raw string or a regex literal; a plain string's escapes differ).
+/// A small model, shown where `ERROR (\d+)` stopped on `ERROR E42`, sent the
+/// pattern back unchanged; it copies a line.
 pub(super) fn mended_line(found: &absent_patterns::AbsentPattern, script: &str) -> Option<String> {
     let mended = found.stops.as_ref()?.mended.as_deref()?;
     let line = script.lines().nth(found.line.checked_sub(1)?)?;
@@ -363,13 +363,13 @@ impl Conversation {
         let Some(script) = script.filter(|_| !results.is_empty()) else {
             return false;
         };
-        // A tool the script defines (a Python stub kept as its reading,
-        // `def read_file(name="sales.csv", _host_tool=read_file): return
+        // A tool the script defines (a Python stub kept as its reading, `def
+        // read_file(name="sales.csv", _host_tool=read_file): return
         // list(csv.reader(…))`) gives the script what that definition made of
         // the tool's value, not the value: told that its rows were "the text
-        // `read_file` returned", the local model was misled (label
-        // `probe-kept-reading`, `sales-revenue`). Only what holds of the text
-        // whatever was made of it (its header taken as data) is said of those.
+        // `read_file` returned", a small model was misled. Only what holds of
+        // the text whatever was made of it (its header taken as data) is said
+        // of those.
         let all_results = results;
         let results: Vec<feedback::ToolResultSeen> = results
             .iter()

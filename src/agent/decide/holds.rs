@@ -452,31 +452,21 @@ impl Conversation {
     }
 
     /// The key a whole-map final result is held back once for: see
-    /// `LoopConfig::hold_whole_maps`.
-    /// The key the task asks for of a final result that is a map a tool
-    /// returned, whole, or two or more of one such map's entries as they were
-    /// (the local model typed `{"email": …, "name": …, "user_id": 42}` from a
-    /// user's record of four keys: the evaluation's `email-by-name`, label
-    /// `columns`), and whether it was such a part.
+    /// `LoopConfig::hold_whole_maps`. The key the task asks for of a final
+    /// result that is a map a tool returned, whole, or two or more of one such
+    /// map's entries as they were, and whether it was such a part.
     fn asked_key_to_hold(&mut self, value: &Value) -> Option<(String, bool)> {
         if !self.may_hold(Rule::WholeMaps) {
             return None;
         }
-        let whole = self.records_seen.contains(value);
-        let part = !whole
-            && value.as_object().is_some_and(|map| {
-                map.len() >= 2
-                    && self.records_seen.iter().any(|record| {
-                        record
-                            .as_object()
-                            .is_some_and(|record| map.iter().all(|(k, v)| record.get(k) == Some(v)))
-                    })
-            });
-        if !whole && !part {
+        // Only a record as a tool returned it: a map the script built, even of
+        // a record's entries, is its own answer ("the city and its
+        // temperature").
+        if !self.records_seen.contains(value) {
             return None;
         }
         let key = answer_shape::asked_key(&self.turn_task()?, value)?;
-        Some((key, part))
+        Some((key, false))
     }
 
     /// The message that started the run, or the chat turn: the task the

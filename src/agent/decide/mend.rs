@@ -18,10 +18,9 @@ pub(super) const CHANGES_BESIDE_MEND: usize = 3;
 /// A rewrite of a failed script that the host's feedback proposed (a tool's
 /// `ToolError` caught, a map's number taken, a JavaScript fallback moved into
 /// its `catch`). At temperature 0 a small model answers the same feedback with
-/// the same script (the evaluation's `munich-or-berlin`: the same script four
-/// times, the catch proposed under each): when the next reply is the failed
-/// script again, the host runs the rewrite instead and says so, and goes on
-/// doing so while the rewrite does not fail.
+/// the same script: when the next reply is the failed script again, the host
+/// runs the rewrite instead and says so, and goes on doing so while the rewrite
+/// does not fail.
 #[derive(Debug, Clone)]
 pub(super) struct ProposedMend {
     /// The failed script, as it ran.
@@ -67,15 +66,14 @@ impl ProposedMend {
     }
 }
 
-/// `code` with the lines `mend` rewrote written as it proposed, when `code`
-/// is the failed script with only its last line changed (how it ends, not
-/// what it computes): the rewritten lines fail as they did. A change to any
-/// other line is the model's own reckoning, shown against the mend instead
-/// (`notes/changed_beside_mend`). Handed its `munich-or-berlin` script with
-/// its last line as `final_result(result["temp_c"])` after the rewrite that
-/// caught the `ToolError` had run, the local model took that last line into
-/// its own failed script, without the catch, and its error came back until
-/// the step limit (CPython, label `whole-offer`, both runs).
+/// `code` with the lines `mend` rewrote written as it proposed, when `code` is
+/// the failed script with only its last line changed (how it ends, not what it
+/// computes): the rewritten lines fail as they did. A change to any other line
+/// is the model's own reckoning, shown against the mend instead
+/// (`notes/changed_beside_mend`). Handed its script with its last line as
+/// `final_result(result["temp_c"])` after the rewrite that caught the
+/// `ToolError` had run, a small model took that last line into its own failed
+/// script, without the catch, and its error came back until the step limit.
 pub(super) fn mend_reapplied(mend: &ProposedMend, code: &str) -> Option<ProposedMend> {
     let (first, last) = mend.lines?;
     let failed: Vec<&str> = mend.failed.lines().map(str::trim).collect();
@@ -136,10 +134,9 @@ impl Conversation {
             self.left_out_of_mend = self
                 .left_out_of(&mend, &code)
                 .map(|note| (note, mend.clone()));
-            // Against this mend, else against the first of the chain: given
-            // `average-temperature`'s line again for a script that had
-            // already dropped the `/ 3` of the next, the model took it, and
-            // this mend alone showed no change (label `columns`, run 1).
+            // Against this mend, else against the first of the chain: given the
+            // line again for a script that had already dropped the `/ 3` of the
+            // next, the model took it, and this mend alone showed no change.
             let first = self
                 .first_mend
                 .clone()
@@ -176,12 +173,11 @@ impl Conversation {
     }
 
     /// When `code` took the lines `mend` proposed and changed up to
-    /// [`CHANGES_BESIDE_MEND`] other lines of the failed script, the note
-    /// that shows each change (`notes/changed_beside_mend`), the lines
-    /// fenced. Given a `temp_c` line for its failing sum, the local model
-    /// took it and also dropped the `/ 3` of the next line, then finished
-    /// with the sum it observed (the evaluation's `average-temperature`,
-    /// Python, both runs of label `mend`).
+    /// [`CHANGES_BESIDE_MEND`] other lines of the failed script, the note that
+    /// shows each change (`notes/changed_beside_mend`), the lines fenced. Given
+    /// a `temp_c` line for its failing sum, a small model took it and also
+    /// dropped the `/ 3` of the next line, then finished with the sum it
+    /// observed.
     pub(super) fn changes_beside(&self, mend: &ProposedMend, code: &str) -> Option<String> {
         let (first, last) = mend.lines?;
         let grown = mend.grown();
@@ -230,14 +226,13 @@ impl Conversation {
         ))
     }
 
-    /// When `code` took a line of the rewrite `mend` proposed (one the
-    /// failed script did not have) and differs from that rewrite by up to
-    /// [`CHANGES_BESIDE_MEND`] lines left out, changed or added, the note
-    /// that shows them (`notes/left_out_of_mend`), the lines fenced. Handed
-    /// its `munich-or-berlin` script with the fallback in `catch`, the local
-    /// model took it but for the line that defined the fallback's weather,
-    /// then sent that script again to its error budget (JavaScript, label
-    /// `chain`, run 1).
+    /// When `code` took a line of the rewrite `mend` proposed (one the failed
+    /// script did not have) and differs from that rewrite by up to
+    /// [`CHANGES_BESIDE_MEND`] lines left out, changed or added, the note that
+    /// shows them (`notes/left_out_of_mend`), the lines fenced. Handed its
+    /// script with the fallback in `catch`, a small model took it but for the
+    /// line that defined the fallback's weather, then sent that script again to
+    /// its error budget.
     pub(super) fn left_out_of(&self, mend: &ProposedMend, code: &str) -> Option<String> {
         // Counted, not only looked for: the rewrite may move a line the
         // failed script had (the fallback out of `else` into `catch`).

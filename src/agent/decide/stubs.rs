@@ -21,12 +21,12 @@ impl Conversation {
             .iter()
             .map(String::as_str)
             .collect();
-        // The result helpers go too: the local model's first script wrote
-        // `def final_result(product_name, ["out/report.md"]):`, copying the
-        // card's line into a parameter list, and the SyntaxError it raised
-        // came back four times while the rest of the script never ran. Not
-        // `call_tool` (nor `transfer_to_agent`): a script's own `call_tool`
-        // fakes every tool, and stays for the faked-tool checks to see.
+        // The result helpers go too: a small model's first script wrote `def
+        // final_result(product_name, ["out/report.md"]):`, copying the card's
+        // line into a parameter list, and the SyntaxError it raised came back
+        // four times while the rest of the script never ran. Not `call_tool`
+        // (nor `transfer_to_agent`): a script's own `call_tool` fakes every
+        // tool, and stays for the faked-tool checks to see.
         let names: Vec<&str> = ["observation", "final_result", "error"]
             .into_iter()
             .chain(tools.iter().copied())
@@ -134,12 +134,11 @@ impl Conversation {
             );
             self.pending_notes.push(note);
             if kept_reading {
-                // What to pass a function the script never called: the
-                // stub's reading over the host's tool, when its defaults
-                // name the file. Not the stub itself (`read_file()`): the
-                // local model sent the call alone, where the stub is gone
-                // and the host's tool wants its name (label
-                // `probe-kept-reading`, `out-of-stock`).
+                // What to pass a function the script never called: the stub's
+                // reading over the host's tool, when its defaults name the
+                // file. Not the stub itself (`read_file()`): a small model sent
+                // the call alone, where the stub is gone and the host's tool
+                // wants its name.
                 if stubs.headers.iter().any(|(_, of, header)| {
                     of == name && script_notes::all_parameters_defaulted(header, name)
                 }) {
@@ -192,13 +191,12 @@ impl Conversation {
     /// (`import csv` and
     /// `observation(list(csv.DictReader(read_file(name="sales.csv").splitlines())))`:
     /// the next script has the host's tool back, not the stub, and
-    /// `read_file()` failed for want of a name, in an unrecorded run of
-    /// 2026-12-03), fenced like every line the host hands the model to write.
-    /// Offered the tool's call alone, the model read the file's raw text where
-    /// the feedback said "what your reading of the file gives" (label
-    /// `offer-fenced`, `best-seller`). The local model, told only that nothing ran, echoed the
-    /// error text until its errors ran out; given the line in the host's words
-    /// it sent its script back unchanged (label `echo`); given it fenced, it
+    /// `read_file()` failed for want of a name, in one run), fenced like every
+    /// line the host hands the model to write. Offered the tool's call alone,
+    /// the model read the file's raw text where the feedback said "what your
+    /// reading of the file gives". A small model, told only that nothing ran,
+    /// echoed the error text until its errors ran out; given the line in the
+    /// host's words it sent its script back unchanged; given it fenced, it
     /// replied with the fenced line, markers and all, which now runs
     /// ([`extract::without_fence_markers`]).
     pub(super) fn observation_of_kept_reading(&self, uncalled: &[String]) -> Option<String> {

@@ -1567,7 +1567,7 @@ fn a_whole_record_answering_a_question_about_one_of_its_keys_is_held_back_once()
 }
 
 #[test]
-fn a_record_typed_back_in_part_answering_a_question_about_one_key_is_held_back_once() {
+fn a_record_typed_back_in_part_is_the_scripts_own_answer_and_is_not_held() {
     let user = json!({"country": "ES", "email": "l@example.com", "name": "Lena", "user_id": 42});
     let mut c = coached(
         "What is the email address of Lena Ortiz? Return it as a string.",
@@ -1575,28 +1575,15 @@ fn a_record_typed_back_in_part_answering_a_question_about_one_key_is_held_back_o
         LoopConfig::default(),
     );
     c.note_tool_results(vec![seen("get_user", json!({"user_id": 42}), user)]);
-    // One entry is no record's part, and neither is a value changed.
     for own in [
         json!({"email": "l@example.com"}),
         json!({"email": "l@example.com", "user_id": 43}),
+        json!({"email": "l@example.com", "name": "Lena", "user_id": 42}),
     ] {
         let mut c = c.clone();
         let decision = final_result_of(&mut c, own.clone());
         assert!(matches!(decision.next, Next::CheckResult { .. }), "{own}");
     }
-    let part = json!({"email": "l@example.com", "name": "Lena", "user_id": 42});
-    let first = final_result_of(&mut c, part.clone());
-    assert!(matches!(first.next, Next::CallModel), "{:?}", first.next);
-    let text = last_feedback(&c);
-    assert!(
-            text.contains("it is a map of keys from a record a tool returned, and the task asks only for its `email`"),
-            "{text}"
-        );
-    let again = final_result_of(&mut c, part);
-    assert!(
-        matches!(again.next, Next::CheckResult { .. }),
-        "sent again, accepted"
-    );
 }
 
 #[test]
