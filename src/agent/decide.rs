@@ -238,6 +238,24 @@ impl Conversation {
     /// first) and counters, as replaying its events gave them (see
     /// [`ResumePoint`](super::ResumePoint)). Go on with [`resume`](Self::resume).
     pub fn resumed(progress: Progress, fence_tags: &[&str], config: LoopConfig) -> Self {
+        // A rewrite proposed by the feedback the run stopped after.
+        let proposed_mend = match &progress.proposed_rewrite {
+            Some((
+                step,
+                CoachDecision::Proposed {
+                    failed,
+                    run,
+                    lines,
+                    carried,
+                },
+            )) if *step == progress.steps => Some(ProposedMend {
+                failed: failed.clone(),
+                mended: run.clone(),
+                lines: *lines,
+                carried: *carried,
+            }),
+            _ => None,
+        };
         Self {
             config,
             transfer_targets: Vec::new(),
@@ -259,7 +277,7 @@ impl Conversation {
             stub_readings: Vec::new(),
             kept_reading_observations: Vec::new(),
             failed_script: None,
-            proposed_mend: None,
+            proposed_mend,
             applied_mend: None,
             changed_beside_mend: None,
             left_out_of_mend: None,
@@ -619,6 +637,28 @@ impl Conversation {
             decision: CoachDecision::Rewrote {
                 sent: sent.to_string(),
                 run: run.to_string(),
+            },
+        });
+    }
+
+    /// Records the rewrite the step's feedback proposed, if any, so a run
+    /// resumed from here runs the failed script, sent again, as it.
+    fn note_proposal(&mut self) {
+        let Some(mend) = self
+            .proposed_mend
+            .clone()
+            .filter(|_| self.rule_on(Rule::RewriteRepeatedScripts))
+        else {
+            return;
+        };
+        self.record(Event::Coached {
+            step: self.progress.steps,
+            rule: Rule::RewriteRepeatedScripts.name().to_string(),
+            decision: CoachDecision::Proposed {
+                failed: mend.failed,
+                run: mend.mended,
+                lines: mend.lines,
+                carried: mend.carried,
             },
         });
     }
@@ -1134,6 +1174,7 @@ impl Conversation {
         self.step_failed_calls.clear();
         self.failed_script = None;
         self.last_error_feedback = None;
+        self.note_proposal();
         self.push_feedback(text);
         self.record(Event::Observation {
             step: self.progress.steps,
@@ -1239,6 +1280,7 @@ impl Conversation {
         self.failed_script = script;
         self.last_observation = None;
         self.last_error_feedback = Some(text.clone());
+        self.note_proposal();
         self.push_feedback(text);
         self.last_error = Some(message.to_string());
     }

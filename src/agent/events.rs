@@ -288,6 +288,22 @@ pub enum CoachDecision {
     },
     /// Advice joined the step's feedback.
     Advised,
+    /// The step's feedback proposed `run` as a rewrite of the failed script
+    /// `failed`: sent again, that script runs as the rewrite.
+    Proposed {
+        /// The failed script.
+        failed: String,
+        /// The rewrite.
+        run: String,
+        /// The failed script's lines rewritten (1-based, inclusive), when the
+        /// rewrite is of lines.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lines: Option<(usize, usize)>,
+        /// Whether it was carried over from a step that ran as it without
+        /// failing.
+        #[serde(default)]
+        carried: bool,
+    },
 }
 
 /// How a resumed run rebuilt its session ([`Event::Resumed`]).

@@ -100,6 +100,8 @@ pub struct ResumePoint {
     pub held_rules: Vec<String>,
     /// The coaching rules that added advice in the run (or chat turn).
     pub noted_rules: Vec<String>,
+    /// The last rewrite a step's feedback proposed, with that step.
+    pub proposed_rewrite: Option<(usize, crate::agent::events::CoachDecision)>,
     /// Scripts that finished, in order: re-run to rebuild the session.
     pub finished_scripts: Vec<RecordedScript>,
     /// The last reply, when the run stopped before its step was over (its script
@@ -269,6 +271,7 @@ impl ResumePoint {
             dropped_replies,
             held_rules,
             noted_rules,
+            proposed_rewrite,
         } = progress;
         Ok(ResumePoint {
             model,
@@ -283,6 +286,7 @@ impl ResumePoint {
             dropped_replies,
             held_rules,
             noted_rules,
+            proposed_rewrite,
             finished_scripts: scripts,
             pending_reply,
             pending_calls,
@@ -306,6 +310,7 @@ impl ResumePoint {
             dropped_replies: self.dropped_replies,
             held_rules: self.held_rules.clone(),
             noted_rules: self.noted_rules.clone(),
+            proposed_rewrite: self.proposed_rewrite.clone(),
         }
     }
 

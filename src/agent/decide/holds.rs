@@ -140,6 +140,7 @@ impl Conversation {
                 last_reason: held.message.clone(),
             })
         } else {
+            self.note_proposal();
             self.push_feedback(held.text);
             self.continue_or_stop()
         };

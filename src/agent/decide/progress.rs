@@ -75,6 +75,9 @@ pub struct Progress {
     pub held_rules: Vec<String>,
     /// The coaching rules that added advice in this run (or chat turn).
     pub noted_rules: Vec<String>,
+    /// The last rewrite a step's feedback proposed, with that step: a run
+    /// resumed right after it runs the failed script, sent again, as it.
+    pub proposed_rewrite: Option<(usize, CoachDecision)>,
 }
 
 impl Progress {
@@ -114,6 +117,11 @@ impl Progress {
                     self.noted_rules.push(rule.clone());
                 }
             }
+            Event::Coached {
+                step,
+                decision: decision @ CoachDecision::Proposed { .. },
+                ..
+            } => self.proposed_rewrite = Some((*step, decision.clone())),
             Event::Coached { .. } => {}
             Event::TurnStarted { .. } => {
                 self.consecutive_errors = 0;

@@ -1376,3 +1376,26 @@ fn a_failed_script_sent_again_runs_as_the_rewrite_only_after_an_event_with_both_
         runs(MUNICH_SCRIPT)
     );
 }
+
+#[test]
+fn a_run_resumed_after_a_proposed_rewrite_runs_the_failed_script_sent_again_as_the_first_would() {
+    let c = after_munich_failed();
+    let mut first = c.clone();
+    let mut resumed =
+        Conversation::resumed(c.progress().clone(), &["python"], LoopConfig::default())
+            .with_coach(Arc::new(SmallModelCoach::default()))
+            .with_tools([(
+                "get_weather".to_string(),
+                "get_weather(city=string)".to_string(),
+            )]);
+    let again = resumed.on_reply(&python_reply(MUNICH_SCRIPT)).next;
+    assert_eq!(again, first.on_reply(&python_reply(MUNICH_SCRIPT)).next);
+    assert_ne!(again, runs(MUNICH_SCRIPT), "it runs as the rewrite");
+    // Without the coach's rule, the resumed run runs it as sent, as the
+    // first would.
+    let mut plain = Conversation::resumed(c.progress().clone(), &["python"], LoopConfig::default());
+    assert_eq!(
+        plain.on_reply(&python_reply(MUNICH_SCRIPT)).next,
+        runs(MUNICH_SCRIPT)
+    );
+}
