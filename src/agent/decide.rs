@@ -224,7 +224,7 @@ impl Conversation {
     }
 
     /// Declares the tools' descriptions, by name, for the units they name (a
-    /// price "in euros"): see [`LoopConfig::hold_results_in_other_units`].
+    /// price "in euros"): see [`Rule::OtherUnits`].
     /// Give them in the order of [`with_tools`](Self::with_tools), after it.
     pub fn with_tool_descriptions(
         mut self,

@@ -20,18 +20,18 @@ use crate::output::script_output::ScriptOutput;
 use crate::output::spec::RefusedBy;
 
 /// Numbers from the run's tool results kept for
-/// `LoopConfig::hold_results_in_other_units` (and ids for
-/// `hold_ids_as_results`): a run past it is not checked against the later
+/// `Rule::OtherUnits` (and ids for
+/// `Rule::IdsAsResults`): a run past it is not checked against the later
 /// ones.
 pub(super) const NUMBERS_KEPT: usize = 1_000;
 
-/// Maps from the run's tool results kept for `LoopConfig::hold_whole_maps`,
+/// Maps from the run's tool results kept for `Rule::WholeMaps`,
 /// and the size (as JSON) past which one is not kept.
 pub(super) const RECORDS_KEPT: usize = 200;
 pub(super) const RECORD_BYTES: usize = 4_096;
 
 /// A list of more integers than this is not read as ids by
-/// `LoopConfig::hold_ids_as_results`.
+/// `Rule::IdsAsResults`.
 pub(super) const IDS_LISTED: usize = 10;
 
 /// The integers of a value that may be ids: an integer, or a list of 1 to
@@ -351,7 +351,7 @@ impl Conversation {
 
     /// A final result (with its number) to hold back once as a tool's number
     /// in another unit than the task asks for: see
-    /// `LoopConfig::hold_results_in_other_units`. The task is the message
+    /// `Rule::OtherUnits`. The task is the message
     /// that started the run, or the chat turn.
     fn other_unit_to_hold(&mut self, value: &Value) -> Option<units::OtherUnit> {
         if !self.may_hold(Rule::OtherUnits) {
@@ -363,7 +363,7 @@ impl Conversation {
     }
 
     /// A final result to hold back once as ids (see
-    /// `LoopConfig::hold_ids_as_results`): the result, the tool that returned
+    /// `Rule::IdsAsResults`): the result, the tool that returned
     /// it, and the calls of the tools that take an id, with the first id put
     /// in where the tool has no other argument.
     fn ids_to_hold(&mut self, value: &Value) -> Option<(String, Vec<String>)> {
@@ -401,7 +401,7 @@ impl Conversation {
     }
 
     /// The made-up filter a final result is held back once for: see
-    /// `LoopConfig::hold_results_from_made_up_filters`.
+    /// `Rule::MadeUpFilters`.
     fn made_up_filter_to_hold(&mut self, script: &str) -> Option<made_up_filters::MadeUpFilter> {
         if !self.may_hold(Rule::MadeUpFilters)
             || self
@@ -431,7 +431,7 @@ impl Conversation {
     /// What to say under an observation whose script got an empty value for
     /// a filter it made up (`list_orders(customer="Alice")` returned `[]`):
     /// the same account as a held result's, said where the empty value is
-    /// first seen, once a run (`LoopConfig::hold_results_from_made_up_filters`).
+    /// first seen, once a run (`Rule::MadeUpFilters`).
     pub(super) fn made_up_filter_note(&mut self) -> Option<String> {
         let script = self.current_script.clone()?;
         let found = self.made_up_filter_to_hold(&script)?;
@@ -453,7 +453,7 @@ impl Conversation {
     }
 
     /// The key a whole-map final result is held back once for: see
-    /// `LoopConfig::hold_whole_maps`. The key the task asks for of a final
+    /// `Rule::WholeMaps`. The key the task asks for of a final
     /// result that is a map a tool returned, whole, or two or more of one such
     /// map's entries as they were, and whether it was such a part.
     fn asked_key_to_hold(&mut self, value: &Value) -> Option<(String, bool)> {
