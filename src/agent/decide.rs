@@ -25,12 +25,14 @@ use crate::prompts::Prompts;
 use codeact_runtime::ScriptError;
 
 mod accounts;
+mod coaching;
 mod config;
 mod holds;
 mod mend;
 mod progress;
 mod stubs;
 
+use coaching::Coaching;
 pub use config::{BareValues, LoopConfig};
 use mend::ProposedMend;
 pub use progress::Progress;
@@ -110,48 +112,8 @@ pub struct Conversation {
     tool_signatures: Vec<String>,
     /// The script of the step in progress.
     current_script: Option<String>,
-    /// The tools the script of the step in progress defines for itself.
-    faked_tools: Vec<String>,
-    /// For the step in progress, what the Python stubs taken out made of
-    /// the files they opened, written over the host's tools
-    /// (`feedback/stub_reading`): said if the script fails.
-    stub_sections: Vec<String>,
-    /// Those readings themselves (`json.loads(read_file(name="a.json"))`).
-    stub_readings: Vec<String>,
-    /// For each stub kept as its reading in the step in progress, the
-    /// script that observes that reading in a later script, the stub being
-    /// gone by then: its imports, then `observation(...)` of the reading over
-    /// the host's tool given the stub's defaults
-    /// (`observation(list(csv.DictReader(read_file(name="sales.csv").splitlines())))`),
-    /// or of the tool's call alone when the reading has no defaults to give.
-    kept_reading_observations: Vec<String>,
     /// The script of the previous step, when it failed.
     failed_script: Option<String>,
-    /// The rewrite of the failed script that the last feedback proposed (or
-    /// that the last step ran as, without failing), if any: the next reply,
-    /// when it is that same script again, runs as the rewrite ([`ProposedMend`]).
-    proposed_mend: Option<ProposedMend>,
-    /// The mend the script in progress ran as, or took a line of while
-    /// changing others (`notes/changed_beside_mend`): proposed again if that
-    /// script does not fail, so the same script sent once more runs the same
-    /// way (and the same value shown twice gets `hints/same_observation`),
-    /// and the failed script sent again, as the note invites, runs mended.
-    applied_mend: Option<ProposedMend>,
-    /// The first line mend proposed since the last observation that showed no
-    /// change beside a mend: a later mend, proposed for a script that
-    /// already carried such a change, is compared with it too.
-    first_mend: Option<ProposedMend>,
-    /// For the script in progress, when it took the line its feedback
-    /// proposed and changed other lines of the failed script too, the note
-    /// that shows them (`notes/changed_beside_mend`): said with its
-    /// observation.
-    changed_beside_mend: Option<String>,
-    /// For the script in progress, when it took part of the rewrite its
-    /// feedback proposed but left out or changed up to
-    /// [`CHANGES_BESIDE_MEND`] of its lines: the note that shows them
-    /// (`notes/left_out_of_mend`) and the rewrite, said and proposed again
-    /// (for this script) if the script fails.
-    left_out_of_mend: Option<(String, ProposedMend)>,
     /// The feedback of the previous error, so the same text is never sent twice
     /// in a row.
     last_error_feedback: Option<String>,
@@ -170,25 +132,15 @@ pub struct Conversation {
     step_failed_calls: Vec<feedback::FailedCall>,
     /// The tools' descriptions, by name, for the units they name.
     tool_descriptions: Vec<(String, String)>,
-    /// Numbers the run's tools returned (at most [`holds::NUMBERS_KEPT`]), for a final
-    /// result that is one of them in another unit than the task asks for.
-    numbers_seen: Vec<super::units::NumberSeen>,
-    /// The run's tool results that are ids (an integer, or a list of at most
-    /// [`holds::IDS_LISTED`]), by tool, at most [`holds::NUMBERS_KEPT`].
-    ids_seen: Vec<(String, Value)>,
-    /// The maps the run's tools returned (results, and items of listed
-    /// results), at most [`holds::RECORDS_KEPT`] of at most
-    /// [`holds::RECORD_BYTES`] each.
-    records_seen: Vec<Value>,
-    /// Sections for the feedback of the step in progress that go last, just
-    /// before "Fix the script", where a small model acts on them.
-    closing_sections: Vec<String>,
     /// The templates of everything fed back.
     prompts: Prompts,
     /// The coach that advises this run. Default: [`PlainCoach`].
     coach: Arc<dyn Coach>,
     /// The built-in rules the coach turns on.
     rules: BTreeSet<Rule>,
+    /// What the built-in coaching rules keep between the steps of a run (see
+    /// [`Coaching`]).
+    coaching: Coaching,
 }
 
 /// How a reply was read: a step to take, or an error of the reply itself (its
@@ -272,27 +224,18 @@ impl Conversation {
                 .collect(),
             tool_signatures: Vec::new(),
             current_script: None,
-            faked_tools: Vec::new(),
-            stub_sections: Vec::new(),
-            stub_readings: Vec::new(),
-            kept_reading_observations: Vec::new(),
             failed_script: None,
-            proposed_mend,
-            applied_mend: None,
-            changed_beside_mend: None,
-            left_out_of_mend: None,
-            first_mend: None,
             last_error_feedback: None,
             repeated: false,
             last_observation: None,
             step_tool_results: Vec::new(),
             step_failed_calls: Vec::new(),
             tool_descriptions: Vec::new(),
-            numbers_seen: Vec::new(),
-            ids_seen: Vec::new(),
-            records_seen: Vec::new(),
-            closing_sections: Vec::new(),
             prompts: Prompts::default(),
+            coaching: Coaching {
+                proposed_mend,
+                ..Coaching::default()
+            },
             coach: Arc::new(PlainCoach),
             rules: BTreeSet::new(),
         }
@@ -382,7 +325,7 @@ impl Conversation {
     /// The model replied.
     pub fn on_reply(&mut self, response: &ModelResponse) -> Decision {
         self.current_script = None;
-        self.faked_tools.clear();
+        self.coaching.faked_tools.clear();
         let step = self.progress.steps + 1;
         self.record(Event::ModelReply {
             step,
@@ -451,8 +394,8 @@ impl Conversation {
     /// the conversation after everything before it, and the model is asked.
     /// A rewrite the last turn proposed is not carried into the new task.
     pub fn next_turn(&mut self, turn: usize, message: &str) -> Decision {
-        self.proposed_mend = None;
-        self.first_mend = None;
+        self.coaching.proposed_mend = None;
+        self.coaching.first_mend = None;
         self.record(Event::TurnStarted { turn });
         self.record(Event::Message {
             message: Message::user(message),
@@ -485,12 +428,13 @@ impl Conversation {
         }
         let truncated = *stop_reason == StopReason::OutputTruncated;
         let mend = self
+            .coaching
             .proposed_mend
             .take()
             .filter(|_| self.rule_on(Rule::RewriteRepeatedScripts));
-        self.applied_mend = None;
-        self.changed_beside_mend = None;
-        self.left_out_of_mend = None;
+        self.coaching.applied_mend = None;
+        self.coaching.changed_beside_mend = None;
+        self.coaching.left_out_of_mend = None;
         // A reasoning model's thinking stays in the history; its code is not
         // taken from there.
         let text = extract::without_fence_markers(&script_notes::without_thinking(&text));
@@ -554,9 +498,9 @@ impl Conversation {
     /// a final result resting on it is not accepted).
     fn prepare_script(&mut self, code: String, fence: &str) -> String {
         self.step_tool_results.clear();
-        self.stub_sections.clear();
-        self.stub_readings.clear();
-        self.kept_reading_observations.clear();
+        self.coaching.stub_sections.clear();
+        self.coaching.stub_readings.clear();
+        self.coaching.kept_reading_observations.clear();
         let sent = code.clone();
         let helpers = script_notes::HELPERS.len();
         // A Python script that writes its own stub of a tool and then calls
@@ -584,7 +528,7 @@ impl Conversation {
                 );
                 self.pending_notes.push(note);
                 if index >= helpers {
-                    self.faked_tools.push(name.to_string());
+                    self.coaching.faked_tools.push(name.to_string());
                 }
             }
             // JavaScript's tools are methods of the host's `tools` object: a
@@ -598,7 +542,7 @@ impl Conversation {
                     context! { name => TOOLS_OBJECT, signature => None::<&str> },
                 );
                 self.pending_notes.push(note);
-                self.faked_tools.push(TOOLS_OBJECT.to_string());
+                self.coaching.faked_tools.push(TOOLS_OBJECT.to_string());
             }
         }
         // Put back after the check for redefined names: these lines are the
@@ -645,6 +589,7 @@ impl Conversation {
     /// resumed from here runs the failed script, sent again, as it.
     fn note_proposal(&mut self) {
         let Some(mend) = self
+            .coaching
             .proposed_mend
             .clone()
             .filter(|_| self.rule_on(Rule::RewriteRepeatedScripts))
@@ -693,7 +638,7 @@ impl Conversation {
         let script = self.current_script.clone().unwrap_or_default();
         // Proposed afresh by this step's feedback if it fails, else the mend
         // it ran as, if any.
-        self.proposed_mend = self.applied_mend.take().map(|mend| ProposedMend {
+        self.coaching.proposed_mend = self.coaching.applied_mend.take().map(|mend| ProposedMend {
             carried: true,
             ..mend
         });
@@ -716,7 +661,7 @@ impl Conversation {
                 let observe = self.observation_of_kept_reading(&uncalled);
                 if call.is_some() || observe.is_some() {
                     // The call holds the stub's reading: said once, last.
-                    self.stub_sections.clear();
+                    self.coaching.stub_sections.clear();
                 }
                 let text = feedback::no_value(
                     &self.prompts,
@@ -829,7 +774,7 @@ impl Conversation {
                             line => whole_line.as_ref().map(|(_, line)| line.as_str()),
                         },
                     );
-                    self.closing_sections.push(section);
+                    self.coaching.closing_sections.push(section);
                 }
                 if matches!(error, ScriptError::Syntax { .. }) {
                     self.account_for_two_word_names(&script, line.as_ref().map(|(n, _)| *n));
@@ -976,7 +921,7 @@ impl Conversation {
                 let script = self.current_script.as_deref().unwrap_or_default();
                 // A value from lines changed beside a mend is not offered as
                 // the answer: the note after it asks whether they were meant.
-                let may_offer = self.changed_beside_mend.is_none();
+                let may_offer = self.coaching.changed_beside_mend.is_none();
                 let text =
                     feedback::observation(&self.prompts, value, script, logs, limit, may_offer);
                 self.observed(text, value, logs);
@@ -1092,13 +1037,13 @@ impl Conversation {
             text.push_str("\n\n");
             text.push_str(&note);
         }
-        match self.changed_beside_mend.take() {
+        match self.coaching.changed_beside_mend.take() {
             Some(note) => {
                 text.push_str("\n\n");
                 text.push_str(&note);
             }
             // The chain of mends ends with a value shown as it is.
-            None => self.first_mend = None,
+            None => self.coaching.first_mend = None,
         }
         // The same script showing the same value again: at temperature 0 a
         // small model looked at the same list up to its step limit.
@@ -1217,7 +1162,11 @@ impl Conversation {
         // A mend carried from a step that did not fail is not kept for one
         // that did; this step's own proposal (below, or a JavaScript fallback
         // found before) is.
-        self.proposed_mend = self.proposed_mend.take().filter(|mend| !mend.carried);
+        self.coaching.proposed_mend = self
+            .coaching
+            .proposed_mend
+            .take()
+            .filter(|mend| !mend.carried);
         let script = self.current_script.take();
         let results = std::mem::take(&mut self.step_tool_results);
         let failed = std::mem::take(&mut self.step_failed_calls);
@@ -1230,21 +1179,23 @@ impl Conversation {
         {
             self.account_for_absent_pattern(&mut text, script.as_deref(), &results);
         }
-        let stub_sections = std::mem::take(&mut self.stub_sections);
+        let stub_sections = std::mem::take(&mut self.coaching.stub_sections);
         for section in stub_sections
             .iter()
-            .chain(&std::mem::take(&mut self.closing_sections))
+            .chain(&std::mem::take(&mut self.coaching.closing_sections))
         {
             self.insert_before_fix_it(&mut text, section);
         }
         // A script that took part of the proposed rewrite and failed is
         // shown what it left out, and sent again runs as the rewrite, unless
         // this step's feedback proposed a rewrite of its own.
-        let left_out = self.left_out_of_mend.take();
-        if let (Some((note, mend)), Some(script), None) = (left_out, &script, &self.proposed_mend) {
+        let left_out = self.coaching.left_out_of_mend.take();
+        if let (Some((note, mend)), Some(script), None) =
+            (left_out, &script, &self.coaching.proposed_mend)
+        {
             text.push_str("\n\n");
             text.push_str(&note);
-            self.proposed_mend = Some(ProposedMend {
+            self.coaching.proposed_mend = Some(ProposedMend {
                 failed: script.clone(),
                 carried: false,
                 ..mend

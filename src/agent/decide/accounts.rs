@@ -44,7 +44,7 @@ impl Conversation {
             .0;
         self.tools().find(|(name, _)| *name == tool)?;
         let rewritten = js_fallback::fallback_into_catch(script, tool)?;
-        self.proposed_mend = Some(ProposedMend {
+        self.coaching.proposed_mend = Some(ProposedMend {
             failed: script.to_string(),
             mended: rewritten.clone(),
             lines: None,
@@ -145,7 +145,7 @@ impl Conversation {
                 rewritten => feedback::fenced(&rewritten, self.config.feedback_limit),
             },
         );
-        self.closing_sections.push(section);
+        self.coaching.closing_sections.push(section);
     }
 
     /// Puts before "Fix the script" a text the failed script looked for or
@@ -235,7 +235,7 @@ impl Conversation {
             .and_then(|(_, value)| value.split('(').next())
             .map(str::trim)
             .unwrap_or_default();
-        self.proposed_mend = Some(ProposedMend::lines(script, number, last, &caught));
+        self.coaching.proposed_mend = Some(ProposedMend::lines(script, number, last, &caught));
         let section = self.prompts.render(
             "feedback/catch_tool_error",
             context! {
@@ -326,7 +326,7 @@ impl Conversation {
             return false;
         };
         if let Some(script) = script {
-            self.proposed_mend = Some(ProposedMend::lines(
+            self.coaching.proposed_mend = Some(ProposedMend::lines(
                 script,
                 number,
                 number,

@@ -170,19 +170,20 @@ impl Conversation {
                 _ => Vec::new(),
             };
             for map in maps {
-                if self.records_seen.len() < RECORDS_KEPT
+                if self.coaching.records_seen.len() < RECORDS_KEPT
                     && map.to_string().len() <= RECORD_BYTES
-                    && !self.records_seen.contains(map)
+                    && !self.coaching.records_seen.contains(map)
                 {
-                    self.records_seen.push(map.clone());
+                    self.coaching.records_seen.push(map.clone());
                 }
             }
-            if ids_in(&result.value).is_some() && self.ids_seen.len() < NUMBERS_KEPT {
-                self.ids_seen
+            if ids_in(&result.value).is_some() && self.coaching.ids_seen.len() < NUMBERS_KEPT {
+                self.coaching
+                    .ids_seen
                     .push((result.tool.clone(), result.value.clone()));
             }
-            let room = NUMBERS_KEPT.saturating_sub(self.numbers_seen.len());
-            self.numbers_seen.extend(
+            let room = NUMBERS_KEPT.saturating_sub(self.coaching.numbers_seen.len());
+            self.coaching.numbers_seen.extend(
                 units::numbers_of(&result.tool, &result.value)
                     .into_iter()
                     .take(room),
@@ -193,16 +194,16 @@ impl Conversation {
     /// A final result of a script that defines its own stand-in for a host
     /// tool ([`Rule::FakedTools`]): its data is made up.
     fn hold_for_faked_tool(&mut self) -> Option<Held> {
-        if self.faked_tools.is_empty() || !self.may_hold(Rule::FakedTools) {
+        if self.coaching.faked_tools.is_empty() || !self.may_hold(Rule::FakedTools) {
             return None;
         }
-        let names = self.faked_tools.join("`, `");
+        let names = self.coaching.faked_tools.join("`, `");
         let message = format!(
             "the final result was held back: the script defined its own `{names}` instead of calling the host's tool, so its data is made up"
         );
         let text = self.prompts.render(
             "feedback/faked_tool",
-            context! { names => &self.faked_tools },
+            context! { names => &self.coaching.faked_tools },
         );
         Some(Held {
             rule: Rule::FakedTools.name().to_string(),
@@ -358,7 +359,12 @@ impl Conversation {
             return None;
         }
         let task = self.turn_task()?;
-        let found = units::other_unit(&task, value, &self.numbers_seen, &self.tool_descriptions)?;
+        let found = units::other_unit(
+            &task,
+            value,
+            &self.coaching.numbers_seen,
+            &self.tool_descriptions,
+        )?;
         Some(found)
     }
 
@@ -371,7 +377,11 @@ impl Conversation {
             return None;
         }
         let first_id = *ids_in(value)?.first()?;
-        let (tool, _) = self.ids_seen.iter().find(|(_, seen)| seen == value)?;
+        let (tool, _) = self
+            .coaching
+            .ids_seen
+            .iter()
+            .find(|(_, seen)| seen == value)?;
         let names_ids = |text: &str| {
             text.to_lowercase()
                 .split(|c: char| !c.is_alphanumeric())
@@ -463,7 +473,7 @@ impl Conversation {
         // Only a record as a tool returned it: a map the script built, even of
         // a record's entries, is its own answer ("the city and its
         // temperature").
-        if !self.records_seen.contains(value) {
+        if !self.coaching.records_seen.contains(value) {
             return None;
         }
         let key = answer_shape::asked_key(&self.turn_task()?, value)?;

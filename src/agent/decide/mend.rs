@@ -124,20 +124,21 @@ impl Conversation {
         let Some(mend) = mend else {
             return code;
         };
-        if mend.lines.is_some() && self.first_mend.is_none() {
-            self.first_mend = Some(mend.clone());
+        if mend.lines.is_some() && self.coaching.first_mend.is_none() {
+            self.coaching.first_mend = Some(mend.clone());
         }
         if !script_notes::same_script(&code, &mend.failed) {
             if let Some(reapplied) = mend_reapplied(&mend, &code) {
                 return self.run_as_mend(reapplied, true);
             }
-            self.left_out_of_mend = self
+            self.coaching.left_out_of_mend = self
                 .left_out_of(&mend, &code)
                 .map(|note| (note, mend.clone()));
             // Against this mend, else against the first of the chain: given the
             // line again for a script that had already dropped the `/ 3` of the
             // next, the model took it, and this mend alone showed no change.
             let first = self
+                .coaching
                 .first_mend
                 .clone()
                 .filter(|first| first.failed != mend.failed);
@@ -149,8 +150,8 @@ impl Conversation {
                     self.changes_beside(&first, &code).map(|note| (note, first))
                 });
             if let Some((note, against)) = shown {
-                self.changed_beside_mend = Some(note);
-                self.applied_mend = Some(against);
+                self.coaching.changed_beside_mend = Some(note);
+                self.coaching.applied_mend = Some(against);
             }
             return code;
         }
@@ -168,7 +169,7 @@ impl Conversation {
         );
         self.pending_notes.push(note);
         let mended = mend.mended.clone();
-        self.applied_mend = Some(mend);
+        self.coaching.applied_mend = Some(mend);
         mended
     }
 

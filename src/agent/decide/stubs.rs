@@ -87,7 +87,7 @@ impl Conversation {
                     }
                     None => defaults.map(|defaults| format!("observation({name}({defaults}))")),
                 };
-                self.kept_reading_observations.extend(observed);
+                self.coaching.kept_reading_observations.extend(observed);
                 continue;
             }
             // The imports the reading to suggest uses stay too.
@@ -146,7 +146,7 @@ impl Conversation {
                         .iter()
                         .find(|(of, _)| of == name)
                         .map_or_else(|| format!("{name}()"), |(_, reading)| reading.clone());
-                    self.stub_readings.push(in_place);
+                    self.coaching.stub_readings.push(in_place);
                 }
                 continue;
             }
@@ -159,8 +159,8 @@ impl Conversation {
                     "feedback/stub_reading",
                     context! { name => name, reading => fenced },
                 );
-                self.stub_sections.push(section);
-                self.stub_readings.push(reading);
+                self.coaching.stub_sections.push(section);
+                self.coaching.stub_readings.push(reading);
             }
         }
         if stubs.removed.is_empty() {
@@ -177,7 +177,7 @@ impl Conversation {
     pub(super) fn call_of_uncalled(&self, script: &str, uncalled: &[String]) -> Option<String> {
         let [name] = uncalled else { return None };
         let parameters = script_notes::parameter_count(script, name)?;
-        match (parameters, self.stub_readings.as_slice()) {
+        match (parameters, self.coaching.stub_readings.as_slice()) {
             (0, _) => Some(format!("final_result({name}())")),
             (1, [reading]) => Some(format!("final_result({name}({reading}))")),
             _ => None,
@@ -203,7 +203,7 @@ impl Conversation {
         if !uncalled.is_empty() {
             return None;
         }
-        match self.kept_reading_observations.as_slice() {
+        match self.coaching.kept_reading_observations.as_slice() {
             [script] => Some(feedback::fenced(script, self.config.feedback_limit)),
             _ => None,
         }
