@@ -374,7 +374,7 @@ mod tests {
             by_name("small-model").map(|c| c.name().to_string()),
             Ok("small-model".into())
         );
-        let error = by_name("tiny").unwrap_err();
+        let error = by_name("tiny").expect_err("an unknown coach");
         assert!(
             error.contains("plain") && error.contains("small-model"),
             "{error}"
