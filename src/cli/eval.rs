@@ -176,6 +176,7 @@ fn eval_run(args: &EvalRunArgs) -> ExitCode {
                 runner: "codeact".into(),
                 runtime: runtime.clone(),
                 model: args.model.clone(),
+                coach: Some(args.coach.clone()),
                 run: next_run(&existing, &args.label, "codeact", runtime),
                 started: rfc3339_utc(SystemTime::now()),
                 tasks: Vec::new(),
