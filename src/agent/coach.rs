@@ -201,8 +201,8 @@ pub struct Seen<'a> {
     /// The script of the step (as the model sent it, for
     /// [`Coach::before_script`]).
     pub script: &'a str,
-    /// The session's runtime language, as its first fence tag names it
-    /// (`js`, `python`, `rhai`).
+    /// The session's language, as its runtime names it (`Rhai`,
+    /// `JavaScript`, `Python`).
     pub language: &'a str,
 }
 

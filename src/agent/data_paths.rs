@@ -33,6 +33,25 @@ impl Language {
             _ => Self::JavaScript,
         }
     }
+
+    /// The language a runtime names (`RuntimeInfo::language`: `Python`,
+    /// `Rhai`, `JavaScript`); any other is taken for JavaScript.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "Python" => Self::Python,
+            "Rhai" => Self::Rhai,
+            _ => Self::JavaScript,
+        }
+    }
+
+    /// The language's name, as runtimes name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Python => "Python",
+            Self::Rhai => "Rhai",
+            Self::JavaScript => "JavaScript",
+        }
+    }
 }
 
 /// What a misread value is, in words a template can say.

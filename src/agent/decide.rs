@@ -93,6 +93,9 @@ pub struct Conversation {
     /// This agent's own name, so a transfer to itself is refused by name.
     agent_name: String,
     fence_tags: Vec<String>,
+    /// The session's language, as its runtime names it
+    /// ([`with_language`](Self::with_language)).
+    language: String,
     /// The messages and counters, changed only through [`Self::record`].
     progress: Progress,
     /// What happened since the last decision, handed over with the next one.
@@ -213,6 +216,11 @@ impl Conversation {
             transfer_targets: Vec::new(),
             agent_name: String::new(),
             fence_tags: fence_tags.iter().map(|t| t.to_string()).collect(),
+            language: data_paths::Language::from_fence_tag(
+                fence_tags.first().copied().unwrap_or("js"),
+            )
+            .name()
+            .to_string(),
             progress,
             happened: Vec::new(),
             last_error: None,
@@ -253,6 +261,16 @@ impl Conversation {
     pub fn with_coach(mut self, coach: Arc<dyn Coach>) -> Self {
         self.rules = coach.rules();
         self.coach = coach;
+        self
+    }
+
+    /// The session's language, as its runtime names it
+    /// (`RuntimeInfo::language`: `Rhai`, `JavaScript`, `Python`): what the
+    /// feedback and the coach know of the language comes from here. Default:
+    /// the language of the first fence tag, for a conversation built without a
+    /// runtime.
+    pub fn with_language(mut self, language: &str) -> Self {
+        self.language = data_paths::Language::from_name(language).name().to_string();
         self
     }
 
@@ -465,7 +483,7 @@ impl Conversation {
                     let note = self.prompts.render("notes/cut_off_after_code", context! {});
                     self.pending_notes.push(note);
                 }
-                let code = self.prepare_script(code, fence);
+                let code = self.prepare_script(code);
                 let sent = code.clone();
                 let code = self.mended_if_repeated(code, mend);
                 if code != sent {
@@ -496,7 +514,7 @@ impl Conversation {
     /// feedback: a Python stub of a host tool is taken out, and every helper or
     /// tool the script still defines is named (a tool it fakes is remembered, so
     /// a final result resting on it is not accepted).
-    fn prepare_script(&mut self, code: String, fence: &str) -> String {
+    fn prepare_script(&mut self, code: String) -> String {
         self.step_tool_results.clear();
         self.coaching.stub_sections.clear();
         self.coaching.stub_readings.clear();
@@ -507,7 +525,7 @@ impl Conversation {
         // it meant to call the tool: the stub is taken out (and the model
         // told), so the call reaches the host's tool with real data.
         let (mut code, lines_to_put_back) =
-            if matches!(fence, "python" | "py") && self.rule_on(Rule::PythonStubs) {
+            if self.language() == data_paths::Language::Python && self.rule_on(Rule::PythonStubs) {
                 self.take_out_python_stubs(code)
             } else {
                 (code, Vec::new())
@@ -559,7 +577,7 @@ impl Conversation {
         if code != sent {
             self.rewrote(Rule::PythonStubs.name(), &sent, &code);
         }
-        let language = fence.to_string();
+        let language = self.language.clone();
         let seen = Seen {
             messages: &self.progress.messages,
             script: &code,
@@ -1098,7 +1116,7 @@ impl Conversation {
                 },
             ));
         }
-        let language = self.fence_tags.first().cloned().unwrap_or_default();
+        let language = self.language.clone();
         let seen = Seen {
             messages: &self.progress.messages,
             script: &script,
@@ -1201,7 +1219,7 @@ impl Conversation {
                 ..mend
             });
         }
-        let language = self.fence_tags.first().cloned().unwrap_or_default();
+        let language = self.language.clone();
         let seen = Seen {
             messages: &self.progress.messages,
             script: script.as_deref().unwrap_or_default(),
@@ -1255,9 +1273,9 @@ impl Conversation {
             .map(Message::joined_text)
     }
 
-    /// The language scripts are written in, by the runtime's first fence tag.
+    /// The language scripts are written in, as the session's runtime names it.
     fn language(&self) -> data_paths::Language {
-        data_paths::Language::from_fence_tag(self.fence_tags.first().map_or("js", String::as_str))
+        data_paths::Language::from_name(&self.language)
     }
 
     /// Reports the step's error (with what the script printed) and ends the run

@@ -393,3 +393,32 @@ fn a_resumed_run_replays_a_rewrite_it_recorded_and_its_output_is_the_models_resu
     assert!(matches!(output, ScriptOutput::FinalResult { .. }));
     assert!(matches!(done.next, Next::CheckResult { .. }));
 }
+
+#[test]
+fn the_language_comes_from_the_runtime_not_from_the_fence_tag() {
+    let stub =
+        "def list_orders(customer):\n    return [1]\n\nobservation(list_orders(customer='mia'))";
+    let tools = [(
+        "list_orders".to_string(),
+        "list_orders(customer=string)".to_string(),
+    )];
+    // A runtime whose fence tag names no language the host knows, but which
+    // says it runs Python: its Python stubs are Python's.
+    let mut named = Conversation::new("task", &["code"], LoopConfig::default())
+        .with_coach(Arc::new(SmallModelCoach::default()))
+        .with_language("Python")
+        .with_tools(tools.clone());
+    assert_ne!(
+        named.on_reply(&reply("code", stub)).next,
+        Next::RunScript { code: stub.into() }
+    );
+    // The same tag said to be JavaScript: no Python stub to take out.
+    let mut other = Conversation::new("task", &["code"], LoopConfig::default())
+        .with_coach(Arc::new(SmallModelCoach::default()))
+        .with_language("JavaScript")
+        .with_tools(tools);
+    assert_eq!(
+        other.on_reply(&reply("code", stub)).next,
+        Next::RunScript { code: stub.into() }
+    );
+}

@@ -104,7 +104,7 @@ impl Conversation {
 
     /// The run's coach's own hold, when it has one.
     fn coach_hold(&mut self, script: &str, value: &Value) -> Option<Held> {
-        let language = self.fence_tags.first().cloned().unwrap_or_default();
+        let language = self.language.clone();
         let seen = Seen {
             messages: &self.progress.messages,
             script,
@@ -339,7 +339,7 @@ impl Conversation {
     /// small model repeats its script after any gentler note.
     fn pitfall_to_hold(&mut self, script: &str) -> Option<script_notes::RhaiPitfall> {
         if !self.may_hold(Rule::RhaiPowers)
-            || self.fence_tags.first().map(String::as_str) != Some("rhai")
+            || self.language() != crate::agent::data_paths::Language::Rhai
         {
             return None;
         }

@@ -122,6 +122,7 @@ impl Agent {
         )
         .with_prompts(self.prompts.clone())
         .with_coach(self.coach.clone())
+        .with_language(self.runtime.info().language)
     }
 
     /// Continues a chat from its transcript (read with

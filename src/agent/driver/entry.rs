@@ -405,7 +405,8 @@ impl Agent {
                     .map(|spec| (spec.name.clone(), spec.description.clone())),
             )
             .with_prompts(self.prompts.clone())
-            .with_coach(self.coach.clone());
+            .with_coach(self.coach.clone())
+            .with_language(self.runtime.info().language);
         if resume.is_none() {
             self.emit(|| Event::RunStarted {
                 model: self.model.label(),
