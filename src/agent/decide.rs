@@ -84,7 +84,9 @@ const TOOLS_OBJECT: &str = "tools";
 /// [`LoopConfig::max_journal_bytes`]'s default: 64 MiB, the default disk limit.
 pub const DEFAULT_MAX_JOURNAL_BYTES: u64 = 64 << 20;
 
-/// The conversation and the counters the rules need.
+/// The loop's state: the conversation, its counters and what the next
+/// decision needs; the built-in coaching rules keep theirs apart
+/// ([`Coaching`]), and the coach advises through [`Coach`].
 #[derive(Debug, Clone)]
 pub struct Conversation {
     config: LoopConfig,
