@@ -86,7 +86,7 @@ pub const DEFAULT_MAX_JOURNAL_BYTES: u64 = 64 << 20;
 
 /// The loop's state: the conversation, its counters and what the next
 /// decision needs; the built-in coaching rules keep theirs apart
-/// ([`Coaching`]), and the coach advises through [`Coach`].
+/// (`decide::coaching`), and the coach advises through [`Coach`].
 #[derive(Debug, Clone)]
 pub struct Conversation {
     config: LoopConfig,
