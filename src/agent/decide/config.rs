@@ -7,11 +7,11 @@ use super::DEFAULT_MAX_JOURNAL_BYTES;
 /// The loop's rules, with their defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoopConfig {
-    /// Model calls per run; the run ends with [`Outcome::StepLimit`] after this
+    /// Model calls per run; the run ends with [`Outcome::StepLimit`](crate::Outcome::StepLimit) after this
     /// many. Default: 12.
     pub max_steps: usize,
     /// Errors in a row (script errors, replies without code) before the run ends
-    /// with [`Outcome::ErrorBudget`]. Default: 4.
+    /// with [`Outcome::ErrorBudget`](crate::Outcome::ErrorBudget). Default: 4.
     pub max_consecutive_errors: usize,
     /// Characters of one piece of feedback (a value, a message, the logs) kept;
     /// longer ones lose their middle. Default: 8,000.
@@ -20,7 +20,7 @@ pub struct LoopConfig {
     /// its middle in the history (its code runs whole). Default: 32,000.
     pub reply_limit: usize,
     /// Final results refused by the output spec's checks in one run; the refusal
-    /// that reaches this count ends the run with [`Outcome::RefusalBudget`]
+    /// that reaches this count ends the run with [`Outcome::RefusalBudget`](crate::Outcome::RefusalBudget)
     /// instead of going back to the model. Refusals do not count as errors.
     /// Default: 3.
     pub max_refusals: usize,
@@ -39,7 +39,7 @@ pub struct LoopConfig {
     pub retry_temperature: f32,
     /// Tool calls in one run, all its scripts together: the call past it is
     /// refused (a catchable tool error) and the run ends with
-    /// [`Outcome::ToolCallBudget`] once that script is done. Default: none.
+    /// [`Outcome::ToolCallBudget`](crate::Outcome::ToolCallBudget) once that script is done. Default: none.
     pub max_tool_calls: Option<usize>,
     /// Tool calls one script may make: the call past it is refused with a tool
     /// error listing the calls the script made (tool, arguments shortened,
@@ -49,18 +49,18 @@ pub struct LoopConfig {
     /// Bytes of tool-call arguments and results one run records (in its
     /// transcript, a server's journal): the call after the one that passes it
     /// is refused (a catchable tool error) and the run ends with
-    /// [`Outcome::JournalBudget`] once that script is done. Counted only when
+    /// [`Outcome::JournalBudget`](crate::Outcome::JournalBudget) once that script is done. Counted only when
     /// something listens to the run's events. Default: 64 MiB.
     pub max_journal_bytes: Option<u64>,
     /// Input (prompt) tokens over the run, as the provider counts them: the run
-    /// ends with [`Outcome::TokenBudget`] after the reply that passes it.
+    /// ends with [`Outcome::TokenBudget`](crate::Outcome::TokenBudget) after the reply that passes it.
     /// Default: none.
     pub max_input_tokens: Option<u64>,
     /// Output tokens over the run; likewise. Default: none.
     pub max_output_tokens: Option<u64>,
     /// Wall-clock time for the whole run: a model call or script still going at
     /// the deadline is abandoned (a script's own time limit still ends it) and
-    /// the run ends with [`Outcome::DeadlineExceeded`]. Default: none.
+    /// the run ends with [`Outcome::DeadlineExceeded`](crate::Outcome::DeadlineExceeded). Default: none.
     pub max_run_time: Option<std::time::Duration>,
     /// Characters of each tool result shown with a script's error: the feedback
     /// of a script that failed after its tool calls returned shows what they
@@ -79,7 +79,7 @@ pub struct LoopConfig {
 
 /// What the loop does with a script's bare last value (one that is not
 /// `observation(...)`, `final_result(...)`, `error(...)` or a transfer). Either
-/// way [`ScriptOutput::decode`] keeps its contract; this is the loop's reading.
+/// way [`ScriptOutput::decode`](crate::output::script_output::ScriptOutput::decode) keeps its contract; this is the loop's reading.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum BareValues {
     /// Show it to the model as an observation, with a line saying how to finish

@@ -47,7 +47,7 @@ pub(crate) fn compaction_marker(dropped_turns: usize) -> String {
 }
 
 /// What a run's events add up to: the conversation so far and the loop's
-/// counters. A live [`Conversation`] changes it only by applying the events it
+/// counters. A live [`Conversation`](super::Conversation) changes it only by applying the events it
 /// reports, and a resumed run rebuilds it by applying the recorded ones
 /// ([`Progress::replayed`]), so the two cannot count differently.
 #[derive(Debug, Clone, Default, PartialEq)]
