@@ -8,6 +8,8 @@
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +23,7 @@ const TOOL_CALLS: &str =
 const SUM: &str = "let s = 0; for i in 1..=1000000 { s += i; } final_result(s)";
 
 fn toolbox() -> Arc<ToolBox> {
-    let value = Arc::new(codeact::bench::sample_value(10 * 1024));
+    let value = Arc::new(common::sample_value(10 * 1024));
     let data = Tool::from_fn("data", "A 10 KB value.", move |_| {
         Ok(serde_json::Value::clone(&value))
     });
@@ -85,11 +87,7 @@ fn steps(c: &mut Criterion) {
 
     const JSON: &str = "let d = call_tool(\"data\", #{}); final_result(d)";
     let mut json_session = session(Limits::default());
-    expect_final(
-        &mut json_session,
-        JSON,
-        codeact::bench::sample_value(10 * 1024),
-    );
+    expect_final(&mut json_session, JSON, common::sample_value(10 * 1024));
     group.bench_function("json_10kb", |b| {
         b.iter(|| json_session.run_blocking(black_box(JSON)).expect("host ok"))
     });
@@ -102,7 +100,7 @@ fn steps(c: &mut Criterion) {
     group.sample_size(10);
     let mut sum = ScriptSession::start(
         &RhaiRuntime::new(Limits::unlimited()),
-        Arc::new(codeact::NoTools),
+        Arc::new(codeact::tools::NoTools),
     )
     .expect("session starts");
     expect_final(&mut sum, SUM, json!(500_000_500_000_i64));

@@ -2,7 +2,7 @@
 //! MicroPython (`wasm:micropython`), CPython (`wasm:python`), and the guests built
 //! here, Rhai (`wasm:rhai`) and Boa (`wasm:boa`).
 //!
-//! `cargo bench --bench wasm` (guests from `scripts/fetch-guests.sh`, which also
+//! `cargo bench --bench wasm` (guests from `guests/fetch-guests.sh`, which also
 //! builds the last two). Cases: load
 //! from the disk cache, new session, warm trivial step, 1,000 tool calls, sum of
 //! 1..=1,000,000 in a loop, time to stop an infinite loop under a 200 ms limit, and
@@ -13,6 +13,8 @@
 
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
+
+mod common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -76,7 +78,7 @@ const CASES: &[Case] = &[
 ];
 
 fn toolbox() -> Arc<ToolBox> {
-    let value = Arc::new(codeact::bench::sample_value(10 * 1024));
+    let value = Arc::new(common::sample_value(10 * 1024));
     let data = Tool::from_fn("data", "A 10 KB value.", move |_| {
         Ok(serde_json::Value::clone(&value))
     });
@@ -153,7 +155,7 @@ fn guests(c: &mut Criterion) {
         let run = warm.run_blocking(case.json).expect("host ok");
         assert_eq!(
             run.output,
-            ScriptOutput::final_result(codeact::bench::sample_value(10 * 1024))
+            ScriptOutput::final_result(common::sample_value(10 * 1024))
         );
         group.bench_function("json_10kb", |b| {
             b.iter(|| warm.run_blocking(black_box(case.json)).expect("host ok"))

@@ -57,134 +57,65 @@
 
 //! # The public API
 //!
-//! Everything is exported from the crate root but the model clients and chat types
-//! (`codeact::model`, `codeact::chat`), the loop's building blocks
-//! (`codeact::agent`), and with their features the command line (`cli`), the
-//! evaluation (`eval`) and the benchmark harness (`bench`).
+//! The crate root holds what an app that embeds an agent uses; everything else is
+//! public in the module it belongs to:
 //!
-//! - **The loop:** [`Agent`], [`AgentBuilder`], [`LoopConfig`], [`BareValues`],
-//!   [`Chat`] (many turns),
-//!   [`RunRequest`], [`RunItem`] and [`CancellationToken`], [`RunResult`], [`TypedRun`],
-//!   [`Outcome`], [`Event`], [`ToolCallOutcome`], [`AgentError`]; resume: [`Transcript`], [`ResumePoint`], [`ResumeError`],
-//!   [`ResumedSession`], [`SnapshotDir`];
-//!   teams: [`Team`], [`TeamBuilder`], [`TeamRequest`], [`TeamRun`], [`TeamOutcome`], [`Handover`],
-//!   [`load_team`], [`LoadedTeam`], [`TeamConfigError`].
-//! - **Scripts without the loop:** [`ScriptSession`], [`ScriptRun`],
-//!   [`ScriptOutput`], [`NotAnOutput`] and [`Malformed`] (the wire contract), [`runtime_by_name`],
-//!   [`RUNTIME_NAMES`], [`OPT_IN_RUNTIMES`], [`RuntimeByNameError`], running-script
-//!   slots ([`max_running_scripts`], [`set_max_running_scripts`]).
-//! - **Runtimes:** [`RhaiRuntime`], `JsRuntime` and [`run_worker_if_requested`]
-//!   (feature `js`), `WasmRuntime` and `Guest` (feature `wasm`); the traits and
-//!   limits they share: [`Runtime`], [`Session`], [`Interrupt`], [`RuntimeInfo`], [`Enforcement`],
-//!   [`Limits`], [`LimitKind`], [`ScriptError`], [`SESSION_RESTARTED`], [`HostError`],
-//!   [`RunOutcome`], [`LogBuffer`]; snapshots of sessions ([`Snapshot`],
-//!   [`SnapshotError`]); [`MeteredAllocator`] and [`metered_allocator_installed`] (the
-//!   global allocator that holds Rhai runs to their memory limit).
-//! - **Tools:** [`Tool`], [`ToolBox`], [`ToolBoxError`], [`ToolFuture`],
-//!   [`ToolSpec`], [`ToolError`], [`ToolDispatch`], [`NoTools`]; command tools
-//!   ([`command_tool`], [`CommandSpec`], [`DEFAULT_COMMAND_TIMEOUT`],
-//!   [`load_tool_manifest`]); the network ([`fetch_tool`], [`FetchPolicy`],
-//!   [`HostPattern`], [`IpNetwork`], [`SecretHeader`], [`FETCH_TOOL`] and its
-//!   defaults); search over a large catalog ([`ToolDiscovery`], [`SEARCH_TOOLS`],
-//!   [`DESCRIBE_TOOL`]); MCP servers' tools (feature `mcp`: `McpServer`, `McpError` and
-//!   their defaults).
-//! - **Files:** a run's working directory and mounts, reached through file helpers
-//!   ([`FileArea`], [`FileAreaBuilder`], [`Mount`], [`MountMode`], [`FileAreaError`],
-//!   [`DEFAULT_MAX_DISK_BYTES`], [`DEFAULT_MAX_FILE_BYTES`], the helpers' names
-//!   [`READ_TEXT_TOOL`], [`WRITE_TEXT_TOOL`], [`WRITE_BYTES_TOOL`], [`LIST_DIR_TOOL`],
-//!   [`EXISTS_TOOL`], [`SHOW_IMAGE_TOOL`]; images shown to the model: [`ShownImage`],
-//!   [`MAX_IMAGE_BYTES`], [`MAX_IMAGES_PER_SCRIPT`], [`MAX_IMAGE_SIDE`]); the view an
-//!   engine with a file API of its own gets ([`FileView`], [`SharedDir`],
-//!   [`DiskMeter`]).
-//! - **Final answers:** [`OutputSpec`], [`OutputContract`], [`Check`],
-//!   [`ExtraCheck`], [`OnValidatorError`], [`RefusedBy`], [`OutputSpecError`],
-//!   [`content_text`]; [`FinalOutput`], [`Validation`], [`artifact_path`],
-//!   [`Artifact`], [`ArtifactError`], [`DEFAULT_CONTENT_CAP`]; typed answers: [`FinalAnswer`]
-//!   (derive and trait), [`AnswerField`]; Rhai validators: [`RhaiValidator`],
-//!   [`Verdict`], [`ValidatorLoadError`]; Rhai policies: [`RhaiPolicy`].
-//! - **Prompts and untrusted text:** [`render_system_prompt`], [`render_card`],
-//!   [`TransferTarget`], [`PromptError`]; the host's words as replaceable
-//!   templates: [`Prompts`], [`TemplateError`]; [`UntrustedText`], [`fence`],
-//!   [`FENCE_RULE`].
+//! - **The loop:** [`Agent`], [`AgentBuilder`], [`LoopConfig`], [`Chat`] (many
+//!   turns), [`RunRequest`] and [`CancellationToken`], [`RunResult`], [`TypedRun`],
+//!   [`Outcome`], [`Event`], [`Transcript`], [`AgentError`]; approvals:
+//!   [`Approver`], [`ApprovalRequest`], [`ApprovalDecision`]; teams: [`Team`].
+//!   The rest of the loop (resume, snapshots of sessions, team files, policies,
+//!   the loop's decisions and spans) is in [`agent`].
+//! - **Runtimes:** [`RhaiRuntime`], `JsRuntime` and `run_worker_if_requested`
+//!   (feature `js`), `WasmRuntime` (feature `wasm`), [`runtime_by_name`], the
+//!   [`Runtime`] trait, [`Limits`], and [`MeteredAllocator`] (the global allocator
+//!   that holds Rhai runs to their memory limit). Scripts without the loop:
+//!   [`ScriptSession`], [`ScriptOutput`]. Runtime names, running-script slots,
+//!   sessions, errors and snapshots are in [`exec`].
+//! - **Tools:** [`Tool`], [`ToolBox`], [`ToolError`], [`command_tool`],
+//!   [`fetch_tool`] and [`FetchPolicy`], `McpServer` (feature `mcp`); manifests,
+//!   tool search over a large catalog and the defaults are in [`tools`].
+//! - **Files:** [`FileArea`]; mounts, the file helpers' names and images shown to
+//!   the model are in [`files`].
+//! - **Final answers:** [`OutputSpec`], [`FinalOutput`], [`FinalAnswer`] (derive
+//!   and trait); checks, artifacts and Rhai validators are in [`output`].
+//! - **Untrusted text:** [`UntrustedText`]; [`fence`](untrusted::fence) and its
+//!   rule are in [`untrusted`], the host's words as templates in [`prompts`].
+//! - **Models:** clients and chat types are in [`model`] and [`chat`].
 
 // The derive macro names `::codeact::…`, which must resolve inside this crate too.
 extern crate self as codeact;
 
 pub mod agent;
-#[cfg(feature = "bench")]
-pub mod bench;
 pub mod chat;
-#[cfg(feature = "cli")]
-pub mod cli;
-#[cfg(feature = "cli")]
-pub mod eval;
-mod exec;
-mod files;
+pub mod exec;
+pub mod files;
 pub mod model;
-mod output;
-mod prompts;
-#[cfg(feature = "serve")]
-mod serve;
-mod tools;
-mod untrusted;
+pub mod output;
+pub mod prompts;
+pub mod tools;
+pub mod untrusted;
 
-pub use agent::coach;
-pub use agent::team_config::{LoadedTeam, TeamConfigError, load_team, load_team_for_run};
 pub use agent::{
-    Agent, AgentBuilder, AgentError, BareValues, Chat, Event, Handover, LoopConfig, Outcome,
-    ResumeError, ResumePoint, ResumedSession, RunItem, RunRequest, RunResult, SnapshotDir, Team,
-    TeamBuilder, TeamOutcome, TeamRequest, TeamRun, ToolCallOutcome, Transcript, TypedRun,
+    Agent, AgentBuilder, AgentError, ApprovalDecision, ApprovalRequest, Approver, Chat, Event,
+    LoopConfig, Outcome, RunRequest, RunResult, SmallModelCoach, Team, Transcript, TypedRun,
 };
-pub use agent::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
-pub use agent::{CoachDecision, PlainCoach, SmallModelCoach};
-pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
+pub use codeact_alloc_meter::MeteredAllocator;
 #[cfg(feature = "js")]
 pub use codeact_js::{JsRuntime, run_worker_if_requested};
 pub use codeact_macros::FinalAnswer;
 pub use codeact_rhai::RhaiRuntime;
-pub use codeact_rhai::{RhaiPolicy, RhaiValidator, ValidatorLoadError, Verdict};
-pub use codeact_runtime::{
-    DiskMeter, Enforcement, FileView, HostError, Interrupt, LimitKind, Limits, LogBuffer, NoTools,
-    RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED, ScriptError, Session, SharedDir, Snapshot,
-    SnapshotError, ToolDispatch, ToolError, ToolSpec,
-};
+pub use codeact_runtime::{Limits, Runtime, ToolError};
 #[cfg(feature = "wasm")]
-pub use codeact_wasm::{Guest, WasmRuntime};
-pub use exec::registry::{OPT_IN_RUNTIMES, RUNTIME_NAMES, RuntimeByNameError, runtime_by_name};
-pub use exec::run_slots::{max_running_scripts, set_max_running_scripts};
-pub use exec::session::{ScriptRun, ScriptSession};
-pub use files::{
-    DEFAULT_MAX_DISK_BYTES, DEFAULT_MAX_FILE_BYTES, EXISTS_TOOL, FileArea, FileAreaBuilder,
-    FileAreaError, LIST_DIR_TOOL, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, MAX_IMAGES_PER_SCRIPT, Mount,
-    MountMode, READ_TEXT_TOOL, SHOW_IMAGE_TOOL, ShownImage, WRITE_BYTES_TOOL, WRITE_TEXT_TOOL,
-};
+pub use codeact_wasm::WasmRuntime;
+pub use exec::{ScriptSession, runtime_by_name};
+pub use files::FileArea;
 #[doc(hidden)]
 pub use output::answer::__assert_answer_field;
-pub use output::answer::{AnswerField, FinalAnswer};
-pub use output::final_output::{
-    Artifact, ArtifactError, DEFAULT_CONTENT_CAP, FinalOutput, Validation, artifact_path,
-};
-pub use output::script_output::{Malformed, NotAnOutput, ScriptOutput};
-pub use output::spec::{
-    Check, ExtraCheck, OnValidatorError, OutputContract, OutputSpec, OutputSpecError, RefusedBy,
-    content_text,
-};
-pub use prompts::{
-    PromptError, Prompts, TemplateError, TransferTarget, render_card, render_system_prompt,
-};
+pub use output::{FinalAnswer, FinalOutput, OutputSpec, ScriptOutput};
 /// The token that cancels a run ([`RunRequest::cancel_on`]), from `tokio-util`.
 pub use tokio_util::sync::CancellationToken;
-pub use tools::command::{CommandSpec, DEFAULT_COMMAND_TIMEOUT, command_tool};
-pub use tools::discovery::{DESCRIBE_TOOL, SEARCH_TOOLS, ToolDiscovery};
-pub use tools::fetch::{
-    DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_RESPONSE_BYTES, FETCH_TOOL,
-    FetchPolicy, HostPattern, IpNetwork, SecretHeader, fetch_tool,
-};
-pub use tools::manifest::load_tool_manifest;
 #[cfg(feature = "mcp")]
-pub use tools::mcp::{
-    DEFAULT_MCP_CALL_TIMEOUT, DEFAULT_MCP_CONNECT_TIMEOUT, MAX_MCP_RESULT_BYTES, McpError,
-    McpServer,
-};
-pub use tools::toolbox::{Tool, ToolBox, ToolBoxError, ToolFuture};
-pub use untrusted::{FENCE_RULE, UntrustedText, fence};
+pub use tools::McpServer;
+pub use tools::{FetchPolicy, Tool, ToolBox, command_tool, fetch_tool};
+pub use untrusted::UntrustedText;

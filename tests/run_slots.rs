@@ -6,9 +6,8 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codeact::{
-    Limits, RhaiRuntime, ScriptOutput, ScriptSession, Tool, ToolBox, set_max_running_scripts,
-};
+use codeact::exec::set_max_running_scripts;
+use codeact::{Limits, RhaiRuntime, ScriptOutput, ScriptSession, Tool, ToolBox};
 use serde_json::json;
 use tokio::sync::watch;
 

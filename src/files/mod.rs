@@ -36,7 +36,7 @@ pub use tools::{
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use codeact_runtime::{DiskMeter, FileView, SharedDir};
+pub use codeact_runtime::{DiskMeter, FileView, SharedDir};
 
 use crate::tools::toolbox::Tool;
 

@@ -162,8 +162,7 @@ impl<'de> Deserialize<'de> for Artifact {
 
 /// Opens the regular file `relative` (checked by [`artifact_path`]) beneath
 /// `workdir` for reading; `None` when it is missing or not a regular file.
-#[cfg(feature = "cli")]
-pub(crate) fn open_regular_beneath(workdir: &Path, relative: &Path) -> Option<std::fs::File> {
+pub fn open_regular_beneath(workdir: &Path, relative: &Path) -> Option<std::fs::File> {
     beneath::open_regular(workdir, relative)
 }
 

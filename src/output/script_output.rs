@@ -328,7 +328,7 @@ mod tests {
         );
     }
 
-    /// Found by fuzzing (fuzz/fuzz_targets/decode.rs): without serde_json's exact
+    /// Found by fuzzing (cli/tests/fuzz/fuzz_targets/decode.rs): without serde_json's exact
     /// float parsing, `12e37` read back from the wire line as a different float.
     #[test]
     fn floats_survive_the_wire_line_exactly() {

@@ -11,7 +11,8 @@
 //! brings its own (a JSON Schema says nothing about a CSV answer).
 //!
 //! ```
-//! use codeact::{OutputSpec, Check};
+//! use codeact::OutputSpec;
+//! use codeact::output::Check;
 //! use serde_json::json;
 //!
 //! let agent = OutputSpec { format: Some("json".into()), schema: Some(json!({"type": "object"})), ..OutputSpec::default() };
@@ -221,7 +222,7 @@ pub enum Check {
         reason: String,
         /// What of the model's result the reason points at, when it quotes it (a
         /// schema error's values and keys, a type error, an artifact path): fed back
-        /// only through [`fence`](crate::fence), never among the host's words.
+        /// only through [`fence`](crate::untrusted::fence), never among the host's words.
         quoted: Option<UntrustedText>,
     },
     /// The validator failed under `on_validator_error = "accept"`: the result

@@ -461,14 +461,14 @@ fn included(name: &str, rendering: &str) -> String {
 /// compiled templates, so a clone is cheap.
 ///
 /// ```
-/// use codeact::Prompts;
+/// use codeact::prompts::Prompts;
 ///
 /// let mut prompts = Prompts::default();
 /// prompts.set("feedback/fix_it", "Correct the script and send it again.")?;
 /// assert_eq!(prompts.source("feedback/fix_it"), Some("Correct the script and send it again."));
 /// // A template using a variable the host does not supply is refused now, not mid-run.
 /// assert!(prompts.set("feedback/fix_it", "{{ no_such_variable }}").is_err());
-/// # Ok::<(), codeact::TemplateError>(())
+/// # Ok::<(), codeact::prompts::TemplateError>(())
 /// ```
 #[derive(Clone)]
 pub struct Prompts {

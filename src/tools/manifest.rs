@@ -89,7 +89,7 @@ fn parts_of(path: &Path) -> Result<Parts, String> {
 
 /// Refuses a manifest with an `mcp` section where `place` cannot start its
 /// servers, rather than leaving them out without a word.
-pub(crate) fn refuse_mcp_servers(path: &Path, place: &str) -> Result<(), String> {
+pub fn refuse_mcp_servers(path: &Path, place: &str) -> Result<(), String> {
     match parts_of(path)?.mcp {
         Some(servers) if !servers.is_empty() => Err(format!(
             "'{}' names MCP servers, which {place} cannot start yet: give them to `codeact run` or `exec`",

@@ -113,7 +113,8 @@ impl Tool {
     /// error naming the field, e.g. `/b`) and parsed into `A`.
     ///
     /// ```
-    /// use codeact::{Tool, ToolBox, ToolDispatch};
+    /// use codeact::{Tool, ToolBox};
+    /// use codeact::tools::ToolDispatch;
     /// use serde_json::json;
     ///
     /// #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -190,7 +190,7 @@ mod tests {
         );
     }
 
-    /// Found by fuzzing (fuzz/fuzz_targets/rhai_script.rs): a non-ASCII character
+    /// Found by fuzzing (cli/tests/fuzz/fuzz_targets/rhai_script.rs): a non-ASCII character
     /// after `{` sliced a string inside a character and panicked the host.
     #[test]
     fn the_map_literal_hint_survives_non_ascii_keys() {

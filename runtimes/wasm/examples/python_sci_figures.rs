@@ -3,7 +3,7 @@
 //! and a real data task. Medians of N runs, printed as a table.
 //!
 //! ```sh
-//! scripts/fetch-guests.sh --python-sci
+//! guests/fetch-guests.sh --python-sci
 //! cargo run --release -p codeact-wasm --example python_sci_figures -- [--cache-dir DIR] [--runs N] [--load-only]
 //! ```
 //!

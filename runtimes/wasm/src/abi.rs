@@ -585,7 +585,7 @@ impl AbiSession {
         let engine = crate::engine::engine().map_err(|e| self.start_error(e))?;
         let limits = &*self.blueprint.limits;
         let mut state = AbiState::new(self.tools.clone(), limits);
-        state.hard_deadline = Some(Instant::now() + crate::session::STARTUP_TIME);
+        state.hard_deadline = Some(Instant::now() + crate::engine::STARTUP_TIME);
         let mut store = Store::new(engine, state);
         store.limiter(|state| &mut state.memory);
         store.set_epoch_deadline(1);

@@ -267,6 +267,10 @@ pub(crate) fn fingerprint(engine: &Engine) -> String {
         .collect()
 }
 
+/// How long a guest may take to start by default (CPython takes ~80 ms here; the
+/// margin is for a loaded machine).
+pub(crate) const STARTUP_TIME: Duration = Duration::from_secs(10);
+
 #[cfg(test)]
 mod tests {
     use super::*;

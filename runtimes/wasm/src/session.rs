@@ -24,27 +24,16 @@ use codeact_runtime::{
     FileView, HostError, Interrupt, LimitKind, Limits, RunOutcome, ScriptError, Session, Snapshot,
     SnapshotError, ToolDispatch, js_hoist::hoist_top_level,
 };
-use wasmtime::{InstancePre, ResourceLimiter, Store, Trap, TypedFunc, UpdateDeadline};
+use wasmtime::{InstancePre, Store, Trap, TypedFunc, UpdateDeadline};
 use wasmtime_wasi::I32Exit;
-use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::engine::{self, Ticking};
 use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, locked};
-use crate::files;
+use crate::files::{self, HostState, MemoryCap};
 use crate::guests::{CPythonBuild, Guest, Launch};
 use crate::protocol::{self, FailKind, Message};
 use crate::turns::{self, TurnStart};
-
-/// How long a guest may take to start by default (CPython takes ~80 ms here; the
-/// margin is for a loaded machine).
-pub(crate) const STARTUP_TIME: Duration = Duration::from_secs(10);
-
-/// Memory a guest may grow to while it starts, before its first script, on top of
-/// the memory limit (MicroPython allocates its heap, sized to the limit, as it
-/// starts). After that it may grow by the memory limit beyond what it held when
-/// it started.
-const STARTUP_MEMORY: usize = 512 << 20;
 
 /// How long past its deadline a guest that is not running wasm (blocked in a host
 /// call such as a sleep) is waited for before it is dropped.
@@ -67,64 +56,6 @@ pub(crate) struct Blueprint {
     pub(crate) startup_time: Duration,
     /// The memory templates of a guest started by turns (`wasm:python-sci`).
     pub(crate) templates: Arc<crate::turns::Templates>,
-}
-
-/// The store's data: WASI, the memory cap, and the exchange with the host.
-pub(crate) struct HostState {
-    wasi: WasiP1Ctx,
-    memory: MemoryCap,
-    exchange: SharedExchange,
-    /// The run's files, for a session that has them ([`files`]).
-    pub(crate) files: Option<files::GuestFiles>,
-}
-
-impl HostState {
-    /// WASI's context, for the linker.
-    pub(crate) fn wasi(&mut self) -> &mut WasiP1Ctx {
-        &mut self.wasi
-    }
-}
-
-/// Caps linear memory: generous while the guest starts, then what it started with
-/// plus the memory limit. A refused growth is recorded, so a failure that follows is
-/// reported as the memory limit.
-struct MemoryCap {
-    limit: usize,
-    baseline: Option<usize>,
-    exchange: SharedExchange,
-}
-
-impl ResourceLimiter for MemoryCap {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let mut exchange = locked(&self.exchange);
-        let running = exchange.phase == Phase::Running;
-        if running && self.baseline.is_none() {
-            self.baseline = Some(current);
-        }
-        let cap = match self.baseline {
-            Some(baseline) => baseline.saturating_add(self.limit),
-            None => STARTUP_MEMORY.saturating_add(self.limit),
-        };
-        if desired <= cap {
-            return Ok(true);
-        }
-        exchange.memory_refused = true;
-        Ok(false)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1 << 20)
-    }
 }
 
 type GuestCall = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use wasmtime::{Instance, Memory, Store, TypedFunc};
 
-use crate::session::HostState;
+use crate::files::HostState;
 
 /// Templates kept per runtime: one per prelude (its tools and limits) and folder
 /// layout seen, the most recently made first; a runtime's sessions usually share

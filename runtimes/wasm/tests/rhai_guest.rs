@@ -1,4 +1,4 @@
-//! The `wasm:rhai` guest (built by scripts/build-guests.sh): codeact's Rhai backend
+//! The `wasm:rhai` guest (built by guests/build-guests.sh): codeact's Rhai backend
 //! inside wasmtime, called through the import ABI. Each limit is attacked the way
 //! the audit of the in-process engine did, and must hold here.
 
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 fn runtime(limits: Limits) -> WasmRuntime {
     WasmRuntime::by_name("wasm:rhai", limits)
-        .expect("the Rhai guest loads (scripts/build-guests.sh)")
+        .expect("the Rhai guest loads (guests/build-guests.sh)")
 }
 
 fn session(limits: Limits) -> Box<dyn Session> {

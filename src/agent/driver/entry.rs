@@ -147,7 +147,8 @@ impl<'a> RunRequest<'a> {
     /// use std::sync::Arc;
     /// use futures_util::StreamExt;
     /// use codeact::model::ReplayModel;
-    /// use codeact::{Agent, Event, Limits, RhaiRuntime, RunItem};
+    /// use codeact::{Agent, Event, Limits, RhaiRuntime};
+    /// use codeact::agent::RunItem;
     ///
     /// let model = ReplayModel::new(["```rhai\nfinal_result(4)\n```"]);
     /// let agent = Agent::builder(Arc::new(model), Arc::new(RhaiRuntime::new(Limits::default()))).build()?;
