@@ -98,7 +98,7 @@ pub mod untrusted;
 
 pub use agent::{
     Agent, AgentBuilder, AgentError, ApprovalDecision, ApprovalRequest, Approver, Chat, Event,
-    LoopConfig, Outcome, RunRequest, RunResult, Team, Transcript, TypedRun,
+    LoopConfig, Outcome, RunRequest, RunResult, SmallModelCoach, Team, Transcript, TypedRun,
 };
 pub use codeact_alloc_meter::MeteredAllocator;
 #[cfg(feature = "js")]

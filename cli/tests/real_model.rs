@@ -8,7 +8,8 @@
 //! run's transcript, and `CODEACT_TEST_RUNTIMES` chooses the runtimes (default:
 //! all of them).
 //!
-//! Every run must keep the protocol (end in an outcome, never a host failure), and
+//! Every run is coached by `SmallModelCoach`, as recommended for a small local
+//! model. Every run must keep the protocol (end in an outcome, never a host failure), and
 //! each runtime must answer at least its bar of the 5 tasks right (see
 //! [`min_right`]): one below what Qwen2.5-Coder-1.5B scored here on them, because
 //! temperature 0 is not fully deterministic on a llama.cpp server.
@@ -162,6 +163,8 @@ async fn solve(
                 ..LoopConfig::default()
             })
             .tools(tools.clone())
+            // The coach recommended for a small local model.
+            .coach(codeact::SmallModelCoach::default())
             .max_tokens(512)
             .temperature(0.0);
         if let Some(dir) = record {

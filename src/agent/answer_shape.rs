@@ -3,8 +3,8 @@
 //! answered with the user's whole record). Read from the task's words and the
 //! result's keys; no code runs.
 //!
-//! Why: the local 1.5B model, having fetched a record, returned all of it;
-//! told that the task asks only for the `email`, it returned that one value.
+//! Why: a small model, having fetched a record, returned all of it; told that
+//! the task asks only for the `email`, it returned that one value.
 
 use serde_json::Value;
 

@@ -211,8 +211,21 @@ pub enum Event {
         /// What the script printed, if one ran.
         logs: String,
     },
+    /// The run's [`Coach`](super::coach::Coach) advised: a hold (with the
+    /// [`Event::ResultRefused`] that counts it), a rewrite that ran in place of
+    /// the model's script, or advice added to the feedback. A resumed run reads
+    /// these back, so it decides as the first one did.
+    Coached {
+        /// The step.
+        step: usize,
+        /// The rule ([`Rule::name`](super::coach::Rule::name), or a custom
+        /// coach's own name for it).
+        rule: String,
+        /// What it decided.
+        decision: CoachDecision,
+    },
     /// A submitted final result was refused by the output spec's checks (or for
-    /// an artifact path); the reason went back to the model.
+    /// an artifact path, or by the coach); the reason went back to the model.
     ResultRefused {
         /// The step.
         step: usize,
@@ -253,6 +266,43 @@ pub enum Event {
         step: usize,
         /// Why.
         error: String,
+    },
+}
+
+/// What a coach decided ([`Event::Coached`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CoachDecision {
+    /// A final result was held back, as a refusal with this reason.
+    Held {
+        /// Why, in the host's words.
+        reason: String,
+    },
+    /// The host ran `run` in place of the script the model `sent`.
+    Rewrote {
+        /// The script in the model's reply.
+        sent: String,
+        /// The script that ran.
+        run: String,
+    },
+    /// Advice joined the step's feedback.
+    Advised,
+    /// The step's feedback proposed `run` as a rewrite of the failed script
+    /// `failed`: sent again, that script runs as the rewrite.
+    Proposed {
+        /// The failed script.
+        failed: String,
+        /// The rewrite.
+        run: String,
+        /// The failed script's lines rewritten (1-based, inclusive), when the
+        /// rewrite is of lines.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lines: Option<(usize, usize)>,
+        /// Whether it was carried over from a step that ran as it without
+        /// failing.
+        #[serde(default)]
+        carried: bool,
     },
 }
 

@@ -89,9 +89,9 @@ pub fn whole_reply_helper_call(reply: &str) -> Option<String> {
 
 /// `reply` without the lines that are the host's fence markers
 /// (`<untrusted-0123456789abcdef>`, `</untrusted-…>`): a small model given a
-/// line to write inside a fence echoed the fence with it, and the reply held
-/// no code block (the evaluation, CPython). The markers are the host's quoting
-/// of data, never code; the lines between them are the model's own reply.
+/// line to write inside a fence echoed the fence with it, and the reply held no
+/// code block. The markers are the host's quoting of data, never code; the
+/// lines between them are the model's own reply.
 pub fn without_fence_markers(reply: &str) -> String {
     let is_marker = |line: &str| {
         let line = line.trim();

@@ -7,6 +7,7 @@ use minijinja::context;
 use serde_json::Value;
 
 use super::data_paths::{Access, Kind, Language, Misreading};
+pub use super::seen::{FailedCall, ToolResultSeen};
 use crate::output::spec::RefusedBy;
 use crate::prompts::Prompts;
 use crate::untrusted::{UntrustedText, fence};
@@ -14,17 +15,16 @@ use crate::untrusted::{UntrustedText, fence};
 /// The feedback for an observation: the value, then what the script printed
 /// (template `feedback/observation`), and, when the value could be the answer
 /// (a number, or a short one-line string), how to finish with it in the host's
-/// words: `final_result(9)` for a number, `final_result(name)` for a string
-/// the script observed as a plain expression (`observation(name)`: its
-/// variables are still defined), else, for a string, `final_result("…")`
-/// with the string written out, fenced (the model wrote the string, or a tool
-/// did). Offered `final_result(...)` around the value it had observed by
-/// `observation("four three two one")`, the local model finished with the
-/// task's own words, `"one two three four"`, in both runs of the evaluation's
-/// `reverse-words` (Python, label `mend`). Shown its answer without this, a small model often replied with
-/// `error(...)` or observed it again until the step limit (the evaluation,
-/// JavaScript). A map is not offered, not even by its one number: offered
-/// `final_result(result["temp_c"])`, the local model took it where the task
+/// words: `final_result(9)` for a number, `final_result(name)` for a string the
+/// script observed as a plain expression (`observation(name)`: its variables
+/// are still defined), else, for a string, `final_result("…")` with the string
+/// written out, fenced (the model wrote the string, or a tool did). Offered
+/// `final_result(...)` around the value it had observed by `observation("four
+/// three two one")`, a small model finished with the task's own words, `"one
+/// two three four"`, in both runs of a task. Shown its answer without this, a
+/// small model often replied with `error(...)` or observed it again until the
+/// step limit. A map is not offered, not even by its one number: offered
+/// `final_result(result["temp_c"])`, a small model took it where the task
 /// wanted a comparison, and took a user's `user_id` for the email asked for.
 /// Nothing is offered unless `may_offer`: not where the host doubts the value
 /// (`notes/changed_beside_mend` follows it).
@@ -435,6 +435,7 @@ pub fn refusal(
         RefusedBy::BrokenValidator => "broken_validator",
         RefusedBy::Type => "type",
         RefusedBy::Artifact => "artifact",
+        RefusedBy::Coach => "coach",
     };
     prompts.render(
         "feedback/refusal",
@@ -445,31 +446,6 @@ pub fn refusal(
             remaining => remaining,
         },
     )
-}
-
-/// A tool call a script made and what it returned, shown with the script's
-/// error ([`tool_results`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolResultSeen {
-    /// The tool's name.
-    pub tool: String,
-    /// The arguments the script passed.
-    pub args: Value,
-    /// What the tool returned.
-    pub value: Value,
-}
-
-/// A tool call the tool failed, for the script's error to say what was wrong
-/// with its arguments ([`missing_arguments`], [`made_up_arguments`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FailedCall {
-    /// The tool's name.
-    pub tool: String,
-    /// The arguments the script passed.
-    pub args: Value,
-    /// Each argument the tool requires that the call left out, as the tool's
-    /// signature shows it (name, type).
-    pub missing: Vec<(String, String)>,
 }
 
 /// Tools listed in a made-up arguments account, at most.

@@ -2,10 +2,10 @@
 //! "sales.csv"): with open(name) as file: return list(csv.reader(file))`): the
 //! host takes the stub out (see `script_notes::without_python_defs`), so the
 //! script's calls get the tool's text, not the rows the stub made of it. This
-//! writes the stub's reading over the tool's text instead, for the feedback
-//! to quote: `list(csv.reader(read_file(name="sales.csv").splitlines()))`.
+//! writes the stub's reading over the tool's text instead, for the feedback to
+//! quote: `list(csv.reader(read_file(name="sales.csv").splitlines()))`.
 //!
-//! Why: on the data tasks the local 1.5B model's first CPython script defined
+//! Why: on the data tasks a small model's first CPython script defined
 //! `read_file` with `open` in four of five tasks, in both runs; told that the
 //! host ran its script without the definition, it kept indexing the text as if
 //! it were rows until its errors ran out.
@@ -75,16 +75,15 @@ fn reading(script: &str, tool: &str, signature: &str, pass_parameter: bool) -> O
 }
 
 /// A `with open("server.log") as file:` block of one assignment, at 1-based
-/// line `line` of `script` (where Python said the file was not found),
-/// written over the host's `tool` instead: the block's first and last line
-/// and the line to write in their place (`log_content =
-/// read_file(name="server.log")`, at the block's indent). `signature` is
-/// the card's: the tool must take exactly one argument. Model code
-/// rewritten: quoted only fenced.
+/// line `line` of `script` (where Python said the file was not found), written
+/// over the host's `tool` instead: the block's first and last line and the line
+/// to write in their place (`log_content = read_file(name="server.log")`, at
+/// the block's indent). `signature` is the card's: the tool must take exactly
+/// one argument. Model code rewritten: quoted only fenced.
 ///
-/// Why: the local 1.5B model's CPython scripts opened the task's file
-/// directly in one data task of five, told only `FileNotFoundError` at that
-/// line, sent the same script until its errors ran out.
+/// Why: a small model's CPython scripts opened the task's file directly in one
+/// data task of five, told only `FileNotFoundError` at that line, sent the same
+/// script until its errors ran out.
 pub fn open_in_place_of(
     script: &str,
     line: usize,

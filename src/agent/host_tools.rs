@@ -399,12 +399,6 @@ impl HostTools {
         )
     }
 
-    /// The tool calls of the run so far (made, or served from the transcript on
-    /// resume), failed ones included.
-    pub(crate) fn calls_made(&self) -> usize {
-        self.calls.load(Ordering::Relaxed)
-    }
-
     /// The run's tool calls, once a call was refused for the run's budget.
     pub(crate) fn run_budget_spent(&self) -> Option<usize> {
         self.run_budget_spent

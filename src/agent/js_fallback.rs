@@ -1,15 +1,13 @@
 //! A JavaScript fallback that can never run: a script calls a tool inside
-//! `try`, tests its value (`if (weather) { … } else { fallback }`), and
-//! reports the tool's failure from `catch (e) { error(e.message) }`. The
-//! host's tools throw when they fail and never return a falsy value, so the
-//! `else` branch is dead and the script gives up. Found from the script's
-//! text alone (no code runs), the script is written back with the fallback in
-//! the `catch` block.
+//! `try`, tests its value (`if (weather) { … } else { fallback }`), and reports
+//! the tool's failure from `catch (e) { error(e.message) }`. The host's tools
+//! throw when they fail and never return a falsy value, so the `else` branch is
+//! dead and the script gives up. Found from the script's text alone (no code
+//! runs), the script is written back with the fallback in the `catch` block.
 //!
-//! Why: asked for Munich's temperature or else Berlin's, the local 1.5B model
-//! wrote exactly that script, was told that `error(...)` gives up, and
-//! answered with bare `error("…")` replies until its errors ran out (the
-//! evaluation, JavaScript, labels `echo` and `closing-no-catch`).
+//! Why: asked for Munich's temperature or else Berlin's, a small model wrote
+//! exactly that script, was told that `error(...)` gives up, and answered with
+//! bare `error("…")` replies until its errors ran out.
 
 /// The longest script rewritten.
 const SCRIPT_CHARS: usize = 4_000;

@@ -3,10 +3,9 @@
 //!
 //! Why: a small model handed a whole script to run (the JavaScript fallback
 //! moved into `catch`) took it but for one line, the definition the fallback
-//! read, and sent that broken script again to its error budget (the
-//! evaluation's `munich-or-berlin`, JavaScript, label `chain`). Comparing
-//! line by line at the same index, as a line mend can be, cannot see a line
-//! left out: every line after it moves up.
+//! read, and sent that broken script again to its error budget. Comparing line
+//! by line at the same index, as a line mend can be, cannot see a line left
+//! out: every line after it moves up.
 
 /// Scripts longer than this many lines are not compared (the table is
 /// quadratic in their lengths).

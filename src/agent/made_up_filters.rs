@@ -1,13 +1,12 @@
 //! A final result computed from an empty tool result that a made-up filter
 //! gave: `list_orders(#{customer: "John"})` returned `[]` for a customer the
-//! task never names, and the script counted nothing. Found from the step's
-//! tool calls, the conversation's words and the tools' signatures; no code
-//! runs.
+//! task never names, and the script counted nothing. Found from the step's tool
+//! calls, the conversation's words and the tools' signatures; no code runs.
 //!
-//! Why: on "How many orders have an amount above 20 euros?" the local 1.5B
-//! model (Rhai) passed a customer of its own and answered 0 in both runs; told
-//! that the argument is optional, with the line rewritten without it, it
-//! called the tool for every order.
+//! Why: on "How many orders have an amount above 20 euros?" a small model
+//! (Rhai) passed a customer of its own and answered 0 in both runs; told that
+//! the argument is optional, with the line rewritten without it, it called the
+//! tool for every order.
 
 use serde_json::{Map, Value};
 

@@ -5,9 +5,9 @@
 //! (`get_weather("Paris")["temp_c"] + …`). Found from the error's words, the
 //! failing line and the step's tool results; no code runs.
 //!
-//! Why: with its stub of `get_weather` (which returned a number) taken out,
-//! the local 1.5B model (CPython) added the host's maps and sent the same
-//! script back four times, shown the maps each time.
+//! Why: with its stub of `get_weather` (which returned a number) taken out, a
+//! small model (CPython) added the host's maps and sent the same script back
+//! four times, shown the maps each time.
 
 use serde_json::Value;
 

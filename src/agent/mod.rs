@@ -4,6 +4,7 @@
 pub(crate) mod absent_patterns;
 pub(crate) mod answer_shape;
 pub(crate) mod approval;
+pub mod coach;
 pub(crate) mod data_paths;
 pub mod decide;
 pub(crate) mod driver;
@@ -21,6 +22,7 @@ pub(crate) mod outcome;
 mod prompt_renderings;
 pub(crate) mod resume;
 pub(crate) mod script_notes;
+pub(crate) mod seen;
 pub(crate) mod snapshots;
 pub mod spans;
 pub(crate) mod team;
@@ -30,11 +32,13 @@ pub(crate) mod units;
 
 pub use approval::PendingApproval;
 pub use approval::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
+pub use coach::{Coach, PlainCoach, Rule, SmallModelCoach};
 pub use codeact_rhai::RhaiPolicy;
 pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};
 pub use driver::{Agent, AgentBuilder, AgentError, Chat, RunItem, RunRequest, RunResult, TypedRun};
 pub use events::{
-    Event, Listener, ResumedSession, ToolCallOutcome, Transcript, parse_transcript, read_transcript,
+    CoachDecision, Event, Listener, ResumedSession, ToolCallOutcome, Transcript, parse_transcript,
+    read_transcript,
 };
 pub use extract::{Extraction, extract_code};
 pub use feedback::cut_middle;

@@ -37,8 +37,16 @@ fn reply(text: &str, stop_reason: StopReason) -> ModelResponse {
     }
 }
 
+/// A conversation coached by `SmallModelCoach`, whose feedback is snapshot
+/// here along with the plain loop's (which it includes).
+fn coached(task: &str, tags: &[&str], config: LoopConfig) -> Conversation {
+    Conversation::new(task, tags, config).with_coach(std::sync::Arc::new(
+        crate::agent::coach::SmallModelCoach::default(),
+    ))
+}
+
 fn conversation() -> Conversation {
-    Conversation::new("task", &["rhai"], LoopConfig::default())
+    coached("task", &["rhai"], LoopConfig::default())
         .with_tools([("add".to_string(), "add(a, b)".to_string())])
         .with_transfer_targets(vec!["billing".into(), "support".into()], "triage")
 }
@@ -88,7 +96,7 @@ fn after_reply(text: &str, stop_reason: StopReason) -> String {
 /// A Python conversation with `get_weather` whose `script` added Paris's
 /// and Oslo's weather maps on line 1 and failed there.
 fn failed_adding_maps(script: &str) -> Conversation {
-    let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+    let mut c = coached("task", &["python"], LoopConfig::default()).with_tools([(
         "get_weather".to_string(),
         "get_weather(city=string)".to_string(),
     )]);
@@ -113,14 +121,14 @@ fn failed_adding_maps(script: &str) -> Conversation {
     c
 }
 
-/// A Python script that tests `get_weather`'s result for `None` where the
-/// tool raises (`munich-or-berlin`).
+/// A Python script that tests `get_weather`'s result for `None` where the tool
+/// raises.
 const MUNICH: &str = "result = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)";
 
 /// A Python conversation whose [`MUNICH`] script failed on the tool's
 /// `ToolError`, then, sent again, ran as the catch its feedback proposed.
 fn munich_ran_mended() -> Conversation {
-    let mut c = Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
+    let mut c = coached("task", &["python"], LoopConfig::default()).with_tools([(
         "get_weather".to_string(),
         "get_weather(city=string)".to_string(),
     )]);
@@ -225,15 +233,15 @@ fn sections() -> Vec<(&'static str, String)> {
             "feedback/pitfall",
             after_script(
                 conversation(),
-                "let s = 0;\nfor i in 1..20 { s += i * i; }\nfinal_result(s)",
-                Ok(json!({"type": "final_result", "value": 2470})),
+                "let kb = 2^10;\nfinal_result(kb)",
+                Ok(json!({"type": "final_result", "value": 8})),
                 &none,
             ),
         ),
         (
             "feedback/error_at (an import, no tools)",
             after_script(
-                Conversation::new("task", &["rhai"], LoopConfig::default()),
+                coached("task", &["rhai"], LoopConfig::default()),
                 "import \"requests\";",
                 Err(thrown("ModuleNotFoundError: No module named 'requests'")),
                 &none,
@@ -251,7 +259,7 @@ fn sections() -> Vec<(&'static str, String)> {
             ),
         ),
         ("feedback/error_at (what the line's names held)", {
-            let mut c = Conversation::new("task", &["python"], LoopConfig::default());
+            let mut c = coached("task", &["python"], LoopConfig::default());
             c.on_reply(&reply(
                 "```python\ntext = str(2.0 ** 50)\ntotal = sum(int(d) for d in text)\nfinal_result(total)\n```",
                 StopReason::EndTurn,
@@ -292,11 +300,10 @@ fn sections() -> Vec<(&'static str, String)> {
             ),
         ),
         ("feedback/missing_arguments", {
-            let mut c =
-                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-                    "read_file".to_string(),
-                    "read_file(name=string)".to_string(),
-                )]);
+            let mut c = coached("task", &["python"], LoopConfig::default()).with_tools([(
+                "read_file".to_string(),
+                "read_file(name=string)".to_string(),
+            )]);
             c.on_reply(&reply(
                 "```python\nrows = read_file()\nfinal_result(len(rows))\n```",
                 StopReason::EndTurn,
@@ -313,7 +320,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/made_up_arguments", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What is Lena Ortiz's email?",
                 &["js"],
                 LoopConfig::default(),
@@ -343,54 +350,8 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
-        ("feedback/unfounded_result", {
-            let mut c = Conversation::new(
-                "Which items in inventory.json are out of stock?",
-                &["python"],
-                LoopConfig::default(),
-            )
-            .with_tools([(
-                "read_file".to_string(),
-                "read_file(name=string)".to_string(),
-            )]);
-            c.on_reply(&reply(
-                "```python\nfinal_result([\"item1\", \"item3\"])\n```",
-                StopReason::EndTurn,
-            ));
-            c.on_completion(
-                &Ok(json!({"type": "final_result", "value": ["item1", "item3"]})),
-                &none,
-            );
-            fed_back(&c)
-        }),
-        ("feedback/unfounded_result (after tool calls)", {
-            let mut c = Conversation::new(
-                "In the file sales.csv, which product has the largest total quantity sold?",
-                &["rhai"],
-                LoopConfig::default(),
-            )
-            .with_tools([(
-                "read_file".to_string(),
-                "read_file(#{name: string})".to_string(),
-            )]);
-            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
-                tool: "read_file".to_string(),
-                args: json!({"name": "sales.csv"}),
-                value: json!("product,quantity\nlamp,3\npen,25\n"),
-            }]);
-            c.note_tool_calls_made(1);
-            c.on_reply(&reply(
-                "```rhai\nfinal_result(\"Laptop\")\n```",
-                StopReason::EndTurn,
-            ));
-            c.on_completion(
-                &Ok(json!({"type": "final_result", "value": "Laptop"})),
-                &none,
-            );
-            fed_back(&c)
-        }),
         ("feedback/fallback_in_catch", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What is the temperature in Munich? If there is no data for Munich, Berlin's.",
                 &["js"],
                 LoopConfig::default(),
@@ -409,29 +370,8 @@ fn sections() -> Vec<(&'static str, String)> {
             );
             fed_back(&c)
         }),
-        ("feedback/hand_computed", {
-            let mut c = Conversation::new(
-                "What is the total amount of all orders of the customer mia?",
-                &["python"],
-                LoopConfig::default(),
-            );
-            c.on_reply(&reply(
-                "```python\nresult = list_orders(customer=\"mia\")\nobservation(result)\n```",
-                StopReason::EndTurn,
-            ));
-            c.on_completion(
-                &Ok(json!({"type": "observation", "value": [{"amount": 23.5}, {"amount": 8.25}, {"amount": 19.0}]})),
-                &none,
-            );
-            c.on_reply(&reply(
-                "```python\nfinal_result(40.8)\n```",
-                StopReason::EndTurn,
-            ));
-            c.on_completion(&Ok(json!({"type": "final_result", "value": 40.8})), &none);
-            fed_back(&c)
-        }),
         ("feedback/other_unit", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What does a loaf of bread cost in Japanese yen? Return the number.",
                 &["js"],
                 LoopConfig::default(),
@@ -460,7 +400,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/ids_as_result", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What is the email address of Lena Ortiz? Return it as a string.",
                 &["python"],
                 LoopConfig::default(),
@@ -486,7 +426,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/whole_map", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What is the email address of Lena Ortiz? Return it as a string.",
                 &["python"],
                 LoopConfig::default(),
@@ -507,7 +447,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/made_up_filter", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "How many orders have an amount above 20 euros? Return the count.",
                 &["rhai"],
                 LoopConfig::default(),
@@ -529,11 +469,10 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/catch_tool_error", {
-            let mut c =
-                Conversation::new("task", &["python"], LoopConfig::default()).with_tools([(
-                    "get_weather".to_string(),
-                    "get_weather(city=string)".to_string(),
-                )]);
+            let mut c = coached("task", &["python"], LoopConfig::default()).with_tools([(
+                "get_weather".to_string(),
+                "get_weather(city=string)".to_string(),
+            )]);
             c.on_reply(&reply(
                 "```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```",
                 StopReason::EndTurn,
@@ -587,7 +526,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("notes/left_out_of_mend", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What is the temperature in Munich? If there is no data for Munich, Berlin's.",
                 &["js"],
                 LoopConfig::default(),
@@ -621,7 +560,7 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "feedback/observation (a string observed as a literal, offered fenced)",
             {
-                let mut c = Conversation::new("task", &["python"], LoopConfig::default());
+                let mut c = coached("task", &["python"], LoopConfig::default());
                 c.on_reply(&reply(
                     "```python\nobservation(\"four three two one\")\n```",
                     StopReason::EndTurn,
@@ -634,7 +573,7 @@ fn sections() -> Vec<(&'static str, String)> {
             },
         ),
         ("feedback/made_up_filter_seen", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "How many orders have an amount above 20 euros? Return the count.",
                 &["python"],
                 LoopConfig::default(),
@@ -655,30 +594,10 @@ fn sections() -> Vec<(&'static str, String)> {
             c.on_completion(&Ok(json!({"type": "observation", "value": []})), &none);
             fed_back(&c)
         }),
-        ("feedback/absent_pattern", {
-            let mut c = Conversation::new(
-                "The ERROR lines of server.log each carry an error code such as E17. Which code occurs most often?",
-                &["js"],
-                LoopConfig::default(),
-            );
-            c.on_reply(&reply(
-                "```js\nconst data = tools.read_file({name: 'server.log'});\nconst codes = data.split('\\n').filter(line => line.startsWith('ERROR:'));\nfinal_result(codes.length);\n```",
-                StopReason::EndTurn,
-            ));
-            c.note_tool_results(vec![crate::agent::feedback::ToolResultSeen {
-                tool: "read_file".to_string(),
-                args: json!({"name": "server.log"}),
-                value: json!(
-                    "2026-11-30 10:00:01 INFO start\n2026-11-30 10:00:05 ERROR E42 disk full\n"
-                ),
-            }]);
-            c.on_completion(&Ok(json!({"type": "final_result", "value": 0})), &none);
-            fed_back(&c)
-        }),
         (
             "feedback/absent_pattern (a regex mended where it stops, after an error)",
             {
-                let mut c = Conversation::new(
+                let mut c = coached(
                     "The ERROR lines of server.log each carry an error code such as E17. Which code occurs most often?",
                     &["python"],
                     LoopConfig::default(),
@@ -704,7 +623,7 @@ fn sections() -> Vec<(&'static str, String)> {
             },
         ),
         ("feedback/two_names", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What is the average temperature in Paris and Oslo?",
                 &["rhai"],
                 LoopConfig::default(),
@@ -722,8 +641,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/bare_method", {
-            let mut c =
-                Conversation::new("Total of mia's orders?", &["rhai"], LoopConfig::default());
+            let mut c = coached("Total of mia's orders?", &["rhai"], LoopConfig::default());
             c.on_reply(&reply(
                 "```rhai\nlet orders = list_orders(#{customer: \"mia\"})\nlet total = reduce(|sum, order| sum + order.amount, 0)\nfinal_result(total)\n```",
                 StopReason::EndTurn,
@@ -742,7 +660,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/misread_data", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What is Lena Ortiz's email?",
                 &["js"],
                 LoopConfig::default(),
@@ -775,7 +693,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("feedback/misread_data (a loop over a tool's text)", {
-            let mut c = Conversation::new(
+            let mut c = coached(
                 "What is the total revenue in sales.csv?",
                 &["python"],
                 LoopConfig::default(),
@@ -848,7 +766,7 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "feedback/bare_value_refused",
             after_script(
-                Conversation::new("task", &["rhai"], refuse),
+                coached("task", &["rhai"], refuse),
                 "#{total: 3}",
                 Ok(json!({"total": 3})),
                 &none,
@@ -927,7 +845,7 @@ fn sections() -> Vec<(&'static str, String)> {
             ),
         ),
         ("notes/stub_removed", {
-            let mut python = Conversation::new("task", &["python"], LoopConfig::default())
+            let mut python = coached("task", &["python"], LoopConfig::default())
                 .with_tools([("add".to_string(), "add(a=integer, b=integer)".to_string())]);
             python.on_reply(&reply(
                 "```python\ndef add(a, b):\n    return 5\n\nobservation(add(a=2, b=2))\n```",
@@ -1008,7 +926,7 @@ fn sections() -> Vec<(&'static str, String)> {
         (
             "hints/same_observation (a map with one number, observed by name)",
             {
-                let mut c = Conversation::new(
+                let mut c = coached(
                     "What is the temperature in Berlin? Return the number.",
                     &["python"],
                     LoopConfig::default(),
@@ -1084,7 +1002,7 @@ fn sections() -> Vec<(&'static str, String)> {
             fed_back(&c)
         }),
         ("transfer/valid_names (no targets)", {
-            let mut c = Conversation::new("task", &["rhai"], LoopConfig::default());
+            let mut c = coached("task", &["rhai"], LoopConfig::default());
             c.on_script(
                 &ScriptOutput::TransferToAgent {
                     agent_name: "sales".into(),

@@ -86,6 +86,12 @@ pub struct ResumePoint {
     pub turn_starts: Vec<usize>,
     /// The model's replies dropped from `messages` with a chat's oldest turns.
     pub dropped_replies: usize,
+    /// The coaching rules that held a result back in the run (or chat turn).
+    pub held_rules: Vec<String>,
+    /// The coaching rules that added advice in the run (or chat turn).
+    pub noted_rules: Vec<String>,
+    /// The last rewrite a step's feedback proposed, with that step.
+    pub proposed_rewrite: Option<(usize, crate::agent::events::CoachDecision)>,
     /// Scripts that finished, in order: re-run to rebuild the session.
     pub finished_scripts: Vec<RecordedScript>,
     /// The last reply, when the run stopped before its step was over (its script
@@ -191,6 +197,7 @@ impl ResumePoint {
                 | Event::Observation { .. }
                 | Event::Error { .. }
                 | Event::ResultRefused { .. }
+                | Event::Coached { .. }
                 | Event::ModelRequest { .. }
                 | Event::TextDelta { .. }
                 | Event::FinalOutput { .. }
@@ -252,6 +259,9 @@ impl ResumePoint {
             turn_start_step,
             turn_starts,
             dropped_replies,
+            held_rules,
+            noted_rules,
+            proposed_rewrite,
         } = progress;
         Ok(ResumePoint {
             model,
@@ -264,6 +274,9 @@ impl ResumePoint {
             turn_start_step,
             turn_starts,
             dropped_replies,
+            held_rules,
+            noted_rules,
+            proposed_rewrite,
             finished_scripts: scripts,
             pending_reply,
             pending_calls,
@@ -285,6 +298,9 @@ impl ResumePoint {
             turn_start_step: self.turn_start_step,
             turn_starts: self.turn_starts.clone(),
             dropped_replies: self.dropped_replies,
+            held_rules: self.held_rules.clone(),
+            noted_rules: self.noted_rules.clone(),
+            proposed_rewrite: self.proposed_rewrite.clone(),
         }
     }
 
@@ -313,153 +329,4 @@ impl ResumePoint {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn started() -> Event {
-        Event::RunStarted {
-            model: "replay:x".into(),
-            runtime: "rhai".into(),
-            system_prompt: "s".into(),
-        }
-    }
-
-    fn reply(step: usize) -> Event {
-        Event::ModelReply {
-            step,
-            stop_reason: StopReason::EndTurn,
-        }
-    }
-
-    fn call(step: usize, n: i64) -> Event {
-        Event::ToolCall {
-            step,
-            name: "add".into(),
-            args: json!({"a": n, "b": n}),
-            outcome: ToolCallOutcome::Ok(json!(n * 2)),
-        }
-    }
-
-    #[test]
-    fn a_run_killed_inside_a_script_resumes_that_step_with_its_recorded_calls() {
-        let point = ResumePoint::from_events(&[
-            started(),
-            Event::Message {
-                message: Message::user("task"),
-            },
-            reply(1),
-            Event::Message {
-                message: Message::assistant("```rhai\nobservation(add(1, 1))\n```"),
-            },
-            Event::ScriptStarted {
-                step: 1,
-                code: "observation(add(1, 1))".into(),
-            },
-            call(1, 1),
-            Event::Observation {
-                step: 1,
-                value: json!(2),
-                logs: String::new(),
-            },
-            Event::Message {
-                message: Message::user("Observation: 2"),
-            },
-            reply(2),
-            Event::Message {
-                message: Message::assistant("```rhai\nadd(2, 2); add(3, 3)\n```"),
-            },
-            Event::ScriptStarted {
-                step: 2,
-                code: "add(2, 2); add(3, 3)".into(),
-            },
-            call(2, 2),
-        ])
-        .expect("resumable");
-        assert_eq!(point.task(), "task");
-        assert_eq!(point.steps, 1);
-        assert_eq!(point.messages.len(), 3);
-        assert_eq!(point.finished_scripts.len(), 1);
-        assert_eq!(point.finished_scripts[0].calls.len(), 1);
-        assert_eq!(point.pending_calls.len(), 1);
-        assert!(point.pending_reply.is_some());
-        assert_eq!(point.recorded_tool_calls(), 2);
-    }
-
-    /// Fails if resuming counts errors, refusals or steps by rules of its own
-    /// that drift from the loop's: the point must hold what the live
-    /// conversation held.
-    #[test]
-    fn a_transcripts_counters_are_the_ones_the_live_loop_kept() {
-        use crate::agent::decide::{Conversation, LoopConfig};
-        use crate::output::spec::{Check, RefusedBy};
-        let reply = |text: &str| ModelResponse {
-            content: vec![ContentBlock::text(text)],
-            stop_reason: StopReason::EndTurn,
-            usage: Usage {
-                input_tokens: 3,
-                output_tokens: 1,
-            },
-            model: "m".into(),
-        };
-        let mut c = Conversation::new("task", &["rhai"], LoopConfig::default());
-        let mut events = vec![started()];
-        events.extend(c.start().events);
-        events.extend(c.on_reply(&reply("```rhai\nfinal_result(5)\n```")).events);
-        let refused = Check::Refused {
-            by: RefusedBy::Validator,
-            reason: "not 5".into(),
-            quoted: None,
-        };
-        events.extend(c.on_check(json!(5), &refused).events);
-        events.extend(c.on_reply(&reply("no code")).events);
-        events.extend(c.on_reply(&reply("still none")).events);
-        let point = ResumePoint::from_events(&events).expect("resumable");
-        assert_eq!(point.progress(), *c.progress());
-        assert_eq!(
-            (point.steps, point.consecutive_errors, point.refusals),
-            (3, 2, 1)
-        );
-        assert!(point.pending_reply.is_none());
-    }
-
-    #[test]
-    fn a_finished_run_or_an_empty_transcript_is_not_resumed() {
-        assert_eq!(ResumePoint::from_events(&[]), Err(ResumeError::NoRun));
-        let finished = ResumePoint::from_events(&[
-            started(),
-            Event::Message {
-                message: Message::user("task"),
-            },
-            Event::Finished {
-                outcome: crate::agent::outcome::Outcome::StepLimit { steps: 1 },
-                steps: 1,
-                usage: Usage::default(),
-            },
-        ]);
-        assert_eq!(
-            finished,
-            Err(ResumeError::Finished {
-                outcome: "step_limit".into()
-            })
-        );
-    }
-
-    /// If this fails, a team's transcript is resumed as if one agent had run it
-    /// all, mixing the agents' conversations.
-    #[test]
-    fn a_team_transcript_with_a_handover_is_not_resumed() {
-        let team = ResumePoint::from_events(&[
-            started(),
-            Event::Message {
-                message: Message::user("task"),
-            },
-            Event::Handover {
-                from: "triage".into(),
-                to: "refunds".into(),
-                carried: Vec::new(),
-            },
-        ]);
-        assert_eq!(team, Err(ResumeError::Team));
-    }
-}
+mod tests;

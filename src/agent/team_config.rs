@@ -17,6 +17,7 @@
 //! targets = ["billing"]
 //! max_steps = 12              # default
 //! max_refusals = 3            # default
+//! coach = "plain"             # default; "small-model" for a small local model (see agent::coach)
 //!
 //! [agent.output]              # the agent level of the output spec
 //! format = "json"
@@ -178,6 +179,8 @@ struct AgentEntry {
     max_steps: Option<usize>,
     max_errors: Option<usize>,
     max_refusals: Option<usize>,
+    #[serde(default)]
+    coach: Option<String>,
     output: Option<OutputEntry>,
     /// Whether this agent gets the file helpers; default: when the team has `[files]`.
     files: Option<bool>,
@@ -347,6 +350,11 @@ fn load(
             .tools(tools)
             .output(output)
             .config(config);
+        if let Some(name) = &entry.coach {
+            let coach =
+                crate::agent::coach::by_name(name).map_err(|e| invalid(format!("{label}: {e}")))?;
+            agent = agent.shared_coach(coach);
+        }
         if let Some(policy) = &entry.policy {
             let policy = codeact_rhai::RhaiPolicy::load(&resolve(policy), Limits::default())
                 .map_err(|e| invalid(format!("{label}: {e}")))?;
@@ -416,5 +424,37 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    fn team_with_coach(dir: &Path, coach: &str) -> PathBuf {
+        std::fs::write(dir.join("replies.json"), r#"{"replies": []}"#).expect("written");
+        let path = dir.join("team.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[[agent]]\nname = \"a\"\nmodel = \"replay:replies.json\"\ncoach = \"{coach}\"\n"
+            ),
+        )
+        .expect("written");
+        path
+    }
+
+    #[test]
+    fn an_agent_names_its_coach_and_an_unknown_coach_is_refused_by_name() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let limits = Limits::default();
+        let timeout = Duration::from_secs(5);
+        for coach in ["plain", "small-model"] {
+            let path = team_with_coach(dir.path(), coach);
+            assert!(load_team(&path, &limits, timeout, |b| b).is_ok(), "{coach}");
+        }
+        let path = team_with_coach(dir.path(), "tiny");
+        let Err(error) = load_team(&path, &limits, timeout, |b| b) else {
+            panic!("an unknown coach loads")
+        };
+        assert!(
+            error.to_string().contains("unknown coach `tiny`"),
+            "{error}"
+        );
     }
 }

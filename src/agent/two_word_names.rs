@@ -3,10 +3,10 @@
 //! ("Expecting ';'"): the lines rewritten for the feedback, as map fields when
 //! the script reads `weather.paris` later, else as one joined name.
 //!
-//! Why: on "What is the average temperature in Paris, Oslo and Madrid?" the
-//! local 1.5B model (Rhai) declared `let weather paris`, `let weather oslo`,
-//! `let weather madrid` and read `weather.paris.temp_c`; shown the syntax
-//! error at that line, it sent the same script four times.
+//! Why: on "What is the average temperature in Paris, Oslo and Madrid?" a small
+//! model (Rhai) declared `let weather paris`, `let weather oslo`, `let weather
+//! madrid` and read `weather.paris.temp_c`; shown the syntax error at that
+//! line, it sent the same script four times.
 
 /// The declaration keywords read: Rhai's and JavaScript's.
 const KEYWORDS: &[&str] = &["let", "const", "var"];

@@ -4,10 +4,10 @@
 //! words (a small lexicon of currencies, temperatures, lengths and masses), in
 //! the tool's description and in the task; no code runs.
 //!
-//! Why: on the evaluation's two currency tasks the local 1.5B model returned the
-//! euro price unconverted in every run on every runtime, though the card asks to
-//! convert units and currencies; told which unit the number is in, which one the
-//! task wants and which tool converts, it called the converter.
+//! Why: on currency tasks a small model returned the euro price unconverted in
+//! every run on every runtime, though the card asks to convert units and
+//! currencies; told which unit the number is in, which one the task wants and
+//! which tool converts, it called the converter.
 
 use serde_json::Value;
 

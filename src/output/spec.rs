@@ -204,6 +204,9 @@ pub enum RefusedBy {
     Type,
     /// An artifact path escapes the working directory.
     Artifact,
+    /// The run's coach held the result back
+    /// ([`Event::Coached`](crate::agent::Event::Coached) names the rule).
+    Coach,
 }
 
 /// The result of checking one final result.

@@ -182,15 +182,6 @@ static BUILTINS: &[Builtin] = &[
     builtin!("feedback/fallback_in_catch", || vec![
         context! { tool => "get_weather", script => FENCED },
     ]),
-    builtin!("feedback/hand_computed", || vec![
-        context! { value => "40.8", name => "result" },
-        context! { value => "4", name => None::<&str> },
-    ]),
-    builtin!("feedback/unfounded_result", || vec![
-        context! { signatures => vec!["read_file(name=string)"], called => false },
-        context! { signatures => Vec::<&str>::new(), called => false },
-        context! { signatures => vec!["read_file(name=string)"], called => true },
-    ]),
     builtin!("feedback/other_unit", || vec![
         context! { value => "7.8", tool => "get_price", given => "euros", asked => "US dollars", from_code => "EUR", to_code => "USD", converters => vec!["tools.convert_currency({amount: number, from_currency: string, to_currency: string})"] },
         context! { value => "4.5", tool => "get_weather", given => "degrees Celsius", asked => "degrees Fahrenheit", from_code => "", to_code => "", converters => Vec::<&str>::new() },

@@ -75,6 +75,9 @@ struct EvalRunArgs {
     /// Output token limit per reply.
     #[arg(long, value_name = "N", default_value_t = 1_024)]
     max_tokens: u32,
+    /// Who advises the loop: plain or small-model (see `codeact run --coach`).
+    #[arg(long, value_name = "COACH", default_value = "plain", value_parser = ["plain", "small-model"])]
+    coach: String,
     /// Sampling temperature.
     #[arg(long, value_name = "T", default_value_t = 0.0)]
     temperature: f32,
@@ -173,6 +176,7 @@ fn eval_run(args: &EvalRunArgs) -> ExitCode {
                 runner: "codeact".into(),
                 runtime: runtime.clone(),
                 model: args.model.clone(),
+                coach: Some(args.coach.clone()),
                 run: next_run(&existing, &args.label, "codeact", runtime),
                 started: rfc3339_utc(SystemTime::now()),
                 tasks: Vec::new(),
@@ -253,6 +257,9 @@ async fn run_task(
         })
         .max_tokens(args.max_tokens)
         .temperature(args.temperature);
+    if let Ok(coach) = codeact::agent::coach::by_name(&args.coach) {
+        builder = builder.shared_coach(coach);
+    }
     let path = transcripts.join(format!("{}.jsonl", file_safe(&task.id)));
     match Transcript::create(&path) {
         Ok(transcript) => builder = builder.listener(transcript.listener()),

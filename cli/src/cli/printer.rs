@@ -195,6 +195,15 @@ impl Printer {
                 carried.len()
             ),
             Event::Failed { step, error } => writeln!(err, "\n── failed at step {step}: {error}"),
+            Event::Coached { rule, decision, .. } => match decision {
+                codeact::agent::CoachDecision::Rewrote { .. } => {
+                    writeln!(err, "coach ({rule}): ran a rewrite of the script")
+                }
+                codeact::agent::CoachDecision::Held { .. } => {
+                    writeln!(err, "coach ({rule}): held the final result back")
+                }
+                _ => Ok(()),
+            },
             Event::ResultRefused {
                 reason, refusals, ..
             } => writeln!(

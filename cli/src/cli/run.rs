@@ -153,6 +153,12 @@ pub(crate) struct RunArgs {
     /// Final results refused by the checks before the run stops.
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
     max_refusals: u64,
+    /// Who advises the loop: plain (the engine's errors and the tool results,
+    /// never a refused correct answer) or small-model (the host's rules for a
+    /// small local model: pitfalls named, failed scripts rewritten, a few
+    /// holds on results the data shows wrong). Team files name theirs.
+    #[arg(long, value_name = "COACH", default_value = "plain", value_parser = ["plain", "small-model"])]
+    coach: String,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -445,6 +451,10 @@ fn run_agent(
         },
         ..LoopConfig::default()
     });
+    match codeact::agent::coach::by_name(&args.coach) {
+        Ok(coach) => builder = builder.shared_coach(coach),
+        Err(e) => return usage_error(&e),
+    }
     for target in &args.transfer_targets {
         builder = builder.transfer_target(TransferTarget::new(target, ""));
     }

@@ -17,6 +17,10 @@ pub struct EvalRecord {
     pub runtime: String,
     /// The model, as the runner named it.
     pub model: String,
+    /// The coach that advised codeact's loop (`plain`, `small-model`); none in
+    /// records from before coaches were named, and for other runners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coach: Option<String>,
     /// Which run of this label, runner and runtime, from 1.
     pub run: u32,
     /// When the run started, as an RFC 3339 timestamp.
@@ -123,6 +127,7 @@ mod tests {
             runner: "codeact".into(),
             runtime: "wasm:python".into(),
             model: "openai:local".into(),
+            coach: None,
             run: 2,
             started: String::new(),
             tasks: Vec::new(),

@@ -197,6 +197,7 @@ mod tests {
             runner: "codeact".into(),
             runtime: "js".into(),
             model: "m".into(),
+            coach: None,
             run,
             started: "2026-12-01T10:00:00Z".into(),
             tasks: answers

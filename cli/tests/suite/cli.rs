@@ -1197,9 +1197,9 @@ fn the_readmes_first_command_replays_a_recovery_from_an_error_to_the_right_answe
     );
 }
 
-/// What `codeact run --events jsonl` prints replaying the recorded transcript
-/// `fixtures/transcripts/{transcript}` with the demo tools on `task`, after
-/// asserting it succeeded.
+/// What `codeact run --coach small-model --events jsonl` prints replaying the
+/// recorded transcript `fixtures/transcripts/{transcript}` (a small model's)
+/// with the demo tools on `task`, after asserting it succeeded.
 fn replay_demo_with_events(transcript: &str, task: &str) -> String {
     let model = format!("replay:fixtures/transcripts/{transcript}");
     let out = Command::new(env!("CARGO_BIN_EXE_codeact"))
@@ -1209,6 +1209,8 @@ fn replay_demo_with_events(transcript: &str, task: &str) -> String {
             &model,
             "--tools",
             "fixtures/tools/demo.json",
+            "--coach",
+            "small-model",
             "--events",
             "jsonl",
             task,

@@ -69,10 +69,6 @@ async fn every_recorded_transcript_replays_to_the_outcome_it_had() {
             .tools(tools)
             .config(LoopConfig {
                 max_steps: recorded_steps,
-                // Recorded before the loop held back a Rhai result resting on
-                // `1..N`: one recording meant it ("below 100") and has no reply
-                // for the held step.
-                hold_rhai_pitfalls: false,
                 ..LoopConfig::default()
             })
             .build()

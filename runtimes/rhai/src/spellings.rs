@@ -1,7 +1,6 @@
 //! Methods models bring from JavaScript and Python that Rhai spells otherwise or
 //! lacks, so a small model's first script runs instead of costing a step on
-//! "Function not found" (the evaluation's transcripts: `(1..n).filter(…)`,
-//! `text.slice(i, j)`).
+//! "Function not found" (`(1..n).filter(…)`, `text.slice(i, j)`).
 //!
 //! - `slice(start)` and `slice(start, end)` on strings (by character) and arrays,
 //!   as JavaScript's: `end` excluded, a negative index counts from the end, and

@@ -1,40 +1,37 @@
-//! Final results held back once, as an error that says why, when the host can
-//! tell from the run's own data that the answer is not what the task asked:
-//! a Rhai pitfall, words found nowhere, a tool's number in another unit, a
-//! tool's ids, an empty answer to a made-up filter, an empty answer from a
-//! text the data does not hold, a whole record where the task names one of
-//! its keys, a number written by hand after an observation of the data it
-//! comes from. Each is on by default, off with its
-//! `LoopConfig::hold_…` switch, and holds a run's result at most once: sent
-//! again, the result is accepted, so an answer that meant it costs one step.
+//! Final results a [`SmallModelCoach`](crate::agent::coach::SmallModelCoach)
+//! holds back once, when the run's own data shows the answer is not what the
+//! task asked: a tool's number in another unit, a tool's ids, an empty answer
+//! to a made-up filter, a whole record where the task names one of its keys, a
+//! Rhai `^` meant as a power, a result resting on a faked tool. A hold is a
+//! refusal ([`RefusedBy::Coach`]) counted against the refusal budget, recorded
+//! as an [`Event::Coached`] naming its rule; each rule holds at most once a run
+//! (or a chat turn), so a result sent again is accepted.
 
 use codeact_runtime::LogBuffer;
 use minijinja::context;
 use serde_json::Value;
 
-use super::{Conversation, Decision};
-use crate::agent::{absent_patterns, answer_shape, feedback, made_up_filters, script_notes, units};
+use super::{Conversation, Decision, Next};
+use crate::agent::coach::{Rule, Seen};
+use crate::agent::events::{CoachDecision, Event};
+use crate::agent::{answer_shape, feedback, made_up_filters, script_notes, units};
 use crate::chat::Message;
 use crate::output::script_output::ScriptOutput;
+use crate::output::spec::RefusedBy;
 
 /// Numbers from the run's tool results kept for
-/// `LoopConfig::hold_results_in_other_units` (and ids for
-/// `hold_ids_as_results`): a run past it is not checked against the later
+/// `Rule::OtherUnits` (and ids for
+/// `Rule::IdsAsResults`): a run past it is not checked against the later
 /// ones.
 pub(super) const NUMBERS_KEPT: usize = 1_000;
 
-/// Maps from the run's tool results kept for `LoopConfig::hold_whole_maps`,
+/// Maps from the run's tool results kept for `Rule::WholeMaps`,
 /// and the size (as JSON) past which one is not kept.
 pub(super) const RECORDS_KEPT: usize = 200;
 pub(super) const RECORD_BYTES: usize = 4_096;
 
-/// The bytes of the run's tool results kept as text for
-/// `LoopConfig::hold_unfounded_results`: past them, a run's results are not
-/// all known, and its answers are not checked for words found nowhere.
-pub(super) const TOOL_TEXT_KEPT: usize = 256 * 1024;
-
 /// A list of more integers than this is not read as ids by
-/// `LoopConfig::hold_ids_as_results`.
+/// `Rule::IdsAsResults`.
 pub(super) const IDS_LISTED: usize = 10;
 
 /// The integers of a value that may be ids: an integer, or a list of 1 to
@@ -55,47 +52,9 @@ fn number_or_bool(value: &Value) -> Option<String> {
     (value.is_number() || value.is_boolean()).then(|| value.to_string())
 }
 
-/// The most numbers of an observation compared with a hand-written result.
-const NUMBERS_COMPARED: usize = 10_000;
-
-/// The number a script is nothing but a call of `final_result` on (its one
-/// line, comments and blank lines aside): `final_result(40.8)`.
-pub(super) fn written_number(script: &str) -> Option<f64> {
-    let mut lines = script
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.starts_with('#') && !line.starts_with("//"));
-    let line = lines.next()?;
-    if lines.next().is_some() {
-        return None;
-    }
-    let line = line.strip_suffix(';').unwrap_or(line).trim_end();
-    let inner = line
-        .strip_prefix("final_result(")?
-        .strip_suffix(')')?
-        .trim();
-    let plain = !inner.is_empty()
-        && inner
-            .chars()
-            .all(|c| c.is_ascii_digit() || ".-_eE+".contains(c));
-    plain.then(|| inner.replace('_', "").parse().ok()).flatten()
-}
-
-/// The numbers of `value`, depth first, up to [`NUMBERS_COMPARED`].
-fn numbers_in(value: &Value, numbers: &mut Vec<f64>) {
-    if numbers.len() >= NUMBERS_COMPARED {
-        return;
-    }
-    match value {
-        Value::Number(number) => numbers.extend(number.as_f64()),
-        Value::Array(items) => items.iter().for_each(|item| numbers_in(item, numbers)),
-        Value::Object(map) => map.values().for_each(|item| numbers_in(item, numbers)),
-        _ => {}
-    }
-}
-
 /// A held result's feedback and the error message the run records.
 struct Held {
+    rule: String,
     text: String,
     message: String,
 }
@@ -115,57 +74,116 @@ impl Conversation {
             return None;
         };
         let held = self
-            .hold_for_pitfall(script)
-            .or_else(|| self.hold_as_unfounded(script, &value))
+            .hold_for_faked_tool()
+            .or_else(|| self.hold_for_rhai_power(script))
             .or_else(|| self.hold_for_other_unit(&value))
             .or_else(|| self.hold_as_ids(&value))
             .or_else(|| self.hold_for_made_up_filter(script, &value))
-            .or_else(|| self.hold_for_absent_pattern(script, &value))
             .or_else(|| self.hold_as_whole_map(&value))
-            .or_else(|| self.hold_as_hand_computed(script, &value))?;
-        let next = self.script_error(held.text, held.message.clone(), logs);
+            .or_else(|| self.coach_hold(script, &value))?;
+        let _ = logs;
         Some((
-            self.decide(next),
-            ScriptOutput::Error {
-                message: held.message,
+            self.hold(held),
+            ScriptOutput::FinalResult {
+                value,
+                artifacts: Vec::new(),
             },
         ))
+    }
+
+    /// Whether the built-in `rule` is on and has not held a result back in
+    /// this run (or chat turn) yet.
+    fn may_hold(&self, rule: Rule) -> bool {
+        self.rule_on(rule)
+            && !self
+                .progress
+                .held_rules
+                .iter()
+                .any(|held| held == rule.name())
+    }
+
+    /// The run's coach's own hold, when it has one.
+    fn coach_hold(&mut self, script: &str, value: &Value) -> Option<Held> {
+        let language = self.language.clone();
+        let seen = Seen {
+            messages: &self.progress.messages,
+            script,
+            language: &language,
+        };
+        let hold = self
+            .coach
+            .on_final_result(&seen, value, &self.progress.held_rules)?;
+        let text = if hold.text.is_empty() {
+            hold.reason.clone()
+        } else {
+            hold.text
+        };
+        Some(Held {
+            rule: hold.rule,
+            text,
+            message: hold.reason,
+        })
+    }
+
+    /// Refuses a held final result: the same path as an output check's
+    /// refusal, counted against the refusal budget, never as an error.
+    fn hold(&mut self, held: Held) -> Decision {
+        let refusals = self.progress.refusals + 1;
+        let step = self.progress.steps;
+        self.current_script = None;
+        self.step_tool_results.clear();
+        self.step_failed_calls.clear();
+        self.last_error = Some(held.message.clone());
+        let next = if refusals >= self.config.max_refusals {
+            Next::Finish(crate::agent::Outcome::RefusalBudget {
+                refusals,
+                last_reason: held.message.clone(),
+            })
+        } else {
+            self.note_proposal();
+            self.push_feedback(held.text);
+            self.continue_or_stop()
+        };
+        self.record(Event::Coached {
+            step,
+            rule: held.rule,
+            decision: CoachDecision::Held {
+                reason: held.message.clone(),
+            },
+        });
+        self.record(Event::ResultRefused {
+            step,
+            by: RefusedBy::Coach,
+            reason: held.message,
+            refusals,
+        });
+        self.decide(next)
     }
 
     /// Keeps from a script's tool results what the checks compare a final
     /// result with: numbers, ids and maps.
     pub(super) fn remember_results(&mut self, results: &[feedback::ToolResultSeen]) {
-        self.tool_results_noted += results.len();
         for result in results {
-            let text = match &result.value {
-                Value::String(text) => text.to_lowercase(),
-                other => other.to_string().to_lowercase(),
-            };
-            if self.tool_text_seen.len() + text.len() < TOOL_TEXT_KEPT {
-                self.tool_text_seen.push_str(&text);
-                self.tool_text_seen.push('\n');
-            } else {
-                self.tool_text_complete = false;
-            }
             let maps: Vec<&Value> = match &result.value {
                 Value::Object(_) => vec![&result.value],
                 Value::Array(items) => items.iter().filter(|item| item.is_object()).collect(),
                 _ => Vec::new(),
             };
             for map in maps {
-                if self.records_seen.len() < RECORDS_KEPT
+                if self.coaching.records_seen.len() < RECORDS_KEPT
                     && map.to_string().len() <= RECORD_BYTES
-                    && !self.records_seen.contains(map)
+                    && !self.coaching.records_seen.contains(map)
                 {
-                    self.records_seen.push(map.clone());
+                    self.coaching.records_seen.push(map.clone());
                 }
             }
-            if ids_in(&result.value).is_some() && self.ids_seen.len() < NUMBERS_KEPT {
-                self.ids_seen
+            if ids_in(&result.value).is_some() && self.coaching.ids_seen.len() < NUMBERS_KEPT {
+                self.coaching
+                    .ids_seen
                     .push((result.tool.clone(), result.value.clone()));
             }
-            let room = NUMBERS_KEPT.saturating_sub(self.numbers_seen.len());
-            self.numbers_seen.extend(
+            let room = NUMBERS_KEPT.saturating_sub(self.coaching.numbers_seen.len());
+            self.coaching.numbers_seen.extend(
                 units::numbers_of(&result.tool, &result.value)
                     .into_iter()
                     .take(room),
@@ -173,62 +191,39 @@ impl Conversation {
         }
     }
 
-    fn hold_as_hand_computed(&mut self, script: &str, value: &Value) -> Option<Held> {
-        if !self.config.hold_hand_computed_results || self.held_hand_computed {
+    /// A final result of a script that defines its own stand-in for a host
+    /// tool ([`Rule::FakedTools`]): its data is made up.
+    fn hold_for_faked_tool(&mut self) -> Option<Held> {
+        if self.coaching.faked_tools.is_empty() || !self.may_hold(Rule::FakedTools) {
             return None;
         }
-        let written = written_number(script)?;
-        let (observed_by, observed) = self.last_observation.as_ref()?;
-        let mut numbers = Vec::new();
-        numbers_in(observed, &mut numbers);
-        let same = |n: &f64| (n - written).abs() <= 1e-9 * n.abs().max(1.0);
-        if numbers.len() < 2 || numbers.iter().any(same) || value.as_f64() != Some(written) {
-            return None;
-        }
-        self.held_hand_computed = true;
-        // The observed name, when the observation's expression was one: its
-        // variable still holds the data.
-        let name = script_notes::observed_expression(observed_by)
-            .filter(|expression| script_notes::is_sayable_name(expression));
-        let text = self.prompts.render(
-            "feedback/hand_computed",
-            context! { value => value.to_string(), name => name },
-        );
+        let names = self.coaching.faked_tools.join("`, `");
         let message = format!(
-            "the final result was held back: {value} was written by hand, and it is none of the numbers observed"
+            "the final result was held back: the script defined its own `{names}` instead of calling the host's tool, so its data is made up"
         );
-        Some(Held { text, message })
+        let text = self.prompts.render(
+            "feedback/faked_tool",
+            context! { names => &self.coaching.faked_tools },
+        );
+        Some(Held {
+            rule: Rule::FakedTools.name().to_string(),
+            text,
+            message,
+        })
     }
 
-    fn hold_for_pitfall(&mut self, script: &str) -> Option<Held> {
+    fn hold_for_rhai_power(&mut self, script: &str) -> Option<Held> {
         let pitfall = self.pitfall_to_hold(script)?;
         let text = self.prompts.render(
             "feedback/pitfall",
             context! { line_number => pitfall.line, account => &pitfall.account },
         );
         let message = format!("the final result was held back: {}", pitfall.account);
-        Some(Held { text, message })
-    }
-
-    fn hold_as_unfounded(&mut self, script: &str, value: &Value) -> Option<Held> {
-        let words = self.unfounded_words(script, value)?;
-        let called = self.tool_calls_made > 0;
-        let text = self.prompts.render(
-            "feedback/unfounded_result",
-            context! { signatures => &self.tool_signatures, called => called },
-        );
-        let message = if called {
-            format!(
-                "the final result was held back: it holds words found nowhere in the conversation or in the tools' results ({})",
-                words.join(", ")
-            )
-        } else {
-            format!(
-                "the final result was held back: no tool was called, and it holds words found nowhere in the conversation ({})",
-                words.join(", ")
-            )
-        };
-        Some(Held { text, message })
+        Some(Held {
+            rule: Rule::RhaiPowers.name().to_string(),
+            text,
+            message,
+        })
     }
 
     fn hold_for_other_unit(&mut self, value: &Value) -> Option<Held> {
@@ -261,7 +256,11 @@ impl Conversation {
         );
         // The tools' data is not in question here: only its unit.
         self.step_tool_results.clear();
-        Some(Held { text, message })
+        Some(Held {
+            rule: Rule::OtherUnits.name().to_string(),
+            text,
+            message,
+        })
     }
 
     fn hold_as_ids(&mut self, value: &Value) -> Option<Held> {
@@ -275,7 +274,11 @@ impl Conversation {
             "the final result was held back: it is the ids `{tool}` returned, and the task does not ask for an id"
         );
         self.step_tool_results.clear();
-        Some(Held { text, message })
+        Some(Held {
+            rule: Rule::IdsAsResults.name().to_string(),
+            text,
+            message,
+        })
     }
 
     fn hold_for_made_up_filter(&mut self, script: &str, value: &Value) -> Option<Held> {
@@ -302,31 +305,11 @@ impl Conversation {
             found.tool, found.empty, found.argument
         );
         self.step_tool_results.clear();
-        Some(Held { text, message })
-    }
-
-    fn hold_for_absent_pattern(&mut self, script: &str, value: &Value) -> Option<Held> {
-        if !self.config.hold_results_from_absent_patterns
-            || self.held_absent_pattern
-            || !absent_patterns::looks_like_nothing_found(value, script, &self.step_tool_results)
-        {
-            return None;
-        }
-        let found = absent_patterns::absent_pattern(script, &self.step_tool_results, false)?;
-        self.held_absent_pattern = true;
-        let shown = match value {
-            Value::Null => Some("null".to_string()),
-            Value::Array(items) if items.is_empty() => Some("[]".to_string()),
-            Value::Object(entries) if entries.is_empty() => Some("{}".to_string()),
-            other => number_or_bool(other),
-        };
-        let text = self.absent_pattern_account(&found, script, Some(shown));
-        let message = format!(
-            "the final result was held back: line {} of its script looks for a text that occurs nowhere in its data",
-            found.line
-        );
-        self.step_tool_results.clear();
-        Some(Held { text, message })
+        Some(Held {
+            rule: Rule::MadeUpFilters.name().to_string(),
+            text,
+            message,
+        })
     }
 
     fn hold_as_whole_map(&mut self, value: &Value) -> Option<Held> {
@@ -343,7 +326,11 @@ impl Conversation {
             "the final result was held back: it is {what}, and the task asks only for its `{key}`"
         );
         self.step_tool_results.clear();
-        Some(Held { text, message })
+        Some(Held {
+            rule: Rule::WholeMaps.name().to_string(),
+            text,
+            message,
+        })
     }
 
     /// The first Rhai pitfall of a Rhai script that ended with a final result,
@@ -351,83 +338,50 @@ impl Conversation {
     /// meant): the result is held back once, as an error naming it, since a
     /// small model repeats its script after any gentler note.
     fn pitfall_to_hold(&mut self, script: &str) -> Option<script_notes::RhaiPitfall> {
-        if !self.config.hold_rhai_pitfalls
-            || self.fence_tags.first().map(String::as_str) != Some("rhai")
+        if !self.may_hold(Rule::RhaiPowers)
+            || self.language() != crate::agent::data_paths::Language::Rhai
         {
             return None;
         }
-        let pitfall = script_notes::rhai_pitfalls(script)
+        // Only `A^B`: a range between literals (`1..100`) is as often meant
+        // to exclude its end as not.
+        script_notes::rhai_pitfalls(script)
             .into_iter()
-            .find(|p| !self.flagged_pitfalls.contains(&p.written))?;
-        self.flagged_pitfalls.push(pitfall.written.clone());
-        Some(pitfall)
-    }
-
-    /// The words of a final result found nowhere in the conversation but typed
-    /// into the `script` itself, when the result is to be held back as
-    /// unfounded: see `LoopConfig::hold_unfounded_results`. Only words of its
-    /// strings count (numbers are computed), and only words the script wrote
-    /// (a word it computed, `"tcaedoc"` from `"codeact"`, is not invented
-    /// data). After tool calls, the words are looked for in all they returned
-    /// too, and not at all when that is not all known (a call failed or was
-    /// refused, and its error may be the answer; a result was not kept). Not with the file
-    /// tools: Python's `open` reads the working directory without a tool
-    /// call. At most five are returned, for the error event.
-    fn unfounded_words(&mut self, script: &str, value: &Value) -> Option<Vec<String>> {
-        if !self.config.hold_unfounded_results
-            || self.held_unfounded
-            || self.tool_signatures.is_empty()
-            || (self.tool_calls_made > 0
-                && !(self.tool_text_complete && self.tool_results_noted == self.tool_calls_made))
-            || self
-                .provided_names
-                .iter()
-                .any(|name| name == crate::files::READ_TEXT_TOOL)
-        {
-            return None;
-        }
-        let seen: String = self
-            .texts_the_model_read()
-            .map(|text| text.to_lowercase())
-            .chain(std::iter::once(self.tool_text_seen.clone()))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let typed = script.to_lowercase();
-        let words: Vec<String> = script_notes::unseen_words(value, &seen)
-            .into_iter()
-            .filter(|word| typed.contains(word.as_str()))
-            .collect();
-        if words.is_empty() {
-            return None;
-        }
-        self.held_unfounded = true;
-        Some(words.into_iter().take(5).collect())
+            .find(|p| p.written.contains('^'))
     }
 
     /// A final result (with its number) to hold back once as a tool's number
     /// in another unit than the task asks for: see
-    /// `LoopConfig::hold_results_in_other_units`. The task is the message
+    /// `Rule::OtherUnits`. The task is the message
     /// that started the run, or the chat turn.
     fn other_unit_to_hold(&mut self, value: &Value) -> Option<units::OtherUnit> {
-        if !self.config.hold_results_in_other_units || self.held_other_unit {
+        if !self.may_hold(Rule::OtherUnits) {
             return None;
         }
         let task = self.turn_task()?;
-        let found = units::other_unit(&task, value, &self.numbers_seen, &self.tool_descriptions)?;
-        self.held_other_unit = true;
+        let found = units::other_unit(
+            &task,
+            value,
+            &self.coaching.numbers_seen,
+            &self.tool_descriptions,
+        )?;
         Some(found)
     }
 
     /// A final result to hold back once as ids (see
-    /// `LoopConfig::hold_ids_as_results`): the result, the tool that returned
+    /// `Rule::IdsAsResults`): the result, the tool that returned
     /// it, and the calls of the tools that take an id, with the first id put
     /// in where the tool has no other argument.
     fn ids_to_hold(&mut self, value: &Value) -> Option<(String, Vec<String>)> {
-        if !self.config.hold_ids_as_results || self.held_ids {
+        if !self.may_hold(Rule::IdsAsResults) {
             return None;
         }
         let first_id = *ids_in(value)?.first()?;
-        let (tool, _) = self.ids_seen.iter().find(|(_, seen)| seen == value)?;
+        let (tool, _) = self
+            .coaching
+            .ids_seen
+            .iter()
+            .find(|(_, seen)| seen == value)?;
         let names_ids = |text: &str| {
             text.to_lowercase()
                 .split(|c: char| !c.is_alphanumeric())
@@ -453,15 +407,18 @@ impl Conversation {
         if calls.is_empty() {
             return None;
         }
-        self.held_ids = true;
         Some((tool.clone(), calls))
     }
 
     /// The made-up filter a final result is held back once for: see
-    /// `LoopConfig::hold_results_from_made_up_filters`.
+    /// `Rule::MadeUpFilters`.
     fn made_up_filter_to_hold(&mut self, script: &str) -> Option<made_up_filters::MadeUpFilter> {
-        if !self.config.hold_results_from_made_up_filters
-            || self.held_made_up_filter
+        if !self.may_hold(Rule::MadeUpFilters)
+            || self
+                .progress
+                .noted_rules
+                .iter()
+                .any(|rule| rule == Rule::MadeUpFilters.name())
             || self.step_tool_results.is_empty()
         {
             return None;
@@ -478,21 +435,21 @@ impl Conversation {
             &signatures,
             self.language(),
         )?;
-        self.held_made_up_filter = true;
         Some(found)
     }
 
     /// What to say under an observation whose script got an empty value for
     /// a filter it made up (`list_orders(customer="Alice")` returned `[]`):
     /// the same account as a held result's, said where the empty value is
-    /// first seen, once a run (`LoopConfig::hold_results_from_made_up_filters`).
-    ///
-    /// Why: the local 1.5B model (CPython) observed the empty list its own
-    /// customer gave, then answered `final_result(0)` in a script that called
-    /// no tool, which no hold can check.
+    /// first seen, once a run (`Rule::MadeUpFilters`).
     pub(super) fn made_up_filter_note(&mut self) -> Option<String> {
         let script = self.current_script.clone()?;
         let found = self.made_up_filter_to_hold(&script)?;
+        self.record(Event::Coached {
+            step: self.progress.steps,
+            rule: Rule::MadeUpFilters.name().to_string(),
+            decision: CoachDecision::Advised,
+        });
         Some(self.prompts.render(
             "feedback/made_up_filter_seen",
             context! {
@@ -506,32 +463,21 @@ impl Conversation {
     }
 
     /// The key a whole-map final result is held back once for: see
-    /// `LoopConfig::hold_whole_maps`.
-    /// The key the task asks for of a final result that is a map a tool
-    /// returned, whole, or two or more of one such map's entries as they were
-    /// (the local model typed `{"email": …, "name": …, "user_id": 42}` from a
-    /// user's record of four keys: the evaluation's `email-by-name`, label
-    /// `columns`), and whether it was such a part.
+    /// `Rule::WholeMaps`. The key the task asks for of a final
+    /// result that is a map a tool returned, whole, or two or more of one such
+    /// map's entries as they were, and whether it was such a part.
     fn asked_key_to_hold(&mut self, value: &Value) -> Option<(String, bool)> {
-        if !self.config.hold_whole_maps || self.held_whole_map {
+        if !self.may_hold(Rule::WholeMaps) {
             return None;
         }
-        let whole = self.records_seen.contains(value);
-        let part = !whole
-            && value.as_object().is_some_and(|map| {
-                map.len() >= 2
-                    && self.records_seen.iter().any(|record| {
-                        record
-                            .as_object()
-                            .is_some_and(|record| map.iter().all(|(k, v)| record.get(k) == Some(v)))
-                    })
-            });
-        if !whole && !part {
+        // Only a record as a tool returned it: a map the script built, even of
+        // a record's entries, is its own answer ("the city and its
+        // temperature").
+        if !self.coaching.records_seen.contains(value) {
             return None;
         }
         let key = answer_shape::asked_key(&self.turn_task()?, value)?;
-        self.held_whole_map = true;
-        Some((key, part))
+        Some((key, false))
     }
 
     /// The message that started the run, or the chat turn: the task the

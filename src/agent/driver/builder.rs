@@ -7,6 +7,7 @@ use codeact_runtime::Runtime;
 
 use super::{Agent, AgentError};
 use crate::agent::approval::{Approvals, Approver};
+use crate::agent::coach::{Coach, PlainCoach};
 use crate::agent::decide::LoopConfig;
 use crate::agent::events::{Event, Listener};
 use crate::model::ModelClient;
@@ -29,6 +30,7 @@ pub struct AgentBuilder {
     files: Option<crate::files::FileArea>,
     see_images: bool,
     config: LoopConfig,
+    coach: Arc<dyn Coach>,
     instructions: String,
     output: OutputSpec,
     working_dir: Option<PathBuf>,
@@ -176,6 +178,23 @@ impl AgentBuilder {
         self
     }
 
+    /// The coach that advises the loop ([`coach`](crate::agent::coach)):
+    /// [`SmallModelCoach`](crate::agent::coach::SmallModelCoach) for a small
+    /// local model that needs its feedback spelled out. Default:
+    /// [`PlainCoach`], which never refuses a result the output checks accept
+    /// and never runs code the model did not send.
+    pub fn coach(mut self, coach: impl Coach + 'static) -> Self {
+        self.coach = Arc::new(coach);
+        self
+    }
+
+    /// Like [`coach`](Self::coach), for a coach already shared (one
+    /// [`coach::by_name`](crate::agent::coach::by_name) gave).
+    pub fn shared_coach(mut self, coach: Arc<dyn Coach>) -> Self {
+        self.coach = coach;
+        self
+    }
+
     /// Output token limit per reply. Default: 2,048.
     pub fn max_tokens(mut self, max_tokens: u32) -> Self {
         self.max_tokens = max_tokens;
@@ -247,6 +266,7 @@ impl AgentBuilder {
             files: self.files,
             see_images: self.see_images,
             config: self.config,
+            coach: self.coach,
             output: self.output,
             contract,
             working_dir: self.working_dir,
@@ -278,6 +298,7 @@ impl Agent {
             files: None,
             see_images: false,
             config: LoopConfig::default(),
+            coach: Arc::new(PlainCoach),
             instructions: String::new(),
             output: OutputSpec::default(),
             working_dir: None,

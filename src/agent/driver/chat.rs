@@ -122,6 +122,8 @@ impl Agent {
                 .map(|spec| (spec.name.clone(), spec.description.clone())),
         )
         .with_prompts(self.prompts.clone())
+        .with_coach(self.coach.clone())
+        .with_language(self.runtime.info().language)
     }
 
     /// Continues a chat from its transcript (read with

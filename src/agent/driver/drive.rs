@@ -324,7 +324,6 @@ impl Agent {
                     }
                     conversation.note_tool_results(tools.take_script_results());
                     conversation.note_failed_calls(tools.take_failed_calls());
-                    conversation.note_tool_calls_made(tools.calls_made());
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {
@@ -633,6 +632,7 @@ mod tests {
         )
         .tools(tools)
         .config(config)
+        .coach(crate::agent::coach::SmallModelCoach::default())
         .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
         .build()
         .expect("agent builds");

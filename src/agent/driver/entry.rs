@@ -405,7 +405,9 @@ impl Agent {
                     .iter()
                     .map(|spec| (spec.name.clone(), spec.description.clone())),
             )
-            .with_prompts(self.prompts.clone());
+            .with_prompts(self.prompts.clone())
+            .with_coach(self.coach.clone())
+            .with_language(self.runtime.info().language);
         if resume.is_none() {
             self.emit(|| Event::RunStarted {
                 model: self.model.label(),

@@ -63,6 +63,7 @@ pub struct Agent {
     /// tools); `None`: every tool is listed.
     listed_tools: Option<Vec<codeact_runtime::ToolSpec>>,
     config: LoopConfig,
+    coach: Arc<dyn crate::agent::coach::Coach>,
     /// Put to every tool call and script first; `None`: no policy.
     policy: Option<Arc<codeact_rhai::RhaiPolicy>>,
     /// Which calls wait for approval, and who decides.
