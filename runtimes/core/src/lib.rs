@@ -25,6 +25,7 @@ mod spelling;
 mod tools;
 
 pub mod call_deadline;
+pub mod js_errors;
 pub mod js_hoist;
 pub mod text;
 
@@ -41,7 +42,8 @@ pub use interrupt::Interrupt;
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
 pub use runtime::{
-    HostError, RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED, ScriptError, Session,
+    ErrorFacts, ErrorKind, HostError, RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED,
+    ScriptError, Session,
 };
 pub use snapshot::{Snapshot, SnapshotError};
 pub use spelling::{MAX_WRITTEN_NAME, SpelledTools, Spelling, Written, WrittenName};

@@ -155,6 +155,9 @@ pub enum ScriptError {
     Syntax {
         /// The engine's message, with the position.
         message: String,
+        /// What the engine said in structure: the kind and where. Make a
+        /// syntax error with [`syntax`](ScriptError::syntax).
+        facts: ErrorFacts,
     },
     /// The script threw, or an operation failed, and nothing caught it. Make
     /// one with [`thrown`](ScriptError::thrown).
@@ -166,6 +169,9 @@ pub enum ScriptError {
         /// short text) pairs, where the engine can tell (the CPython guests);
         /// empty otherwise. Text the script shaped: a loop shows it fenced.
         values: Vec<(String, String)>,
+        /// What the engine said in structure: the kind and where, as far as
+        /// the runtime knows (unknown for [`thrown`](ScriptError::thrown)).
+        facts: ErrorFacts,
     },
     /// The script hit one of its [`Limits`] and was stopped.
     #[error("the script was stopped: it exceeded the {described}{}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default(), if *restarted { format!("; {SESSION_RESTARTED}") } else { String::new() })]
@@ -217,6 +223,143 @@ impl ScriptError {
         Self::Thrown {
             message: message.into(),
             values: Vec::new(),
+            facts: ErrorFacts::default(),
+        }
+    }
+
+    /// A [`Syntax`](ScriptError::Syntax) error with the engine's `message`,
+    /// of kind [`ErrorKind::Syntax`] at no known position.
+    pub fn syntax(message: impl Into<String>) -> Self {
+        Self::Syntax {
+            message: message.into(),
+            facts: ErrorFacts::of(ErrorKind::Syntax),
+        }
+    }
+
+    /// The same error with `facts` for a [`Syntax`](ScriptError::Syntax) or
+    /// [`Thrown`](ScriptError::Thrown) error; other errors are returned as
+    /// they are.
+    pub fn with_facts(mut self, new: ErrorFacts) -> Self {
+        if let ScriptError::Syntax { facts, .. } | ScriptError::Thrown { facts, .. } = &mut self {
+            *facts = new;
+        }
+        self
+    }
+
+    /// What the engine said about a [`Syntax`](ScriptError::Syntax) or
+    /// [`Thrown`](ScriptError::Thrown) error in structure; `None` for the
+    /// host's own errors (limits, a lost engine, no value).
+    pub fn facts(&self) -> Option<&ErrorFacts> {
+        match self {
+            ScriptError::Syntax { facts, .. } | ScriptError::Thrown { facts, .. } => Some(facts),
+            _ => None,
+        }
+    }
+}
+
+/// What a runtime knows about a script's error beyond its message: the kind,
+/// in terms common to every language, and the 1-based line and column in the
+/// script where the engine places it. Each runtime fills these from its
+/// engine's structured error where it has one, so that a loop or a coach never
+/// reads an engine's message text. The default knows nothing: kind
+/// [`ErrorKind::Other`] with no engine kind, no line, no column.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ErrorFacts {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// The 1-based line of the script the error is on, innermost frame first;
+    /// `None` when the engine gave none, or gave one outside the script (a
+    /// helper's source, a prelude).
+    pub line: Option<u32>,
+    /// The 1-based column on that line, where the engine gives one.
+    pub column: Option<u32>,
+}
+
+impl ErrorFacts {
+    /// Facts of `kind` at no known position.
+    pub fn of(kind: ErrorKind) -> Self {
+        Self {
+            kind,
+            line: None,
+            column: None,
+        }
+    }
+
+    /// The same facts placed at `line` (1-based; 0 counts as unknown).
+    pub fn at_line(mut self, line: Option<u32>) -> Self {
+        self.line = line.filter(|&n| n > 0);
+        self
+    }
+
+    /// The same facts placed at `column` (1-based; 0 counts as unknown).
+    pub fn at_column(mut self, column: Option<u32>) -> Self {
+        self.column = column.filter(|&n| n > 0);
+        self
+    }
+}
+
+/// The kind of a script's error, in terms common to every language: what a
+/// loop or a coach needs to tell one mistake from another. New kinds may be
+/// added; match with a fallback.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The script did not parse.
+    Syntax,
+    /// A name (a variable or a function) that is not defined where it is used:
+    /// JavaScript's `ReferenceError`, Python's `NameError`, Rhai's variable
+    /// not found.
+    UndefinedName {
+        /// The name, as the script wrote it.
+        name: String,
+    },
+    /// A function or method with no match for its name and arguments (Rhai's
+    /// function not found): `receiver` is the type name of its first argument
+    /// as the engine gives it (`"()"` for a call on nothing, `"Fn"` for a
+    /// closure), when it has one.
+    FunctionNotFound {
+        /// The function's name.
+        name: String,
+        /// The type of the first argument, as the engine names it.
+        receiver: Option<String>,
+    },
+    /// A value called as a function, or a method looked up on a value that has
+    /// none (JavaScript's `x is not a function`, Python's `'NoneType' object
+    /// is not callable`).
+    NotCallable,
+    /// An index past the end of a list or a string: `index` and `length` where
+    /// the engine gives them.
+    IndexOutOfBounds {
+        /// The index the script used.
+        index: Option<i64>,
+        /// The length of what it indexed.
+        length: Option<u64>,
+    },
+    /// A condition (an `if`, a `while`) that got no value: Rhai's `()` where a
+    /// bool is expected.
+    UnitCondition,
+    /// A value of the wrong type for an operation (JavaScript's and Python's
+    /// `TypeError`, Rhai's mismatched data type).
+    TypeMismatch,
+    /// A module or package the sandbox does not have (`import requests`,
+    /// `require('fs')`).
+    ImportUnavailable,
+    /// A host tool failed and the script did not catch it.
+    ToolError,
+    /// Anything else: `engine_kind` is the engine's own name for it (`"ValueError"`,
+    /// `"RangeError"`, `"ErrorRuntime"`), empty when unknown.
+    Other {
+        /// The engine's name for the error, where it has one.
+        engine_kind: String,
+    },
+}
+
+impl Default for ErrorKind {
+    fn default() -> Self {
+        ErrorKind::Other {
+            engine_kind: String::new(),
         }
     }
 }

@@ -89,6 +89,16 @@ pub(crate) struct Failure {
     pub kind: FailureKind,
     /// The engine's message, for the model.
     pub message: String,
+    /// The name of the error's native kind (`ReferenceError`), where the
+    /// engine gave one apart from the message.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The 1-based line and column in the script, read before the message
+    /// lost the positions it does not show.
+    #[serde(default)]
+    pub line: Option<u32>,
+    #[serde(default)]
+    pub column: Option<u32>,
 }
 
 /// Which kind of failure, so the host maps it without reading the message.
@@ -114,14 +124,43 @@ impl Failure {
         Self {
             kind,
             message: message.into(),
+            name: None,
+            line: None,
+            column: None,
         }
+    }
+
+    /// The same failure, naming the error's native kind, placed where the
+    /// engine's full text (`raw`, before the prelude's frames went) puts it.
+    pub(crate) fn named(mut self, name: Option<&str>, raw: &str) -> Self {
+        let facts = codeact_runtime::js_errors::facts(name, raw, "script");
+        self.name = name.map(str::to_string);
+        self.line = facts.line;
+        self.column = facts.column;
+        self
     }
 
     /// The error the host reports for this failure under `limits`.
     pub(crate) fn into_script_error(self, limits: &Limits) -> ScriptError {
-        let Failure { kind, message } = self;
+        let Failure {
+            kind,
+            message,
+            name,
+            line,
+            column,
+        } = self;
+        let facts = || {
+            let facts = codeact_runtime::js_errors::facts(name.as_deref(), &message, "script");
+            match line {
+                Some(_) => facts.at_line(line).at_column(column),
+                None => facts,
+            }
+        };
         match kind {
-            FailureKind::Syntax => ScriptError::Syntax { message },
+            FailureKind::Syntax => {
+                let facts = facts();
+                ScriptError::syntax(message).with_facts(facts)
+            }
             FailureKind::Unrepresentable => ScriptError::Unrepresentable { message },
             FailureKind::OperationLimit => {
                 ScriptError::limit(LimitKind::Operations, limits, Some(message))
@@ -129,7 +168,10 @@ impl Failure {
             FailureKind::CallDepthLimit => {
                 ScriptError::limit(LimitKind::CallDepth, limits, Some(message))
             }
-            FailureKind::Thrown => ScriptError::thrown(message),
+            FailureKind::Thrown => {
+                let facts = facts();
+                ScriptError::thrown(message).with_facts(facts)
+            }
             FailureKind::NoValue => ScriptError::NoValue { message },
         }
     }

@@ -183,7 +183,7 @@ impl Runtime for JsRuntime {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use codeact_runtime::{NoTools, ScriptError, ToolError};
+    use codeact_runtime::{ErrorFacts, ErrorKind, NoTools, ScriptError, ToolError};
     use serde_json::{Value, json};
 
     use super::*;
@@ -249,6 +249,63 @@ mod tests {
             assert!(!message.contains("hostCall"), "{message}");
             assert!(message.contains(&format!("(script{line}")), "{message}");
         }
+    }
+
+    /// The facts of the error `script` ends in.
+    fn facts_of(session: &mut dyn Session, script: &str) -> ErrorFacts {
+        let outcome = session.run(script).expect("host ok");
+        let error = outcome.completion.expect_err("the script fails");
+        error
+            .facts()
+            .cloned()
+            .unwrap_or_else(|| panic!("{error:?}"))
+    }
+
+    /// Every error kind Boa tells apart, with its line. Boa gives no
+    /// position for a name undefined at the top level (`script:?:?`), and
+    /// places an error inside a function at the function's frame: the loop
+    /// then quotes the first line that uses the name.
+    pub(crate) fn tells_error_kinds_and_lines(session: &mut dyn Session) {
+        let found = facts_of(session, "let a = 1;\nlet b = missing + a;");
+        assert_eq!(
+            (found.kind, found.line),
+            (
+                ErrorKind::UndefinedName {
+                    name: "missing".into()
+                },
+                None
+            )
+        );
+        let found = facts_of(session, "let a = 1;\nnoSuchFunction(a)");
+        assert_eq!(
+            found.kind,
+            ErrorKind::UndefinedName {
+                name: "noSuchFunction".into()
+            }
+        );
+        let found = facts_of(session, "const o = {};\n\no.nothing(1)");
+        assert_eq!((found.kind, found.line), (ErrorKind::NotCallable, Some(3)));
+        let found = facts_of(session, "const xs = [1];\nxs[5].name");
+        assert_eq!((found.kind, found.line), (ErrorKind::TypeMismatch, Some(2)));
+        let found = facts_of(session, "let x = 1;\nlet = ;");
+        assert_eq!((found.kind, found.line), (ErrorKind::Syntax, Some(2)));
+        assert_eq!(found.column, Some(5));
+        let found = facts_of(session, "let a = 1;\ntools.fail({})");
+        assert_eq!((found.kind, found.line), (ErrorKind::ToolError, Some(2)));
+        let found = facts_of(session, "throw new RangeError('no')");
+        assert_eq!(
+            found.kind,
+            ErrorKind::Other {
+                engine_kind: "RangeError".into()
+            }
+        );
+        let found = facts_of(session, "\nthrow 'plain words at line 3'");
+        assert_eq!((found.kind, found.line), (ErrorKind::default(), Some(2)));
+    }
+
+    #[test]
+    fn the_in_process_mode_tells_error_kinds_and_lines() {
+        tells_error_kinds_and_lines(&mut *in_process(5_000));
     }
 
     #[test]

@@ -406,13 +406,28 @@ fn classify(error: &JsError, context: &mut Context) -> Failure {
         };
         return Failure::new(kind, engine.to_string());
     }
-    let kind = match error.try_native(context) {
-        Ok(native) if matches!(native.kind(), boa_engine::JsNativeErrorKind::Syntax) => {
-            FailureKind::Syntax
-        }
+    use boa_engine::JsNativeErrorKind as Native;
+    let native = error.try_native(context).ok();
+    let kind = match native.as_ref().map(JsNativeError::kind) {
+        Some(Native::Syntax) => FailureKind::Syntax,
         _ => FailureKind::Thrown,
     };
-    Failure::new(kind, without_prelude_frames(&error.to_string()))
+    // The native kind's name: the first line's `Name:` may be a thrown
+    // object's own words.
+    let name = native.as_ref().map(|native| match native.kind() {
+        Native::Aggregate(_) => "AggregateError",
+        Native::Error => "Error",
+        Native::Eval => "EvalError",
+        Native::Range => "RangeError",
+        Native::Reference => "ReferenceError",
+        Native::Syntax => "SyntaxError",
+        Native::Type => "TypeError",
+        Native::Uri => "URIError",
+        _ => "",
+    });
+    let raw = error.to_string();
+    Failure::new(kind, without_prelude_frames(&raw))
+        .named(name.filter(|name| !name.is_empty()), &raw)
 }
 
 /// The name Boa gives the script's source in positions: `(script:4:10)`.

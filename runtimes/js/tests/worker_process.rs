@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use codeact_js::{JsRuntime, WORKER_ARG};
 use codeact_runtime::{
-    LimitKind, Limits, NoTools, Runtime, ScriptError, Session, ToolDispatch, ToolError, ToolSpec,
+    ErrorKind, LimitKind, Limits, NoTools, Runtime, ScriptError, Session, ToolDispatch, ToolError,
+    ToolSpec,
 };
 use serde_json::{Value, json};
 
@@ -226,6 +227,30 @@ fn a_worker_runs_every_kind_of_script_under_its_confinement() {
             ScriptError::Syntax { .. }
         ),
         "syntax"
+    );
+    // The error's kind and line cross the worker's channel (Boa gives no
+    // line for a name undefined at the top level).
+    let facts = |session: &mut Box<dyn Session>, script: &str| {
+        let error = error(session, script);
+        let facts = error.facts().cloned();
+        facts.map(|facts| (facts.kind, facts.line))
+    };
+    assert_eq!(
+        facts(&mut session, "let a = 1;\nmissing + a"),
+        Some((
+            ErrorKind::UndefinedName {
+                name: "missing".into()
+            },
+            None
+        ))
+    );
+    assert_eq!(
+        facts(&mut session, "const o = {};\no.nothing()"),
+        Some((ErrorKind::NotCallable, Some(2)))
+    );
+    assert_eq!(
+        facts(&mut session, "let x = 1;\nlet = ;"),
+        Some((ErrorKind::Syntax, Some(2)))
     );
     let deep = error(
         &mut session,

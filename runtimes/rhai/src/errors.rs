@@ -1,6 +1,6 @@
 //! Rhai's errors sorted into what the model should read.
 
-use codeact_runtime::{LimitKind, Limits, ScriptError};
+use codeact_runtime::{ErrorFacts, ErrorKind, LimitKind, Limits, ScriptError};
 use rhai::{EvalAltResult, ParseError, ParseErrorType};
 
 use crate::engine::{ALLOCATION_TOKEN, DEADLINE_TOKEN};
@@ -25,7 +25,7 @@ pub const ERROR_HINTS: &[&str] = &[MAP_LITERAL_HINT, COMMENT_HINT, UNIT_INDEXED_
 /// lines around the position, since a model fixes what it can see.
 pub(crate) fn from_parse_in(err: &ParseError, limits: &Limits, script: &str) -> ScriptError {
     match from_parse(err, limits) {
-        ScriptError::Syntax { message } => {
+        ScriptError::Syntax { message, facts } => {
             let mut message = match excerpt(script, err.position()) {
                 Some(lines) => format!("{message}\n{lines}"),
                 None => message,
@@ -42,7 +42,7 @@ pub(crate) fn from_parse_in(err: &ParseError, limits: &Limits, script: &str) -> 
             {
                 message.push_str(&format!("\nHint: {COMMENT_HINT}"));
             }
-            ScriptError::Syntax { message }
+            ScriptError::Syntax { message, facts }
         }
         other => other,
     }
@@ -99,10 +99,83 @@ pub(crate) fn from_parse(err: &ParseError, limits: &Limits) -> ScriptError {
         ParseErrorType::LiteralTooLarge(..) => {
             ScriptError::limit(LimitKind::Memory, limits, Some(err.to_string()))
         }
-        _ => ScriptError::Syntax {
-            message: format!("Syntax error: {err}"),
+        _ => ScriptError::syntax(format!("Syntax error: {err}"))
+            .with_facts(at(ErrorFacts::of(ErrorKind::Syntax), err.position())),
+    }
+}
+
+/// `facts` placed at Rhai's `position`, when it has one.
+fn at(facts: ErrorFacts, position: rhai::Position) -> ErrorFacts {
+    let number = |n: Option<usize>| n.and_then(|n| u32::try_from(n).ok());
+    facts
+        .at_line(number(position.line()))
+        .at_column(number(position.position()))
+}
+
+/// The kind of an evaluation error, from its variant and the values it holds;
+/// `err` is the innermost error of a call chain.
+fn kind(err: &EvalAltResult) -> ErrorKind {
+    match err {
+        EvalAltResult::ErrorVariableNotFound(name, _) => {
+            ErrorKind::UndefinedName { name: name.clone() }
+        }
+        // Rhai gives the signature as one string: the name, then the
+        // arguments' types in parentheses (`join ((), &str | String)`).
+        EvalAltResult::ErrorFunctionNotFound(signature, _) => {
+            let (name, types) = signature
+                .split_once(" (")
+                .unwrap_or((signature.as_str(), ""));
+            let receiver = types
+                .strip_suffix(')')
+                .unwrap_or(types)
+                .split(", ")
+                .next()
+                .filter(|first| !first.is_empty())
+                .map(|first| {
+                    // `()` is a type of its own; split only outside it.
+                    first.strip_prefix("()").map_or(first, |_| "()").to_string()
+                });
+            ErrorKind::FunctionNotFound {
+                name: name.to_string(),
+                receiver,
+            }
+        }
+        EvalAltResult::ErrorArrayBounds(length, index, _)
+        | EvalAltResult::ErrorStringBounds(length, index, _) => ErrorKind::IndexOutOfBounds {
+            index: Some(*index),
+            length: u64::try_from(*length).ok(),
+        },
+        EvalAltResult::ErrorMismatchDataType(expected, actual, _)
+            if actual == "()" && expected == "bool" =>
+        {
+            ErrorKind::UnitCondition
+        }
+        EvalAltResult::ErrorMismatchDataType(..)
+        | EvalAltResult::ErrorMismatchOutputType(..)
+        | EvalAltResult::ErrorIndexingType(..)
+        | EvalAltResult::ErrorFor(..) => ErrorKind::TypeMismatch,
+        EvalAltResult::ErrorModuleNotFound(..) => ErrorKind::ImportUnavailable,
+        EvalAltResult::ErrorParsing(..) => ErrorKind::Syntax,
+        // The engine's own words for a tool's failure (`engine::call_tool`).
+        EvalAltResult::ErrorRuntime(value, _)
+            if value
+                .read_lock::<rhai::ImmutableString>()
+                .is_some_and(|text| text.starts_with("tool '") && text.contains("' failed")) =>
+        {
+            ErrorKind::ToolError
+        }
+        other => ErrorKind::Other {
+            engine_kind: variant_name(other),
         },
     }
+}
+
+/// The name of `err`'s variant (`ErrorRuntime`), from its debug form.
+fn variant_name(err: &EvalAltResult) -> String {
+    format!("{err:?}")
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect()
 }
 
 /// Sorts an evaluation error: a limit hit anywhere in the call chain is that limit;
@@ -144,7 +217,8 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
         other => ScriptError::thrown(match hint(other) {
             Some(hint) => format!("{err}\nHint: {hint}"),
             None => err.to_string(),
-        }),
+        })
+        .with_facts(at(ErrorFacts::of(kind(other)), other.position())),
     }
 }
 
@@ -168,6 +242,105 @@ mod tests {
         let engine = rhai::Engine::new();
         let err = engine.run(script).expect_err("fails");
         from_eval(&err, &Limits::default()).to_string()
+    }
+
+    fn facts(script: &str) -> ErrorFacts {
+        let engine = rhai::Engine::new();
+        let error = match engine.compile(script) {
+            Err(err) => from_parse_in(&err, &Limits::default(), script),
+            Ok(ast) => {
+                let err = engine.run_ast(&ast).expect_err("fails");
+                from_eval(&err, &Limits::default())
+            }
+        };
+        error.facts().expect("a script error").clone()
+    }
+
+    #[test]
+    fn an_undefined_variable_is_named_with_its_line_and_column() {
+        let found = facts("let a = 1;\nlet b = total + a;");
+        assert_eq!(
+            found.kind,
+            ErrorKind::UndefinedName {
+                name: "total".into()
+            }
+        );
+        assert_eq!((found.line, found.column), (Some(2), Some(9)));
+    }
+
+    #[test]
+    fn a_missing_function_is_named_with_the_type_of_its_first_argument() {
+        let found = facts("let a = 1;\nlet b = frobnicate(a, \"x\");");
+        assert_eq!(
+            found.kind,
+            ErrorKind::FunctionNotFound {
+                name: "frobnicate".into(),
+                receiver: Some("i64".into())
+            }
+        );
+        assert_eq!(found.line, Some(2));
+        let on_unit = facts("let parts = [\"b\", \"a\"];\nparts.sort().join(\" \")");
+        assert_eq!(
+            on_unit.kind,
+            ErrorKind::FunctionNotFound {
+                name: "join".into(),
+                receiver: Some("()".into())
+            }
+        );
+        let no_arguments = facts("nothing_here()");
+        assert_eq!(
+            no_arguments.kind,
+            ErrorKind::FunctionNotFound {
+                name: "nothing_here".into(),
+                receiver: None
+            }
+        );
+    }
+
+    #[test]
+    fn an_index_past_the_end_gives_the_index_and_the_length() {
+        let found = facts("let xs = [1, 2, 3];\n\nxs[3]");
+        assert_eq!(
+            found.kind,
+            ErrorKind::IndexOutOfBounds {
+                index: Some(3),
+                length: Some(3)
+            }
+        );
+        assert_eq!(found.line, Some(3));
+    }
+
+    #[test]
+    fn a_syntax_error_gives_its_line_and_column() {
+        let found = facts("let x = 1;\nlet y = (x + ;");
+        assert_eq!(found.kind, ErrorKind::Syntax);
+        assert_eq!(found.line, Some(2));
+        assert!(found.column.is_some());
+    }
+
+    #[test]
+    fn a_condition_on_nothing_and_a_thrown_value_are_told_apart() {
+        let found = facts("let m = #{};\nif m.missing { 1 } else { 2 }");
+        assert_eq!(found.kind, ErrorKind::UnitCondition);
+        assert_eq!(found.line, Some(2));
+        assert_eq!(
+            facts("throw \"no\"").kind,
+            ErrorKind::Other {
+                engine_kind: "ErrorRuntime".into()
+            }
+        );
+    }
+
+    #[test]
+    fn an_error_inside_a_function_is_placed_on_the_innermost_line() {
+        let found = facts("fn f() {\n  missing_name\n}\nf()");
+        assert_eq!(
+            found.kind,
+            ErrorKind::UndefinedName {
+                name: "missing_name".into()
+            }
+        );
+        assert_eq!(found.line, Some(2));
     }
 
     #[test]
@@ -214,7 +387,7 @@ mod tests {
         let script = "let sum = 0\nfor i in 1..10 { sum += i; }\nsum";
         let engine = rhai::Engine::new_raw();
         let err = engine.compile(script).expect_err("missing semicolon");
-        let ScriptError::Syntax { message } = from_parse_in(&err, &Limits::default(), script)
+        let ScriptError::Syntax { message, .. } = from_parse_in(&err, &Limits::default(), script)
         else {
             panic!("a syntax error");
         };
