@@ -142,8 +142,12 @@ pub fn answer_run(outcome: Result<RunOutcome, String>) -> i64 {
 
 fn script_error(error: &ScriptError) -> Value {
     match error {
-        ScriptError::Syntax { message } => json!({"kind": "syntax", "message": message}),
-        ScriptError::Thrown { message, .. } => json!({"kind": "thrown", "message": message}),
+        ScriptError::Syntax { message, facts } => {
+            json!({"kind": "syntax", "message": message, "facts": facts})
+        }
+        ScriptError::Thrown { message, facts, .. } => {
+            json!({"kind": "thrown", "message": message, "facts": facts})
+        }
         ScriptError::LimitExceeded {
             limit,
             described,

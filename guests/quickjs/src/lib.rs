@@ -192,12 +192,18 @@ fn completion(text: &str, limits: &Limits) -> Result<Value, ScriptError> {
     }
     let message = answer["message"].as_str().unwrap_or_default().to_string();
     Err(match answer["fail"].as_str() {
-        Some("syntax") => ScriptError::Syntax { message },
+        Some("syntax") => {
+            let facts = codeact_runtime::js_errors::facts(Some("SyntaxError"), &message, "script");
+            ScriptError::syntax(message).with_facts(facts)
+        }
         Some("no_value") => ScriptError::NoValue { message },
         Some("unrepresentable") => ScriptError::Unrepresentable { message },
         Some("memory") => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
         Some("call_depth") => ScriptError::limit(LimitKind::CallDepth, limits, Some(message)),
-        _ => ScriptError::thrown(message),
+        _ => {
+            let facts = codeact_runtime::js_errors::facts(None, &message, "script");
+            ScriptError::thrown(message).with_facts(facts)
+        }
     })
 }
 

@@ -45,6 +45,7 @@ def __codeact_main(
     TypeError=TypeError,
     AttributeError=AttributeError,
     ImportError=ImportError,
+    NameError=NameError,
 ):
     # Serves scripts until stdin ends, inside this call: its locals (the nonce,
     # the serving function) are out of a script's reach (CPython's frames are
@@ -536,6 +537,8 @@ def __codeact_main(
                 try:
                     tail = compile("\n".join(lines[i:end]), "<script>", "eval")
                     head = compile("\n".join(lines[:i]), "<script>", "exec")
+                    # The tail counts its lines from 1: where it starts.
+                    state["tail_from"] = i
                     return head, tail
                 except SyntaxError:
                     pass
@@ -753,8 +756,71 @@ def __codeact_main(
             return "\n".join([l for l in lines if not l.startswith('  File "<stdin>"')])
         return "%s: %s" % (type(e).__name__, e)
 
+    def facts(e, text):
+        # What the host reads in structure beside the message: the exception's
+        # type name, its 1-based line and column in the script, and for a name
+        # error the name. Only the built-in types' own attributes are read, so
+        # no script code runs.
+        kind = type(e)
+        out = {"error": kind.__name__ if type(kind.__name__) is str else ""}
+        builtin = getattr(kind, "__module__", "builtins") == "builtins"
+        line = None
+        if isinstance(e, SyntaxError) and builtin:
+            if CPYTHON and type(e.lineno) is int:
+                line = e.lineno
+                if type(e.offset) is int and e.offset >= 1:
+                    out["column"] = e.offset
+        elif CPYTHON:
+            for filename, lineno, name in frames_of(e):
+                if str_equal(filename, "<script>"):
+                    line = lineno
+        if line is None:
+            # MicroPython keeps its traceback to itself: its printed frames,
+            # outermost first, are read instead.
+            found = []
+            for row in text.split("\n"):
+                at = row.find('File "<script>", line ')
+                if at >= 0:
+                    digits = ""
+                    for c in row[at + 22:]:
+                        if not c.isdigit():
+                            break
+                        digits += c
+                    if digits:
+                        found.append(int(digits))
+            if found:
+                line = found[-1]
+                # A lone frame in the script's last expression, which MicroPython
+                # compiled on its own, counts from that expression's first line.
+                if len(found) == 1 and state.get("in_tail"):
+                    line += state.get("tail_from", 0)
+        if line is not None and line > 0:
+            out["line"] = line
+        # UnboundLocalError too, on CPython: a built-in subclass.
+        if kind is NameError or (CPYTHON and builtin and isinstance(e, NameError)):
+            name = getattr(e, "name", None) if CPYTHON else None
+            if type(name) is not str and e.args and type(e.args[0]) is str:
+                # MicroPython's `name 'x' isn't defined`.
+                quoted = e.args[0].split("'")
+                name = quoted[1] if len(quoted) >= 3 else None
+            if type(name) is str and name:
+                out["name"] = name
+        return out
+
+    def failed(kind, e, text, values=None):
+        answer = {"fail": kind, "message": text}
+        try:
+            answer.update(facts(e, text))
+        except Exception:
+            pass
+        if values is not None:
+            answer["values"] = values
+        return dumps(answer)
+
     def run(code):
         state["last"] = None
+        state["in_tail"] = False
+        state["tail_from"] = 0
         # The helpers as the prelude made them, whatever an earlier script rebound.
         if namespace_functions:
             new_namespaces()
@@ -762,9 +828,10 @@ def __codeact_main(
         try:
             head, tail = split(code)
         except SyntaxError as e:
-            return dumps({"fail": "syntax", "message": describe(e, True, code)})
+            return failed("syntax", e, describe(e, True, code))
         try:
             exec(head, namespace)
+            state["in_tail"] = True
             value = eval(tail, namespace) if tail is not None else None
             if value is None and state["last"] is not None:
                 # A script that ends in a statement (an `if`, a loop) answers with
@@ -782,13 +849,11 @@ def __codeact_main(
         except recursion_error as e:
             return dumps({"fail": "call_depth", "message": describe(e, False, code)})
         except SyntaxError as e:
-            return dumps({"fail": "syntax", "message": describe(e, False, code)})
+            return failed("syntax", e, describe(e, False, code))
         except BaseException as e:
             if isinstance(e, RuntimeError) and "recursion" in str(e):
                 return dumps({"fail": "call_depth", "message": describe(e, False, code)})
-            return dumps(
-                {"fail": "thrown", "message": describe(e, False, code), "values": values_on_line(e, code)}
-            )
+            return failed("thrown", e, describe(e, False, code), values_on_line(e, code))
 
     def serve_one():
         # Reads one script, runs it and answers; False at the end of input.

@@ -23,8 +23,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use codeact_runtime::{
-    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Snapshot,
-    SnapshotError, ToolDispatch,
+    ErrorFacts, HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError,
+    Snapshot, SnapshotError, ToolDispatch,
 };
 use serde_json::{Value, json};
 use wasmtime::{
@@ -913,16 +913,33 @@ fn outcome_from(
     let completion = if let Some(value) = completion.get("ok") {
         Ok(value.clone())
     } else {
-        Err(script_error(&completion["error"], limits))
+        Err(script_error(&completion["error"], limits, runtime))
     };
     Ok(RunOutcome { completion, logs })
 }
 
-/// A [`ScriptError`] from its JSON form in the guest's answer.
-fn script_error(error: &Value, limits: &Limits) -> ScriptError {
+/// A [`ScriptError`] from its JSON form in the guest's answer, from a guest of
+/// `runtime`: its facts as the guest sent them (`"facts"`), else, for a
+/// JavaScript guest that sends only text, read from the text.
+fn script_error(error: &Value, limits: &Limits, runtime: &str) -> ScriptError {
     let message = error["message"].as_str().unwrap_or_default().to_string();
+    let facts = |syntax: bool| {
+        let sent = error
+            .get("facts")
+            .and_then(|facts| serde_json::from_value::<ErrorFacts>(facts.clone()).ok());
+        sent.or_else(|| {
+            matches!(runtime, "wasm:js" | "wasm:boa").then(|| {
+                let name = syntax.then_some("SyntaxError");
+                codeact_runtime::js_errors::facts(name, &message, "script")
+            })
+        })
+    };
+    let with = |error: ScriptError, facts: Option<ErrorFacts>| match facts {
+        Some(facts) => error.with_facts(facts),
+        None => error,
+    };
     match error["kind"].as_str() {
-        Some("syntax") => ScriptError::Syntax { message },
+        Some("syntax") => with(ScriptError::syntax(message.clone()), facts(true)),
         Some("no_value") => ScriptError::NoValue { message },
         Some("unrepresentable") => ScriptError::Unrepresentable { message },
         Some("limit") => match serde_json::from_value::<LimitKind>(error["limit"].clone()) {
@@ -939,7 +956,7 @@ fn script_error(error: &Value, limits: &Limits) -> ScriptError {
             }
             Err(_) => ScriptError::thrown(error["described"].as_str().unwrap_or_default()),
         },
-        _ => ScriptError::thrown(message),
+        _ => with(ScriptError::thrown(message.clone()), facts(false)),
     }
 }
 

@@ -40,6 +40,7 @@
 mod abi;
 pub mod cache;
 mod engine;
+mod error_facts;
 mod exchange;
 mod files;
 mod guests;

@@ -18,6 +18,9 @@
 //!   `memory` and `call_depth` (the interpreter's own out-of-memory and recursion
 //!   errors, reported as those limits). A `thrown` failure may carry
 //!   `"values":[["<name>","<text>"],…]`: what the names on the failing line held.
+//!   A `syntax` or `thrown` failure may carry what the interpreter knows in
+//!   structure (see [`GuestFacts`]): `"error":"<type name>"`, `"line":<n>` and
+//!   `"column":<n>` (1-based, in the script), `"name":"<undefined name>"`.
 //!
 //! Everything else on stdout or stderr is the run's printed output, including a
 //! message whose nonce is not this run's: ordinary printing, or text a script
@@ -131,7 +134,29 @@ enum Wire {
         message: String,
         #[serde(default)]
         values: Vec<(String, String)>,
+        #[serde(flatten)]
+        facts: GuestFacts,
     },
+}
+
+/// What a guest says about a failure in structure, beside its message; each
+/// part optional (a guest that sends none is read from its message alone).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct GuestFacts {
+    /// The interpreter's name for the error's type (`NameError`,
+    /// `ReferenceError`).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The 1-based line in the script: the innermost of the script's frames.
+    #[serde(default)]
+    pub line: Option<u32>,
+    /// The 1-based column on that line, where the interpreter gives one.
+    #[serde(default)]
+    pub column: Option<u32>,
+    /// The name a name error is about, where the interpreter gives it apart
+    /// from the message.
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// A message from the guest.
@@ -155,6 +180,8 @@ pub enum GuestMessage {
         /// What the names on the failing line held (name, short text), when
         /// the guest says (`values`, optional: the CPython prelude's).
         values: Vec<(String, String)>,
+        /// What the guest says about it in structure.
+        facts: GuestFacts,
     },
     /// A message longer than the parser's cap ([`max_message_bytes`]); the cap.
     Oversized(usize),
@@ -176,10 +203,12 @@ impl GuestMessage {
                 fail,
                 message,
                 values,
+                facts,
             }) => GuestMessage::Failed {
                 kind: fail,
                 message,
                 values,
+                facts,
             },
             Err(e) => {
                 let shown: String = String::from_utf8_lossy(body).chars().take(200).collect();
@@ -474,6 +503,23 @@ mod tests {
                 kind: FailKind::Syntax,
                 message: "bad".into(),
                 values: Vec::new(),
+                facts: GuestFacts::default(),
+            }
+        );
+        let fail = "\x1ecodeact:0123456789abcdef {\"fail\":\"thrown\",\"message\":\"m\",\"error\":\"NameError\",\"line\":3,\"name\":\"x\"}\n";
+        let (_, messages) = parse_in_pieces(NONCE, fail.as_bytes(), 9);
+        assert_eq!(
+            messages[0],
+            GuestMessage::Failed {
+                kind: FailKind::Thrown,
+                message: "m".into(),
+                values: Vec::new(),
+                facts: GuestFacts {
+                    error: Some("NameError".into()),
+                    line: Some(3),
+                    column: None,
+                    name: Some("x".into()),
+                },
             }
         );
         let (_, messages) =

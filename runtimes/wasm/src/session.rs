@@ -29,10 +29,11 @@ use wasmtime_wasi::I32Exit;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::engine::{self, Ticking};
+use crate::error_facts;
 use crate::exchange::{Exchange, GuestOutput, GuestStdin, Phase, SharedExchange, locked};
 use crate::files::{self, HostState, MemoryCap};
 use crate::guests::{CPythonBuild, Guest, Launch};
-use crate::protocol::{self, FailKind, GuestMessage};
+use crate::protocol::{self, FailKind, GuestFacts, GuestMessage};
 use crate::turns::{self, TurnStart};
 
 /// How long past its deadline a guest that is not running wasm (blocked in a host
@@ -366,9 +367,17 @@ impl StdioSession {
                     kind,
                     message,
                     values,
+                    facts,
                 }) => {
                     let refused = locked(&instance.exchange).memory_refused;
-                    match script_failure(kind, message, values, refused, &limits) {
+                    let failure = Failure {
+                        kind,
+                        message,
+                        values,
+                        facts,
+                    };
+                    let language = self.blueprint.runtime_name;
+                    match script_failure(failure, language, refused, &limits) {
                         // The script's values still fill the memory, and an
                         // interpreter that ran out may not run reliably again: the
                         // next run gets a fresh instance.
@@ -582,21 +591,40 @@ fn poll_guest(instance: &mut LiveGuest, deadline: Instant) -> Event {
     }
 }
 
-/// The error for a failure the guest reported.
-fn script_failure(
+/// A failure as the guest reported it.
+struct Failure {
     kind: FailKind,
     message: String,
     values: Vec<(String, String)>,
-    refused: bool,
-    limits: &Limits,
-) -> ScriptError {
+    facts: GuestFacts,
+}
+
+/// The error for a failure the guest of `runtime` reported.
+fn script_failure(failure: Failure, runtime: &str, refused: bool, limits: &Limits) -> ScriptError {
+    let Failure {
+        kind,
+        message,
+        values,
+        facts,
+    } = failure;
+    let facts = |syntax: bool| error_facts::from_guest(runtime, &facts, &message, syntax);
     match kind {
-        FailKind::Syntax => ScriptError::Syntax { message },
+        FailKind::Syntax => {
+            let facts = facts(true);
+            ScriptError::syntax(message).with_facts(facts)
+        }
         FailKind::Unrepresentable => ScriptError::Unrepresentable { message },
         FailKind::Memory => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
         FailKind::CallDepth => ScriptError::limit(LimitKind::CallDepth, limits, Some(message)),
         FailKind::Thrown if refused => ScriptError::limit(LimitKind::Memory, limits, Some(message)),
-        FailKind::Thrown => ScriptError::Thrown { message, values },
+        FailKind::Thrown => {
+            let facts = facts(false);
+            ScriptError::Thrown {
+                message,
+                values,
+                facts,
+            }
+        }
         FailKind::NoValue => ScriptError::NoValue { message },
     }
 }
