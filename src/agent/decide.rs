@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use codeact_runtime::LogBuffer;
+use codeact_runtime::{ErrorFacts, ErrorKind, LogBuffer};
 use minijinja::context;
 use serde_json::Value;
 
@@ -477,7 +477,7 @@ impl Conversation {
                 let text = self
                     .prompts
                     .render("feedback/reply_error", context! { problem => &message });
-                self.feed_back_error(text, &message);
+                self.feed_back_error(text, &message, None);
                 return Reading::Failed(message);
             }
             Extraction::Code { code, closed } if closed || !truncated => {
@@ -508,7 +508,7 @@ impl Conversation {
         let text = self
             .prompts
             .render("feedback/reply_error", context! { problem => &message });
-        self.feed_back_error(text, &message);
+        self.feed_back_error(text, &message, None);
         Reading::Failed(message)
     }
 
@@ -746,10 +746,12 @@ impl Conversation {
                 },
             },
             Err(
-                error @ (ScriptError::Syntax { message } | ScriptError::Thrown { message, .. }),
+                error @ (ScriptError::Syntax { message, .. } | ScriptError::Thrown { message, .. }),
             ) => {
-                let line = script_notes::failing_line(message, &script);
-                let unit_call = script_notes::called_on_unit(message);
+                let facts = error.facts();
+                let kind = facts.map(|facts| facts.kind.clone()).unwrap_or_default();
+                let line = script_notes::failing_line(facts, &script);
+                let unit_call = script_notes::called_on_unit(&kind);
                 let values = match error {
                     ScriptError::Thrown { values, .. } if line.is_some() => values.as_slice(),
                     _ => &[],
@@ -757,7 +759,7 @@ impl Conversation {
                 // The scripts' lists are looked for only for a missing
                 // function, the one error the bare-method hint answers.
                 let coached = self.rule_on(Rule::BareArrayMethods);
-                let meant = if coached && message.contains("Function not found: ") {
+                let meant = if coached && matches!(kind, ErrorKind::FunctionNotFound { .. }) {
                     match data_paths::list_names(&script, &self.step_tool_results).as_slice() {
                         [only] => Some(only.clone()),
                         _ => None,
@@ -767,7 +769,7 @@ impl Conversation {
                 };
                 let bare_method = line.as_ref().filter(|_| coached).and_then(|(_, text)| {
                     script_notes::bare_array_method(
-                        message,
+                        &kind,
                         text,
                         meant.as_deref().unwrap_or("array"),
                     )
@@ -804,7 +806,10 @@ impl Conversation {
                     line: line.as_ref().map(|(n, l)| (*n, l.as_str())),
                     values,
                     undefined_name: hinted
-                        && script_notes::undefined_name(message).is_some()
+                        && matches!(
+                            kind,
+                            ErrorKind::UndefinedName { .. } | ErrorKind::FunctionNotFound { .. }
+                        )
                         && unit_call.is_none()
                         && bare_method.is_none(),
                     called_on_unit: unit_call.filter(|_| hinted).map(|name| {
@@ -813,13 +818,13 @@ impl Conversation {
                             .and_then(|(_, text)| script_notes::in_place_method(text));
                         (name, method)
                     }),
-                    out_of_bounds: script_notes::index_out_of_bounds(message).filter(|_| hinted),
+                    out_of_bounds: script_notes::index_out_of_bounds(&kind).filter(|_| hinted),
                     unit_condition: script_notes::unit_condition(
-                        message,
+                        &kind,
                         line.as_ref().map_or("", |(_, text)| text.as_str()),
                     )
                     .filter(|_| hinted),
-                    import: (hinted && script_notes::imports_something(message))
+                    import: (hinted && kind == ErrorKind::ImportUnavailable)
                         .then(|| &self.provided_names[script_notes::HELPERS.len()..]),
                     import_line: hinted
                         && line
@@ -827,7 +832,7 @@ impl Conversation {
                             .is_some_and(|(_, text)| script_notes::is_import_line(text)),
                 };
                 let text = feedback::error_at(&self.prompts, message, hints, logs, limit);
-                let next = self.script_error(text, message.clone(), logs);
+                let next = self.script_error_with(text, message.clone(), facts, logs);
                 (
                     next,
                     ScriptOutput::Error {
@@ -1172,13 +1177,25 @@ impl Conversation {
     /// The script of the step in progress failed: `text` goes back to the model,
     /// `message` into the error event.
     fn script_error(&mut self, text: String, message: String, logs: &LogBuffer) -> Next {
-        self.feed_back_error(text, &message);
+        self.script_error_with(text, message, None, logs)
+    }
+
+    /// The same, for an engine's error whose `facts` the runtime gave (its
+    /// kind, its line).
+    fn script_error_with(
+        &mut self,
+        text: String,
+        message: String,
+        facts: Option<&ErrorFacts>,
+        logs: &LogBuffer,
+    ) -> Next {
+        self.feed_back_error(text, &message, facts);
         self.count_error(message, logs.render())
     }
 
     /// Feeds back an error of the step in progress, made sharper when the same
     /// script, or the same feedback, failed last time.
-    fn feed_back_error(&mut self, mut text: String, message: &str) {
+    fn feed_back_error(&mut self, mut text: String, message: &str, facts: Option<&ErrorFacts>) {
         // A mend carried from a step that did not fail is not kept for one
         // that did; this step's own proposal (below, or a JavaScript fallback
         // found before) is.
@@ -1191,11 +1208,12 @@ impl Conversation {
         let results = std::mem::take(&mut self.step_tool_results);
         let failed = std::mem::take(&mut self.step_failed_calls);
         self.show_tool_results(&mut text, &results);
-        self.account_for_failed_calls(&mut text, message, script.as_deref(), &failed, &results);
-        if !self.account_for_misread_data(&mut text, message, script.as_deref(), &results)
-            && !self.account_for_map_as_number(&mut text, message, script.as_deref(), &results)
-            && !self.account_for_missing_file(&mut text, message, script.as_deref())
-            && !self.account_for_uncaught_tool_error(&mut text, message, script.as_deref())
+        let error = accounts::Failure { message, facts };
+        self.account_for_failed_calls(&mut text, &error, script.as_deref(), &failed, &results);
+        if !self.account_for_misread_data(&mut text, &error, script.as_deref(), &results)
+            && !self.account_for_map_as_number(&mut text, &error, script.as_deref(), &results)
+            && !self.account_for_missing_file(&mut text, &error, script.as_deref())
+            && !self.account_for_uncaught_tool_error(&mut text, &error, script.as_deref())
         {
             self.account_for_absent_pattern(&mut text, script.as_deref(), &results);
         }

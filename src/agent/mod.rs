@@ -27,6 +27,8 @@ pub(crate) mod snapshots;
 pub mod spans;
 pub(crate) mod team;
 pub(crate) mod team_config;
+#[cfg(test)]
+pub(crate) mod test_errors;
 pub(crate) mod two_word_names;
 pub(crate) mod units;
 

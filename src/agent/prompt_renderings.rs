@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use codeact_runtime::{LogBuffer, ScriptError};
+use codeact_runtime::{ErrorFacts, ErrorKind, LogBuffer, ScriptError};
 use minijinja::context;
 use serde_json::{Value, json};
 
@@ -14,6 +14,7 @@ use super::data_paths::Language;
 use super::decide::{BareValues, Conversation, LoopConfig, python_reading_files};
 use super::feedback::{self, without_nonces};
 use super::team::{Handover, handover_message};
+use super::test_errors::{named, no_function, out_of_bounds, syntax_at, thrown_at, undefined};
 use crate::chat::{ContentBlock, Message, ModelResponse, StopReason, Usage};
 use crate::output::script_output::ScriptOutput;
 use crate::output::spec::RefusedBy;
@@ -115,7 +116,7 @@ fn failed_adding_maps(script: &str) -> Conversation {
             .collect(),
     );
     c.on_completion(
-        &Err(ScriptError::thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'")),
+        &Err(named("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'", "TypeError", Some(1))),
         &LogBuffer::new(10),
     );
     c
@@ -135,7 +136,7 @@ fn munich_ran_mended() -> Conversation {
     let script = format!("```python\n{MUNICH}\n```");
     c.on_reply(&reply(&script, StopReason::EndTurn));
     c.on_completion(
-        &Err(ScriptError::thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
+        &Err(named("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'", "ToolError", Some(1))),
         &LogBuffer::new(10),
     );
     c.on_reply(&reply(&script, StopReason::EndTurn));
@@ -201,7 +202,11 @@ fn sections() -> Vec<(&'static str, String)> {
             after_script(
                 conversation(),
                 "let x = 1;\ntotl + x",
-                Err(thrown("Variable not found: totl (line 2, position 1)")),
+                Err(undefined(
+                    "Variable not found: totl (line 2, position 1)",
+                    "totl",
+                    Some(2),
+                )),
                 &logs,
             ),
         ),
@@ -224,7 +229,12 @@ fn sections() -> Vec<(&'static str, String)> {
                 },
             ]);
             c.on_completion(
-                &Err(thrown("Function not found: filter (string, Fn)")),
+                &Err(no_function(
+                    "Function not found: filter (string, Fn)",
+                    "filter",
+                    "string",
+                    None,
+                )),
                 &none,
             );
             fed_back(&c)
@@ -243,7 +253,11 @@ fn sections() -> Vec<(&'static str, String)> {
             after_script(
                 coached("task", &["rhai"], LoopConfig::default()),
                 "import \"requests\";",
-                Err(thrown("ModuleNotFoundError: No module named 'requests'")),
+                Err(thrown_at(
+                    "ModuleNotFoundError: No module named 'requests'",
+                    ErrorKind::ImportUnavailable,
+                    None,
+                )),
                 &none,
             ),
         ),
@@ -252,8 +266,10 @@ fn sections() -> Vec<(&'static str, String)> {
             after_script(
                 conversation(),
                 "import requests\nfinal_result(get_weather(city=\"Oslo\"))",
-                Err(thrown(
+                Err(named(
                     "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    import requests\nModuleNotFoundError: No module named 'requests'",
+                    "ModuleNotFoundError",
+                    Some(1),
                 )),
                 &none,
             ),
@@ -272,6 +288,10 @@ fn sections() -> Vec<(&'static str, String)> {
                         ("text".into(), "'1125899906842624.0'".into()),
                         ("not a name".into(), "dropped".into()),
                     ],
+                    facts: ErrorFacts::of(ErrorKind::Other {
+                        engine_kind: "ValueError".into(),
+                    })
+                    .at_line(Some(2)),
                 }),
                 &none,
             );
@@ -282,8 +302,11 @@ fn sections() -> Vec<(&'static str, String)> {
             after_script(
                 conversation(),
                 "let parts = \"b a\".split(\" \").sort().join(\" \");\nfinal_result(parts)",
-                Err(thrown(
+                Err(no_function(
                     "Function not found: join ((), &str | ImmutableString | String) (line 1, position 43)",
+                    "join",
+                    "()",
+                    Some(1),
                 )),
                 &none,
             ),
@@ -293,8 +316,10 @@ fn sections() -> Vec<(&'static str, String)> {
             after_script(
                 conversation(),
                 "let counts = #{};\nfor w in words {\n    if counts[w] {\n        counts[w] += 1;\n    } else {\n        counts[w] = 1;\n    }\n}\nfinal_result(counts)",
-                Err(thrown(
+                Err(thrown_at(
                     "Data type incorrect: () (expecting bool) (line 3, position 8)",
+                    ErrorKind::UnitCondition,
+                    Some(3),
                 )),
                 &none,
             ),
@@ -314,7 +339,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 missing: vec![("name".into(), "string".into())],
             }]);
             c.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    rows = read_file()\nToolError: tool 'read_file' failed: no file ''")),
+                &Err(named("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    rows = read_file()\nToolError: tool 'read_file' failed: no file ''", "ToolError", Some(1))),
                 &none,
             );
             fed_back(&c)
@@ -345,7 +370,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 missing: Vec::new(),
             }]);
             c.on_completion(
-                &Err(thrown("Error: tool 'get_user' failed: no user with id 12345\n    at <main> (script:1:30)")),
+                &Err(thrown_at("Error: tool 'get_user' failed: no user with id 12345\n    at <main> (script:1:30)", ErrorKind::ToolError, Some(1))),
                 &none,
             );
             fed_back(&c)
@@ -478,7 +503,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 StopReason::EndTurn,
             ));
             c.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'")),
+                &Err(named("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'", "ToolError", Some(1))),
                 &none,
             );
             fed_back(&c)
@@ -503,7 +528,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 StopReason::EndTurn,
             ));
             c.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nFileNotFoundError: [Errno 44] No such file or directory: 'server.log'")),
+                &Err(named("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nFileNotFoundError: [Errno 44] No such file or directory: 'server.log'", "FileNotFoundError", Some(1))),
                 &none,
             );
             fed_back(&c)
@@ -550,8 +575,10 @@ fn sections() -> Vec<(&'static str, String)> {
                 StopReason::EndTurn,
             ));
             c.on_completion(
-                &Err(ScriptError::thrown(
+                &Err(undefined(
                     "ReferenceError: berlin is not defined\n    at <main> (script:10:29)",
+                    "berlin",
+                    Some(10),
                 )),
                 &none,
             );
@@ -614,8 +641,8 @@ fn sections() -> Vec<(&'static str, String)> {
                     ),
                 }]);
                 c.on_completion(
-                &Err(thrown(
-                    "Traceback (most recent call last):\n  File \"<script>\", line 4, in <module>\nValueError: max() iterable argument is empty",
+                &Err(named(
+                    "Traceback (most recent call last):\n  File \"<script>\", line 4, in <module>\nValueError: max() iterable argument is empty", "ValueError", Some(4),
                 )),
                 &none,
             );
@@ -633,9 +660,10 @@ fn sections() -> Vec<(&'static str, String)> {
                 StopReason::EndTurn,
             ));
             c.on_completion(
-                &Err(ScriptError::Syntax {
-                    message: "Syntax error: Expecting ';' to terminate this statement (line 1, position 13)".to_string(),
-                }),
+                &Err(syntax_at(
+                    "Syntax error: Expecting ';' to terminate this statement (line 1, position 13)",
+                    Some(1),
+                )),
                 &none,
             );
             fed_back(&c)
@@ -652,8 +680,11 @@ fn sections() -> Vec<(&'static str, String)> {
                 value: json!([{"amount": 23.5}]),
             }]);
             c.on_completion(
-                &Err(thrown(
+                &Err(no_function(
                     "Function not found: reduce (Fn, i64) (line 2, position 13)",
+                    "reduce",
+                    "Fn",
+                    Some(2),
                 )),
                 &none,
             );
@@ -708,7 +739,7 @@ fn sections() -> Vec<(&'static str, String)> {
                 value: json!("product,quantity,unit_price\nlamp,3,19.5\n"),
             }]);
             c.on_completion(
-                &Err(thrown("Traceback (most recent call last):\n  File \"<script>\", line 4, in <module>\nIndexError: string index out of range")),
+                &Err(out_of_bounds("Traceback (most recent call last):\n  File \"<script>\", line 4, in <module>\nIndexError: string index out of range", None, None, Some(4))),
                 &none,
             );
             fed_back(&c)
@@ -881,8 +912,11 @@ fn sections() -> Vec<(&'static str, String)> {
             {
                 after_python_stub(
                     "import csv\n\ndef read_file(name=\"sales.csv\"):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))",
-                    Err(thrown(
+                    Err(out_of_bounds(
                         "Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    final_result(sum(float(row[1]) for row in sales[1:]))\n  File \"<script>\", line 10, in <genexpr>\nIndexError: string index out of range",
+                        None,
+                        None,
+                        Some(10),
                     )),
                 )
             },
@@ -890,8 +924,11 @@ fn sections() -> Vec<(&'static str, String)> {
         ("feedback/stub_reading", {
             after_python_stub(
                 "import csv\n\nFILE = \"sales.csv\"\ndef read_file(name=FILE):\n    with open(name, newline='') as file:\n        reader = csv.reader(file)\n        return list(reader)\n\nsales = read_file()\nfinal_result(sum(float(row[1]) for row in sales[1:]))",
-                Err(thrown(
+                Err(out_of_bounds(
                     "Traceback (most recent call last):\n  File \"<script>\", line 10, in <module>\n    final_result(sum(float(row[1]) for row in sales[1:]))\n  File \"<script>\", line 10, in <genexpr>\nIndexError: string index out of range",
+                    None,
+                    None,
+                    Some(10),
                 )),
             )
         }),

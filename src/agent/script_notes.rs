@@ -4,64 +4,37 @@
 
 /// The helpers every runtime provides, by the same names.
 pub use codeact_runtime::HELPER_NAMES as HELPERS;
+use codeact_runtime::{ErrorFacts, ErrorKind};
 
-/// The 1-based line an engine's error message points at, when it names one in a
-/// form the engines here use: `line 5` (Rhai, CPython; the last, innermost, one)
-/// or `:5:12` (QuickJS, Boa; the innermost stack frame's). `None` when the
-/// message names no line, or the script has no such line. For an undefined name
-/// the named line counts only if it uses the name; else the script's first line
-/// that does (a name declared in one block and used outside it: the use, not the
-/// declaration, is the line that failed, when the engine names it). A position in
-/// a nameless source (`unknown at :L:C`: not the script's) is not trusted.
-pub fn failing_line(message: &str, script: &str) -> Option<(usize, String)> {
+/// The 1-based line a script's error is on, and its text, from the facts the
+/// runtime gave ([`ErrorFacts::line`]). For an undefined name (a variable or
+/// a function with no match) the given line
+/// counts only if it uses the name; else the script's first line that does (a
+/// name declared in one block and used outside it: the use, not the
+/// declaration, is the line that failed). `None` when the runtime gave no
+/// line and no line uses the undefined name, or the line is blank or past the
+/// script's end.
+pub fn failing_line(facts: Option<&ErrorFacts>, script: &str) -> Option<(usize, String)> {
+    let facts = facts?;
     let lines: Vec<&str> = script.lines().collect();
-    let trusted = !message.contains("unknown at :");
-    let number = match undefined_name(message) {
-        Some(name) => {
-            let named = line_number(message).filter(|&number| {
-                trusted
-                    && number
-                        .checked_sub(1)
-                        .and_then(|index| lines.get(index))
-                        .is_some_and(|line| uses_name(line, &name))
+    let given = facts.line.and_then(|n| usize::try_from(n).ok());
+    let number = match &facts.kind {
+        ErrorKind::UndefinedName { name } | ErrorKind::FunctionNotFound { name, .. } => {
+            let named = given.filter(|&number| {
+                number
+                    .checked_sub(1)
+                    .and_then(|index| lines.get(index))
+                    .is_some_and(|line| uses_name(line, name))
             });
             match named {
                 Some(number) => number,
-                None => lines.iter().position(|line| uses_name(line, &name))? + 1,
+                None => lines.iter().position(|line| uses_name(line, name))? + 1,
             }
         }
-        None if !trusted => return None,
-        None => line_number(message)?,
+        _ => given?,
     };
     let text = lines.get(number.checked_sub(1)?)?.trim();
     (!text.is_empty()).then(|| (number, text.to_string()))
-}
-
-/// The name an engine says is not defined: `X is not defined` (JavaScript),
-/// `name 'X' is not defined` (Python), `Variable not found: X` and
-/// `Function not found: X (…)` (Rhai).
-pub fn undefined_name(message: &str) -> Option<String> {
-    let identifier = |text: &str| -> Option<String> {
-        let name: String = text
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        (!name.is_empty()).then_some(name)
-    };
-    if let Some(at) = message.find("name '") {
-        return identifier(&message[at + 6..]);
-    }
-    for marker in ["Variable not found: ", "Function not found: "] {
-        if let Some(at) = message.find(marker) {
-            return identifier(&message[at + marker.len()..]);
-        }
-    }
-    let at = message.find(" is not defined")?;
-    let before = &message[..at];
-    let start = before
-        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .map_or(0, |i| i + 1);
-    identifier(&before[start..])
 }
 
 fn uses_name(line: &str, name: &str) -> bool {
@@ -71,54 +44,6 @@ fn uses_name(line: &str, name: &str) -> bool {
         let boundary = |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
         boundary(before) && boundary(after)
     })
-}
-
-fn line_number(message: &str) -> Option<usize> {
-    if let Some(at) = message.rfind("line ") {
-        let digits: String = message[at + 5..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        if let Ok(number) = digits.parse() {
-            return Some(number);
-        }
-    }
-    // A JavaScript stack lists the innermost frame first: `    at f (script:2:14)`.
-    if let Some(number) = message
-        .lines()
-        .filter(|line| line.trim_start().starts_with("at "))
-        .find_map(last_line_column)
-    {
-        return Some(number);
-    }
-    last_line_column(message)
-}
-
-/// The line of the last `<file>:LINE:COLUMN` pair in `message`.
-fn last_line_column(message: &str) -> Option<usize> {
-    let bytes = message.as_bytes();
-    let mut found = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b':' {
-            let start = i + 1;
-            let mut end = start;
-            while end < bytes.len() && bytes[end].is_ascii_digit() {
-                end += 1;
-            }
-            if end > start && end < bytes.len() && bytes[end] == b':' {
-                let column_end = bytes[end + 1..]
-                    .iter()
-                    .take_while(|b| b.is_ascii_digit())
-                    .count();
-                if column_end > 0 {
-                    found = message[start..end].parse().ok();
-                }
-            }
-        }
-        i += 1;
-    }
-    found
 }
 
 /// The names among `provided` (helpers and tools) that `script` defines as its
@@ -185,20 +110,6 @@ fn stands_in(value: &str) -> bool {
     .iter()
     .any(|start| value.starts_with(start))
         || starts_arrow()
-}
-
-/// Whether an engine's error says the script tried to load a module or a package
-/// (`import requests`, `require('fs')`), which the sandbox never has.
-pub fn imports_something(message: &str) -> bool {
-    [
-        "ModuleNotFoundError",
-        "No module named",
-        "require is not defined",
-        "ImportError",
-        "could not load module",
-    ]
-    .iter()
-    .any(|sign| message.contains(sign))
 }
 
 /// Whether a tool call's `args` hold a value (a string, or a number's text;
@@ -847,17 +758,22 @@ pub fn with_last_line_as(script: &str, replacement: &str) -> String {
     out.join("\n")
 }
 
-/// The method Rhai could not find for a receiver of `()` (`Function not
-/// found: join ((), &str | …)`): the value before the dot was nothing, most
-/// often what an in-place method returned (`parts.sort().join(" ")`). The
-/// name as Rhai gave it, when it is a plain name of at most 64 characters.
-pub fn called_on_unit(message: &str) -> Option<String> {
-    let rest = message.split("Function not found: ").nth(1)?;
-    let (name, types) = rest.split_once(" (")?;
+/// The method a runtime could not find for a receiver of `()` (Rhai's
+/// `join` on `()`): the value before the dot was nothing, most often what an
+/// in-place method returned (`parts.sort().join(" ")`). The name as the
+/// runtime gave it, when it is a plain name of at most 64 characters.
+pub fn called_on_unit(kind: &ErrorKind) -> Option<String> {
+    let ErrorKind::FunctionNotFound {
+        name,
+        receiver: Some(receiver),
+    } = kind
+    else {
+        return None;
+    };
     let plain = !name.is_empty()
         && name.len() <= 64
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    (plain && types.starts_with("()")).then(|| name.to_string())
+    (plain && receiver == "()").then(|| name.clone())
 }
 
 /// Rhai's methods of arrays that take a closure first: called bare
@@ -880,20 +796,26 @@ const CLOSURE_METHODS: &[&str] = &[
     "for_each",
 ];
 
-/// A method of arrays called without its array (`Function not found: reduce
-/// (Fn, i64)` for `let total = reduce(|s, o| s + o.amount, 0)`): the method,
+/// A method of arrays called without its array (a function `reduce` not
+/// found for a first argument of type `Fn`, for `let total = reduce(|s, o| s + o.amount, 0)`): the method,
 /// the failing `line` rewritten to call it on `array`, its arguments left out
 /// (`let total = orders.reduce(...)`), when what comes before the call is plain
 /// (`let total = `) and can be quoted in the host's words, and the whole line
 /// rewritten so (model code: quoted only fenced).
 pub fn bare_array_method(
-    message: &str,
+    kind: &ErrorKind,
     line: &str,
     array: &str,
 ) -> Option<(String, Option<String>, String)> {
-    let rest = message.split("Function not found: ").nth(1)?;
-    let (name, types) = rest.split_once(" (")?;
-    if !CLOSURE_METHODS.contains(&name) || !types.starts_with("Fn") {
+    let ErrorKind::FunctionNotFound {
+        name,
+        receiver: Some(receiver),
+    } = kind
+    else {
+        return None;
+    };
+    let name = name.as_str();
+    if !CLOSURE_METHODS.contains(&name) || !receiver.starts_with("Fn") {
         return None;
     }
     let call = format!("{name}(");
@@ -945,18 +867,20 @@ pub fn in_place_method(line: &str) -> Option<&'static str> {
         .map(|(_, method)| method)
 }
 
-/// The index and the length in Rhai's error for an index past an array's end
-/// (`Array index 14 out of bounds: only 14 elements in array`), when the index
-/// is at or past the length: the feedback then says which indexes exist, since
-/// a small model otherwise lowers the index and the loop together, step after
-/// step.
-pub fn index_out_of_bounds(message: &str) -> Option<(u64, u64)> {
-    let rest = message.split("Array index ").nth(1)?;
-    let (index, rest) = rest.split_once(" out of bounds: only ")?;
-    let (length, _) = rest.split_once(" element")?;
-    let index: u64 = index.parse().ok()?;
-    let length: u64 = length.parse().ok()?;
-    (index >= length).then_some((index, length))
+/// The index and the length of an index past a list's end, when the runtime
+/// gave both and the index is at or past the length: the feedback then says
+/// which indexes exist, since a small model otherwise lowers the index and the
+/// loop together, step after step.
+pub fn index_out_of_bounds(kind: &ErrorKind) -> Option<(u64, u64)> {
+    let ErrorKind::IndexOutOfBounds {
+        index: Some(index),
+        length: Some(length),
+    } = kind
+    else {
+        return None;
+    };
+    let index = u64::try_from(*index).ok()?;
+    (index >= *length).then_some((index, *length))
 }
 
 /// A Rhai mistake a small model makes even though the prompt card warns of it,
@@ -1011,13 +935,13 @@ pub fn call_with_id(signature: &str, id: i64) -> Option<String> {
     ))
 }
 
-/// A map key tested for truth on `line`, when Rhai said a condition got `()`
-/// (`Data type incorrect: () (expecting bool)`): JavaScript's `if (counts[w])`
-/// on a missing key. `None` when the message is another; `Some(None)` when the
+/// A map key tested for truth on `line`, when the runtime said a condition got
+/// `()` ([`ErrorKind::UnitCondition`]): JavaScript's `if (counts[w])` on a
+/// missing key in Rhai. `None` when the error is another; `Some(None)` when the
 /// line has no `if m[k]` (or `if !m[k]`) between plain names; else the map, the
 /// key and whether the test was negated, so the host can write `if k in m`.
-pub fn unit_condition(message: &str, line: &str) -> Option<Option<(String, String, bool)>> {
-    if !message.contains("Data type incorrect: () (expecting bool)") {
+pub fn unit_condition(kind: &ErrorKind, line: &str) -> Option<Option<(String, String, bool)>> {
+    if *kind != ErrorKind::UnitCondition {
         return None;
     }
     let plain = |text: &str| {

@@ -5,6 +5,8 @@
 use minijinja::context;
 use serde_json::Value;
 
+use codeact_runtime::{ErrorFacts, ErrorKind};
+
 use super::{Conversation, ProposedMend};
 use crate::agent::coach::Rule;
 use crate::agent::{
@@ -22,6 +24,24 @@ pub(super) fn mended_line(found: &absent_patterns::AbsentPattern, script: &str) 
     let line = script.lines().nth(found.line.checked_sub(1)?)?;
     line.contains(&found.written)
         .then(|| line.trim().replacen(&found.written, mended, 1))
+}
+
+/// A failed script's error as the accounts read it: the message as the model
+/// reads it, and, for an engine's error, the facts its runtime gave.
+pub(super) struct Failure<'a> {
+    pub message: &'a str,
+    pub facts: Option<&'a ErrorFacts>,
+}
+
+impl Failure<'_> {
+    /// The engine's name for the error's kind (`FileNotFoundError`), empty when
+    /// it gave none.
+    fn engine_kind(&self) -> &str {
+        match self.facts.map(|facts| &facts.kind) {
+            Some(ErrorKind::Other { engine_kind }) => engine_kind,
+            _ => "",
+        }
+    }
 }
 
 impl Conversation {
@@ -66,7 +86,7 @@ impl Conversation {
     pub(super) fn account_for_failed_calls(
         &self,
         text: &mut String,
-        message: &str,
+        error: &Failure<'_>,
         script: Option<&str>,
         failed: &[feedback::FailedCall],
         results: &[feedback::ToolResultSeen],
@@ -82,7 +102,7 @@ impl Conversation {
             .filter(|call| !call.missing.is_empty())
             .collect();
         if !missing.is_empty() {
-            let line = script.and_then(|script| script_notes::failing_line(message, script));
+            let line = script.and_then(|script| script_notes::failing_line(error.facts, script));
             let section = feedback::missing_arguments(
                 &self.prompts,
                 &missing,
@@ -205,20 +225,26 @@ impl Conversation {
     pub(super) fn account_for_uncaught_tool_error(
         &mut self,
         text: &mut String,
-        message: &str,
+        error: &Failure<'_>,
         script: Option<&str>,
     ) -> bool {
         if !self.rule_on(Rule::CatchToolErrors) {
             return false;
         }
-        if self.language() != data_paths::Language::Python || !message.contains("ToolError") {
+        if self.language() != data_paths::Language::Python
+            || !matches!(
+                error.facts.map(|facts| &facts.kind),
+                Some(ErrorKind::ToolError)
+            )
+        {
             return false;
         }
         let Some(script) = script else {
             return false;
         };
         // The line as written, indent and all: the catch goes where it was.
-        let Some(number) = script_notes::failing_line(message, script).map(|(number, _)| number)
+        let Some(number) =
+            script_notes::failing_line(error.facts, script).map(|(number, _)| number)
         else {
             return false;
         };
@@ -257,13 +283,14 @@ impl Conversation {
     pub(super) fn account_for_missing_file(
         &self,
         text: &mut String,
-        message: &str,
+        error: &Failure<'_>,
         script: Option<&str>,
     ) -> bool {
         if !self.rule_on(Rule::FilesThroughTools) {
             return false;
         }
-        if self.language() != data_paths::Language::Python || !message.contains("FileNotFoundError")
+        if self.language() != data_paths::Language::Python
+            || error.engine_kind() != "FileNotFoundError"
         {
             return false;
         }
@@ -284,7 +311,7 @@ impl Conversation {
             return false;
         };
         let rewritten = script.and_then(|script| {
-            let (number, _) = script_notes::failing_line(message, script)?;
+            let (number, _) = script_notes::failing_line(error.facts, script)?;
             file_stubs::open_in_place_of(script, number, tool, signature)
         });
         let section = self.prompts.render(
@@ -309,15 +336,16 @@ impl Conversation {
     pub(super) fn account_for_map_as_number(
         &mut self,
         text: &mut String,
-        message: &str,
+        error: &Failure<'_>,
         script: Option<&str>,
         results: &[feedback::ToolResultSeen],
     ) -> bool {
+        let message = error.message;
         if !self.rule_on(Rule::MapsAsNumbers) {
             return false;
         }
         let Some((number, line)) =
-            script.and_then(|script| script_notes::failing_line(message, script))
+            script.and_then(|script| script_notes::failing_line(error.facts, script))
         else {
             return false;
         };
@@ -353,10 +381,11 @@ impl Conversation {
     pub(super) fn account_for_misread_data(
         &self,
         text: &mut String,
-        message: &str,
+        error: &Failure<'_>,
         script: Option<&str>,
         results: &[feedback::ToolResultSeen],
     ) -> bool {
+        let message = error.message;
         if !self.rule_on(Rule::MisreadData) {
             return false;
         }
@@ -379,7 +408,7 @@ impl Conversation {
             .cloned()
             .collect();
         let language = self.language();
-        let line = script_notes::failing_line(message, script).map(|(number, _)| number);
+        let line = script_notes::failing_line(error.facts, script).map(|(number, _)| number);
         let found = data_paths::misreading(script, message, line, &results, language)
             .or_else(|| data_paths::header_misreading(script, message, all_results, language));
         if let Some(found) = found {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::agent::coach::SmallModelCoach;
+use crate::agent::test_errors as te;
 use crate::chat::{ContentBlock, Role};
 use crate::output::spec::RefusedBy;
 use codeact_runtime::LimitKind;
@@ -751,7 +752,12 @@ fn an_error_quotes_the_line_it_points_at() {
     c.on_reply(&reply(
         "```rhai\nlet a = [1];\nlet b = a[14];\nfinal_result(b)\n```",
     ));
-    let error = ScriptError::thrown("Array index 14 out of bounds (line 2, position 9)");
+    let error = te::out_of_bounds(
+        "Array index 14 out of bounds (line 2, position 9)",
+        Some(14),
+        None,
+        Some(2),
+    );
     c.on_completion(&Err(error), &logs());
     let text = feedback::without_nonces(&last_feedback(&c));
     assert!(
@@ -765,7 +771,7 @@ fn an_error_quotes_the_line_it_points_at() {
 #[test]
 fn the_same_failing_script_twice_gets_a_different_sharper_feedback() {
     let mut c = conversation(LoopConfig::default());
-    let error = || ScriptError::thrown("x is not defined");
+    let error = || te::undefined("x is not defined", "x", None);
     c.on_reply(&reply("```rhai\nfinal_result(x)\n```"));
     c.on_completion(&Err(error()), &logs());
     let first = last_feedback(&c);
@@ -814,7 +820,10 @@ fn a_script_that_redefines_a_helper_or_a_tool_is_told_to_call_it() {
     c.on_reply(&reply(
         "```rhai\ndef read_file(name):\n    return open(name).read()\nread_file('a')\n```",
     ));
-    c.on_completion(&Err(ScriptError::thrown("FileNotFoundError")), &logs());
+    c.on_completion(
+        &Err(te::named("FileNotFoundError", "FileNotFoundError", None)),
+        &logs(),
+    );
     let text = last_feedback(&c);
     assert!(
             text.starts_with("Note: your script defines `read_file`, which the host already provides: do not define it, call it as `read_file(name=string)`."),
@@ -884,7 +893,11 @@ fn a_failed_import_names_the_hosts_tools_outside_the_fence() {
         "get_weather(city=string)".to_string(),
     )]);
     c.on_reply(&reply("```rhai\nimport requests\n```"));
-    let error = ScriptError::thrown("ModuleNotFoundError: No module named 'requests'");
+    let error = te::named(
+        "ModuleNotFoundError: No module named 'requests'",
+        "ModuleNotFoundError",
+        None,
+    );
     c.on_completion(&Err(error), &logs());
     let outside = outside_fences(&last_feedback(&c));
     assert!(
@@ -968,7 +981,7 @@ fn rows_a_kept_stub_made_of_a_files_text_are_not_called_that_text() {
             json!("product,quantity,unit_price\nlamp,3,19.5\n"),
         )]);
         c.on_completion(
-                &thrown(&format!("Traceback (most recent call last):\n  File \"<script>\", line {line}, in <module>\n    total = sum(float(row[0]) * float(row[1]) for row in sales)\nValueError: could not convert string to float: 'product'")),
+                &Err(te::named(&format!("Traceback (most recent call last):\n  File \"<script>\", line {line}, in <module>\n    total = sum(float(row[0]) * float(row[1]) for row in sales)\nValueError: could not convert string to float: 'product'"), "ValueError", u32::try_from(line).ok())),
                 &logs(),
             );
         last_feedback(&c)
@@ -1003,7 +1016,7 @@ fn a_value_converted_from_the_wrong_column_is_told_its_column_and_the_header() {
         json!("product,quantity,unit_price\nlamp,3,19.5\ndesk,1,120.0\n"),
     )]);
     c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 2, in <module>\nValueError: could not convert string to float: 'lamp'"),
+            &Err(te::named("Traceback (most recent call last):\n  File \"<script>\", line 2, in <module>\nValueError: could not convert string to float: 'lamp'", "ValueError", Some(2))),
             &logs(),
         );
     let text = last_feedback(&c);
@@ -1026,8 +1039,10 @@ fn a_value_converted_from_the_wrong_column_is_told_its_column_and_the_header() {
             json!("a,b\nx,1\n2,x\n3,1\n"),
         )]);
         c.on_completion(
-            &thrown(&format!(
-                "ValueError: could not convert string to float: {quoted}"
+            &Err(te::named(
+                &format!("ValueError: could not convert string to float: {quoted}"),
+                "ValueError",
+                None,
             )),
             &logs(),
         );
@@ -1128,7 +1143,15 @@ fn a_python_stub_that_read_a_file_stays_as_its_reading_of_the_tools_text() {
                 code: "import csv\n\ndef read_file(name=\"sales.csv\", _host_tool=read_file): return list(csv.reader(_host_tool(name=name).splitlines()))\n\n\n\nrows = read_file()\nfinal_result(len(rows))".into()
             }
         );
-    c.on_completion(&thrown("IndexError: list index out of range"), &logs());
+    c.on_completion(
+        &Err(te::out_of_bounds(
+            "IndexError: list index out of range",
+            None,
+            None,
+            None,
+        )),
+        &logs(),
+    );
     let text = last_feedback(&c);
     assert!(
             text.starts_with("Note: your script defined `read_file`, which the host already provides, so the host ran your definition with its `read_file` in place of `open`"),
@@ -1282,9 +1305,7 @@ fn replaying_the_events_of_a_conversation_rebuilds_its_progress() {
     events.extend(c.on_reply(&reply("```rhai\nfinal_result(5)\n```")).events);
     events.extend(c.on_check(json!(5), &refused("not 5")).events);
     events.extend(c.on_reply(&reply("```rhai\nlet x = ;\n```")).events);
-    let error = ScriptError::Syntax {
-        message: "unexpected ;".into(),
-    };
+    let error = ScriptError::syntax("unexpected ;");
     events.extend(c.on_completion(&Err(error), &logs()).0.events);
     let replayed = Progress::replayed(&events);
     assert_eq!(&replayed, c.progress());

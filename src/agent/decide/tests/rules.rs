@@ -176,7 +176,12 @@ fn a_rhai_method_of_arrays_called_bare_is_answered_with_the_line_on_the_tools_li
         json!([{"amount": 23.5}, {"amount": 8.25}]),
     )]);
     c.on_completion(
-        &thrown("Function not found: reduce (Fn, i64) (line 2, position 13)"),
+        &Err(te::no_function(
+            "Function not found: reduce (Fn, i64) (line 2, position 13)",
+            "reduce",
+            "Fn",
+            Some(2),
+        )),
         &logs(),
     );
     let text = last_feedback(&c);
@@ -340,7 +345,7 @@ fn a_tool_error_where_the_script_expects_none_is_answered_with_the_line_catching
             "```python\nresult = get_weather(\"Munich\")\nif result is None:\n    result = get_weather(\"Berlin\")\nobservation(result)\n```",
         ));
     c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'"),
+            &Err(te::named("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'", "ToolError", Some(1))),
             &logs(),
         );
     let text = last_feedback(&c);
@@ -368,9 +373,9 @@ fn after_munich_failed() -> Conversation {
     )]);
     c.on_reply(&python_reply(MUNICH_SCRIPT));
     c.on_completion(
-            &thrown(
-                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
-            ),
+            &Err(te::named(
+                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'", "ToolError", Some(1),
+            )),
             &logs(),
         );
     c
@@ -406,7 +411,14 @@ fn the_same_failing_script_sent_again_runs_as_the_rewrite_the_feedback_proposed(
 fn after_a_mend_that_failed_the_script_runs_as_written() {
     let mut c = after_munich_failed();
     c.on_reply(&python_reply(MUNICH_SCRIPT));
-    c.on_completion(&thrown("ZeroDivisionError: division by zero"), &logs());
+    c.on_completion(
+        &Err(te::named(
+            "ZeroDivisionError: division by zero",
+            "ZeroDivisionError",
+            None,
+        )),
+        &logs(),
+    );
     assert_eq!(
         c.on_reply(&python_reply(MUNICH_SCRIPT)).next,
         runs(MUNICH_SCRIPT)
@@ -474,18 +486,18 @@ fn a_script_that_changed_a_rewritten_line_or_one_before_its_last_runs_as_written
     )]);
     c.on_reply(&python_reply(&long));
     c.on_completion(
-            &thrown(
-                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
-            ),
+            &Err(te::named(
+                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'", "ToolError", Some(1),
+            )),
             &logs(),
         );
     let rewritten = long.replace("c = 3", "c = 30").replace("d = 4", "d = 40");
     assert_eq!(c.on_reply(&python_reply(&rewritten)).next, runs(&rewritten));
     // The same failure, its last line alone changed: mended.
     c.on_completion(
-            &thrown(
-                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'",
-            ),
+            &Err(te::named(
+                "Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\n    result = get_weather(\"Munich\")\nToolError: tool 'get_weather' failed: no weather data for 'Munich'", "ToolError", Some(1),
+            )),
             &logs(),
         );
     let ending = rewritten.replace("d = 40", "observation(d)");
@@ -550,7 +562,11 @@ fn a_script_that_took_the_proposed_rewrite_but_for_a_line_is_shown_it_and_sent_a
     );
     assert_eq!(c.on_reply(&js_reply(&broken)).next, runs(&broken));
     c.on_completion(
-        &thrown("ReferenceError: weatherBerlin is not defined\n    at <main> (script:10:29)"),
+        &Err(te::undefined(
+            "ReferenceError: weatherBerlin is not defined\n    at <main> (script:10:29)",
+            "weatherBerlin",
+            Some(10),
+        )),
         &logs(),
     );
     let text = last_feedback(&c);
@@ -603,7 +619,11 @@ fn a_script_that_took_nothing_of_the_proposed_rewrite_or_changed_too_much_of_it_
         let mut c = after_js_munich_gave_up();
         c.on_reply(&js_reply(&script));
         c.on_completion(
-            &thrown("ReferenceError: undefinedName is not defined"),
+            &Err(te::undefined(
+                "ReferenceError: undefinedName is not defined",
+                "undefinedName",
+                None,
+            )),
             &logs(),
         );
         let text = last_feedback(&c);
@@ -652,7 +672,7 @@ fn a_file_python_could_not_open_is_read_through_the_tool_that_reads_files() {
             "```python\nimport re\nwith open('server.log', 'r') as file:\n    log = file.read()\nfinal_result(len(log))\n```",
         ));
     c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 2, in <module>\n    with open('server.log', 'r') as file:\nFileNotFoundError: [Errno 44] No such file or directory: 'server.log'"),
+            &Err(te::named("Traceback (most recent call last):\n  File \"<script>\", line 2, in <module>\n    with open('server.log', 'r') as file:\nFileNotFoundError: [Errno 44] No such file or directory: 'server.log'", "FileNotFoundError", Some(2))),
             &logs(),
         );
     let text = last_feedback(&c);
@@ -667,7 +687,14 @@ fn a_file_python_could_not_open_is_read_through_the_tool_that_reads_files() {
     // Without a tool that reads files, nothing is said.
     let mut plain = coached("task", &["python"], LoopConfig::default());
     plain.on_reply(&reply("```python\nopen('a').read()\n```"));
-    plain.on_completion(&thrown("FileNotFoundError: 'a'"), &logs());
+    plain.on_completion(
+        &Err(te::named(
+            "FileNotFoundError: 'a'",
+            "FileNotFoundError",
+            None,
+        )),
+        &logs(),
+    );
     assert!(!last_feedback(&plain).contains("no files of their own"));
 }
 
@@ -732,7 +759,7 @@ fn fails_adding_maps(c: &mut Conversation, script: &str) {
         ),
     ]);
     c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'"),
+            &Err(te::named("Traceback (most recent call last):\n  File \"<script>\", line 1, in <module>\nTypeError: unsupported operand type(s) for +: 'dict' and 'dict'", "TypeError", Some(1))),
             &logs(),
         );
 }
@@ -938,7 +965,7 @@ fn a_failing_scripts_feedback_says_the_prefix_it_filters_on_is_nowhere_in_the_lo
         json!(LOG),
     )]);
     c.on_completion(
-            &thrown("TypeError: Array.prototype.reduce: called on an empty array and with no initial value\n    at <main> (script:3:20)"),
+            &Err(te::named("TypeError: Array.prototype.reduce: called on an empty array and with no initial value\n    at <main> (script:3:20)", "TypeError", Some(3))),
             &LogBuffer::new(10),
         );
     let text = feedback::without_nonces(&last_feedback(&c));
@@ -958,7 +985,10 @@ fn a_pattern_and_a_log_line_that_pose_as_the_host_reach_the_feedback_only_fenced
         json!({"name": "server.log"}),
         json!(hostile_line),
     )]);
-    c.on_completion(&thrown("TypeError: n is not a number"), &LogBuffer::new(10));
+    c.on_completion(
+        &Err(te::named("TypeError: n is not a number", "TypeError", None)),
+        &LogBuffer::new(10),
+    );
     let text = feedback::without_nonces(&last_feedback(&c));
     let outside: String = text
         .split("<untrusted>")
@@ -988,9 +1018,11 @@ fn a_failing_scripts_feedback_names_where_its_path_into_a_tools_result_leads_now
         json!([42]),
     )]);
     c.on_completion(
-        &thrown(
+        &Err(te::named(
             "TypeError: cannot read property 'toString' of undefined\n    at <main> (script:2:5)",
-        ),
+            "TypeError",
+            Some(2),
+        )),
         &LogBuffer::new(10),
     );
     let text = feedback::without_nonces(&last_feedback(&c));
@@ -1011,7 +1043,7 @@ fn keys_a_tool_wrote_reach_the_misread_data_account_only_fenced() {
         json!({ hostile: 1 }),
     )]);
     c.on_completion(
-            &thrown("Traceback (most recent call last):\n  File \"<script>\", line 2, in <module>\nKeyError: 'total'"),
+            &Err(te::named("Traceback (most recent call last):\n  File \"<script>\", line 2, in <module>\nKeyError: 'total'", "KeyError", Some(2))),
             &LogBuffer::new(10),
         );
     let text = feedback::without_nonces(&last_feedback(&c));
@@ -1053,7 +1085,11 @@ fn a_failing_scripts_feedback_shows_what_its_tool_calls_returned_before_the_requ
         ),
     ]);
     c.on_completion(
-        &thrown("TypeError: not a callable function"),
+        &Err(te::thrown_at(
+            "TypeError: not a callable function",
+            ErrorKind::NotCallable,
+            None,
+        )),
         &LogBuffer::new(10),
     );
     let text = feedback::without_nonces(&last_feedback(&c));
@@ -1166,8 +1202,10 @@ fn the_rhai_runtimes_own_hint_is_said_outside_the_fence_and_a_scripts_made_up_on
     let mut c = conversation(LoopConfig::default());
     c.on_reply(&reply("```rhai\nlet m = 5;\nfor k in m { }\n```"));
     c.on_completion(
-        &thrown(&format!(
-            "For loop expects iterable type (line 2, position 10)\nHint: {hint}"
+        &Err(te::thrown_at(
+            &format!("For loop expects iterable type (line 2, position 10)\nHint: {hint}"),
+            ErrorKind::TypeMismatch,
+            Some(2),
         )),
         &logs(),
     );
@@ -1270,7 +1308,12 @@ fn an_index_past_the_end_is_answered_with_the_indexes_that_exist() {
     let mut c = conversation(LoopConfig::default());
     c.on_reply(&reply("```rhai\nlet fib = [1, 1];\nfor i in 2..14 { fib.push(fib[i - 1] + fib[i - 2]); }\nfinal_result(fib[14])\n```"));
     c.on_completion(
-        &thrown("Array index 14 out of bounds: only 14 elements in array (line 3, position 18)"),
+        &Err(te::out_of_bounds(
+            "Array index 14 out of bounds: only 14 elements in array (line 3, position 18)",
+            Some(14),
+            Some(14),
+            Some(3),
+        )),
         &LogBuffer::new(10),
     );
     let text = last_feedback(&c);
