@@ -66,16 +66,18 @@ fn tools() -> Vec<Tool> {
         },
     )
     .with_parameters(object(json!({"city": {"type": "string"}}), &["city"]));
-    let price = Tool::from_fn("price", "The price of one unit of an item, in euros.", |args| {
-        match text_arg(&args, "item")?.as_str() {
+    let price = Tool::from_fn(
+        "price",
+        "The price of one unit of an item, in euros.",
+        |args| match text_arg(&args, "item")?.as_str() {
             "bread" => Ok(json!(1.2)),
             "milk" => Ok(json!(0.95)),
             "eggs" => Ok(json!(1.7)),
             other => Err(ToolError::new(format!(
                 "unknown item '{other}'; items: bread, milk, eggs"
             ))),
-        }
-    })
+        },
+    )
     .with_parameters(object(json!({"item": {"type": "string"}}), &["item"]));
     let orders = Tool::from_fn(
         "orders",
@@ -89,38 +91,50 @@ fn tools() -> Vec<Tool> {
         },
     )
     .with_parameters(object(json!({}), &[]));
-    let user = Tool::from_fn("user", "The directory's record of a user, by id.", |args| {
-        match args.get("id").and_then(Value::as_i64) {
+    let user = Tool::from_fn(
+        "user",
+        "The directory's record of a user, by id.",
+        |args| match args.get("id").and_then(Value::as_i64) {
             Some(7) => Ok(json!({"id": 7, "name": "Mia Chen", "email": "mia@example.org"})),
             Some(other) => Err(ToolError::new(format!("no user with id {other}"))),
             None => Err(ToolError::new("`id` must be an integer")),
-        }
-    })
+        },
+    )
     .with_parameters(object(json!({"id": {"type": "integer"}}), &["id"]));
-    let note = Tool::from_fn("note", "The text of a named note.", |args| {
-        match text_arg(&args, "name")?.as_str() {
-            "meeting.txt" => Ok(json!(
-                "Moved: the quarterly review is now on Thursday, 10:00, room B. Bring the figures."
-            )),
-            other => Err(ToolError::new(format!("no note '{other}'; notes: meeting.txt"))),
-        }
+    let note = Tool::from_fn("note", "The text of a named note.", |args| match text_arg(
+        &args, "name",
+    )?
+    .as_str()
+    {
+        "meeting.txt" => Ok(json!(
+            "Moved: the quarterly review is now on Thursday, 10:00, room B. Bring the figures."
+        )),
+        other => Err(ToolError::new(format!(
+            "no note '{other}'; notes: meeting.txt"
+        ))),
     })
     .with_parameters(object(json!({"name": {"type": "string"}}), &["name"]));
-    let stock = Tool::from_fn("stock", "Units in stock of a SKU (upper case).", |args| {
-        match text_arg(&args, "sku")?.as_str() {
-            "X-1" => Ok(json!(12)),
-            other => Err(ToolError::new(format!(
-                "unknown sku '{other}'; SKUs are upper case, such as X-1"
-            ))),
-        }
-    })
-    .with_parameters(object(json!({"sku": {"type": "string"}}), &["sku"]));
+    let stock =
+        Tool::from_fn(
+            "stock",
+            "Units in stock of a SKU (upper case).",
+            |args| match text_arg(&args, "sku")?.as_str() {
+                "X-1" => Ok(json!(12)),
+                other => Err(ToolError::new(format!(
+                    "unknown sku '{other}'; SKUs are upper case, such as X-1"
+                ))),
+            },
+        )
+        .with_parameters(object(json!({"sku": {"type": "string"}}), &["sku"]));
     vec![weather, price, orders, user, note, stock]
 }
 
 /// The code of a reply's fenced block, as the loop should run it.
 fn fenced_code(reply: &str) -> String {
-    let body = reply.split("```").nth(1).expect("every corpus reply has a fenced block");
+    let body = reply
+        .split("```")
+        .nth(1)
+        .expect("every corpus reply has a fenced block");
     let (_tag, code) = body.split_once('\n').expect("the fence has a tag line");
     code.trim_end().to_owned()
 }
@@ -154,7 +168,10 @@ async fn replay_untouched(case: &Case) -> Vec<String> {
             match &result.outcome {
                 Outcome::FinalResult { value } => {
                     if !same_answer(value, &case.answer, case.tolerance) {
-                        problems.push(format!("answer changed: {value} instead of {}", case.answer));
+                        problems.push(format!(
+                            "answer changed: {value} instead of {}",
+                            case.answer
+                        ));
                     }
                 }
                 other => problems.push(format!("ended with {other:?}")),
@@ -210,11 +227,15 @@ fn the_corpus_covers_every_kind_of_competent_reply_on_three_runtimes() {
         "answer found nowhere in the data",
         "a tool error handled in the script",
     ] {
-        assert!(cases.iter().any(|c| c.covers == kind), "no case covers {kind}");
+        assert!(
+            cases.iter().any(|c| c.covers == kind),
+            "no case covers {kind}"
+        );
     }
     for case in &cases {
         assert!(
-            case.id.starts_with(&format!("{}__", case.runtime.trim_start_matches("wasm:"))),
+            case.id
+                .starts_with(&format!("{}__", case.runtime.trim_start_matches("wasm:"))),
             "{} is not named runtime__case",
             case.id
         );
@@ -230,5 +251,10 @@ async fn every_competent_reply_passes_the_default_loop_untouched() {
             failures.push(format!("{}: {}", case.id, problems.join("; ")));
         }
     }
-    assert!(failures.is_empty(), "{} case(s) not passed untouched:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} case(s) not passed untouched:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
