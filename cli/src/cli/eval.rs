@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use super::printer::terminal_safe;
 use super::{EXIT_HOST_FAILURE, EXIT_OK, LimitArgs, host_runtime, usage_error};
 use crate::eval::record::{file_safe, load_records, next_run};
-use crate::eval::{EvalTask, EvalRecord, TaskRecord, is_right, load_tasks, render_report};
+use crate::eval::{EvalRecord, EvalTask, TaskRecord, is_right, load_tasks, render_report};
 use codeact::agent::Agent;
 use codeact::agent::LoopConfig;
 use codeact::agent::Outcome;

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::config::Caller;
 use super::runs::{Job, OutputRequest, Runs, awaited_call};
-use super::store::{Created, StoredRun, Status, StoreError};
+use super::store::{Created, Status, StoreError, StoredRun};
 
 /// Runs a page of `GET /runs` holds without `limit`.
 const DEFAULT_PAGE: u32 = 20;

@@ -23,7 +23,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::config::{OfferedAgent, ServeConfig};
-use super::store::{Ended, StoredRun, Status, Store};
+use super::store::{Ended, Status, Store, StoredRun};
 use codeact::agent::Outcome;
 use codeact::agent::ResumePoint;
 use codeact::agent::{Agent, AgentError, RunResult};
