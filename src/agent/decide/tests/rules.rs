@@ -443,8 +443,7 @@ fn the_failed_script_with_its_last_line_changed_after_the_rewrite_ran_runs_with_
     c.on_reply(&python_reply(MUNICH_SCRIPT));
     c.on_completion(&Ok(berlin), &logs());
     // The whole-script offer's last line taken into the script that
-    // failed, without the catch that made it run (the evaluation's
-    // `munich-or-berlin`, CPython, label `whole-offer`).
+    // failed, without the catch that made it run.
     let finishing =
         MUNICH_SCRIPT.replace("observation(result)", "final_result(result[\"temp_c\"])");
     let mended = "try:\n    result = get_weather(\"Munich\")\nexcept ToolError:\n    result = None\nif result is None:\n    result = get_weather(\"Berlin\")\nfinal_result(result[\"temp_c\"])";
@@ -517,9 +516,8 @@ fn another_script_after_a_proposed_rewrite_runs_as_written() {
     assert_eq!(c.on_reply(&python_reply(other)).next, runs(other));
 }
 
-/// The local model's `munich-or-berlin` script (JavaScript, label
-/// `chain`): its fallback tests the tool's value, which never comes back
-/// empty, and its `catch` block gives up.
+/// A script whose fallback tests the tool's value, which never comes back
+/// empty, while its `catch` block gives up.
 const JS_MUNICH_SCRIPT: &str = "try {\n  const weather = tools.get_weather({city: \"Munich\"});\n  if (weather) {\n    observation(weather.temp_c);\n  } else {\n    const weatherBerlin = tools.get_weather({city: \"Berlin\"});\n    observation(weatherBerlin.temp_c);\n  }\n} catch (e) {\n  error(e.message);\n}";
 
 /// [`JS_MUNICH_SCRIPT`] as the host proposed it, with the fallback in
