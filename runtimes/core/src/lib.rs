@@ -48,6 +48,7 @@ pub use runtime::{
 pub use snapshot::{Snapshot, SnapshotError};
 pub use spelling::{MAX_WRITTEN_NAME, SpelledTools, Spelling, Written, WrittenName};
 pub use tools::{
-    HELPER_NAMES, NoTools, SignatureField, ToolDispatch, ToolError, ToolSpec, compact_type,
-    is_identifier, is_member_name, is_namespace_name, namespaces, rhai_member,
+    HELPER_NAMES, NoTools, PARALLEL_CALLS, SignatureField, ToolCall, ToolDispatch, ToolError,
+    ToolSpec, call_on_threads, compact_type, is_identifier, is_member_name, is_namespace_name,
+    namespaces, rhai_member,
 };

@@ -20,6 +20,7 @@ mod convert;
 mod engine;
 mod errors;
 mod memory_meter;
+mod parallel;
 mod run_state;
 mod semicolons;
 mod session;
