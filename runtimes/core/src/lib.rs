@@ -25,6 +25,7 @@ mod spelling;
 mod tools;
 
 pub mod call_deadline;
+pub mod js_await;
 pub mod js_errors;
 pub mod js_hoist;
 pub mod text;
