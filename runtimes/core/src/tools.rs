@@ -575,20 +575,28 @@ pub fn call_on_threads<T: ToolDispatch + ?Sized>(
     while calls.peek().is_some() {
         let wave: Vec<ToolCall> = calls.by_ref().take(PARALLEL_CALLS).collect();
         std::thread::scope(|scope| {
-            let running: Vec<_> = wave
-                .into_iter()
-                .map(|call| {
-                    scope.spawn(move || {
-                        let call_it = || tools.call(&call.name, call.args);
-                        match deadline {
-                            Some(deadline) => crate::call_deadline::within(deadline, call_it),
-                            None => call_it(),
-                        }
-                    })
-                })
-                .collect();
-            for thread in running {
-                results.push(thread.join().unwrap_or_else(|_| {
+            // A call whose thread the OS (or a WebAssembly guest, which has
+            // none) refuses runs on this thread, after the others started.
+            let mut running = Vec::with_capacity(wave.len());
+            for call in wave {
+                let call = std::sync::Arc::new(std::sync::Mutex::new(Some(call)));
+                let taken = call.clone();
+                let spawned = std::thread::Builder::new().spawn_scoped(scope, move || {
+                    let call = taken.lock().ok().and_then(|mut slot| slot.take());
+                    call.map(|call| call_before(tools, call, deadline))
+                });
+                running.push((call, spawned.ok()));
+            }
+            for (call, thread) in running {
+                let result = match thread {
+                    Some(thread) => thread.join().ok().flatten(),
+                    None => call
+                        .lock()
+                        .ok()
+                        .and_then(|mut slot| slot.take())
+                        .map(|call| call_before(tools, call, deadline)),
+                };
+                results.push(result.unwrap_or_else(|| {
                     Err(ToolError::new(
                         "the tool failed inside the host (it panicked); its result is lost",
                     ))
@@ -597,6 +605,19 @@ pub fn call_on_threads<T: ToolDispatch + ?Sized>(
         });
     }
     results
+}
+
+/// `tools.call` for `call`, under `deadline` as the script's.
+fn call_before<T: ToolDispatch + ?Sized>(
+    tools: &T,
+    call: ToolCall,
+    deadline: Option<std::time::Instant>,
+) -> Result<Value, ToolError> {
+    let call_it = || tools.call(&call.name, call.args);
+    match deadline {
+        Some(deadline) => crate::call_deadline::within(deadline, call_it),
+        None => call_it(),
+    }
 }
 
 /// No tools at all: every call is an error saying so.
