@@ -43,8 +43,8 @@ pub use interrupt::Interrupt;
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
 pub use runtime::{
-    ErrorFacts, ErrorKind, HostError, RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED,
-    ScriptError, Session,
+    ErrorFacts, ErrorKind, HostError, ParallelCalls, RunOutcome, Runtime, RuntimeInfo,
+    SESSION_RESTARTED, ScriptError, Session,
 };
 pub use snapshot::{Snapshot, SnapshotError};
 pub use spelling::{MAX_WRITTEN_NAME, SpelledTools, Spelling, Written, WrittenName};

@@ -70,6 +70,7 @@ static INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["rhai"],
     card_template: CARD_TEMPLATE,
     enforcement: engine::ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 impl RhaiRuntime {
