@@ -237,11 +237,17 @@ fn collect_after_large_replies(reply_bytes: usize) {
 /// its value or error message out.
 pub type ToolCaller = fn(&str, Value) -> Result<Value, String>;
 
+/// The calls a script driven in place waits on together, each `(name,
+/// arguments)`: each one's value or error message out, in order.
+pub type BatchCaller = fn(&[(String, Value)]) -> Vec<Result<Value, String>>;
+
 /// The transport of a context driven in place, for one run: tool calls go to
 /// `call_tool`, whose answer waits in `pending` for the engine to read; printed
 /// text is kept in `printed`.
 pub(crate) struct InPlace {
     pub call_tool: ToolCaller,
+    /// Where a batch goes, if anywhere; else to `call_tool`, call by call.
+    pub call_tools: Option<BatchCaller>,
     pub pending: Option<Request>,
     pub printed: String,
 }
@@ -588,10 +594,18 @@ fn call_many(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResu
     JsValue::from_json(&Value::Array(answers), context)
 }
 
-/// A batch made one call after another by a context driven in place, whose
-/// caller makes one call at a time; `None` when not driven in place.
+/// A batch made by a context driven in place: by its batch caller, or one
+/// call after another; `None` when not driven in place.
 fn calls_in_place(calls: &[codeact_runtime::ToolCall]) -> Option<Vec<Result<Value, String>>> {
-    let call_tool = IN_PLACE.with(|slot| slot.borrow().as_ref().map(|s| s.call_tool))?;
+    let (call_tool, call_tools) =
+        IN_PLACE.with(|slot| slot.borrow().as_ref().map(|s| (s.call_tool, s.call_tools)))?;
+    if let Some(call_tools) = call_tools {
+        let batch: Vec<(String, Value)> = calls
+            .iter()
+            .map(|call| (call.name.clone(), call.args.clone()))
+            .collect();
+        return Some(call_tools(&batch));
+    }
     Some(
         calls
             .iter()

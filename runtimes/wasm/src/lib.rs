@@ -149,7 +149,7 @@ static RHAI_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["rhai"],
     card_template: codeact_rhai::CARD_TEMPLATE,
     enforcement: RHAI_GUEST_ENFORCEMENT,
-    parallel_calls: codeact_runtime::ParallelCalls::OneAtATime,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 /// How the Boa guest enforces each limit: wasmtime, and Boa's own counters.
@@ -194,7 +194,7 @@ static BOA_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["js", "javascript"],
     card_template: include_str!("../prompts/wasm-boa.md"),
     enforcement: BOA_GUEST_ENFORCEMENT,
-    parallel_calls: codeact_runtime::ParallelCalls::OneAtATime,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 /// How the QuickJS guest built here enforces each limit: QuickJS's own checks
