@@ -47,14 +47,31 @@ fn slow_tool(spans: Spans, calls: Arc<AtomicUsize>) -> Tool {
 /// The script that makes `slow(1)` … `slow(10)` at once and answers with
 /// their results, in each runtime's words.
 fn ten_at_once(runtime: &str) -> String {
-    match runtime {
+    match language(runtime) {
         "rhai" => "```rhai\nlet got = parallel([|| slow(1), || slow(2), || slow(3), || slow(4), || slow(5), || slow(6), || slow(7), || slow(8), || slow(9), || slow(10)]);\nfinal_result(got)\n```".into(),
         "js" => "```javascript\nconst got = await Promise.all([1, 2, 3, 4, 5, 6, 7, 8, 9, 10].map((n) => tools.slow({n})));\nfinal_result(got)\n```".into(),
         _ => "```python\nimport asyncio\ngot = await asyncio.gather(*[slow(n) for n in range(1, 11)])\nfinal_result(list(got))\n```".into(),
     }
 }
 
-const RUNTIMES: [&str; 3] = ["rhai", "js", "wasm:python"];
+/// Every runtime whose calls of a batch the host makes together.
+const RUNTIMES: [&str; 6] = [
+    "rhai",
+    "js",
+    "js-in-process",
+    "wasm:python",
+    "wasm:rhai",
+    "wasm:boa",
+];
+
+/// The language `runtime` takes, as this file's scripts are keyed.
+fn language(runtime: &str) -> &'static str {
+    match runtime {
+        "rhai" | "wasm:rhai" => "rhai",
+        "js" | "js-in-process" | "wasm:boa" => "js",
+        _ => "python",
+    }
+}
 
 fn events_into(events: &Arc<Mutex<Vec<Event>>>) -> codeact::agent::Listener {
     let recorded = events.clone();
@@ -123,11 +140,16 @@ async fn each_call_of_a_batch_goes_to_the_approver_and_a_denied_one_fails_alone(
             "```javascript\nconst got = await Promise.allSettled([tools.slow({n: 1}), tools.slow({n: 2}), tools.slow({n: 3})]);\nfinal_result(got.map((r) => r.status === 'fulfilled' ? r.value : 'denied'))\n```",
         ),
         (
-            "wasm:python",
+            "python",
             "```python\nimport asyncio\ngot = await asyncio.gather(slow(1), slow(2), slow(3), return_exceptions=True)\nfinal_result([g if isinstance(g, int) else 'denied' for g in got])\n```",
         ),
     ];
-    for (name, script) in scripts {
+    for name in RUNTIMES {
+        let script = scripts
+            .iter()
+            .find(|(lang, _)| *lang == language(name))
+            .map(|(_, script)| *script)
+            .expect("a script");
         let asked: Arc<Mutex<Vec<Value>>> = Arc::default();
         let seen = asked.clone();
         let approver = Approver::new(move |request: ApprovalRequest| {
@@ -195,7 +217,7 @@ async fn a_resumed_run_replays_a_batch_from_the_transcript_without_calling_again
         assert_eq!(calls.load(Ordering::SeqCst), 10, "{name}");
         let events = events.lock().expect("unpoisoned").clone();
         let point = ResumePoint::from_events(&events).expect("resumable");
-        let answer = match name {
+        let answer = match language(name) {
             "rhai" => "```rhai\nfinal_result(got[9])\n```",
             "js" => "```javascript\nfinal_result(got[9])\n```",
             _ => "```python\nfinal_result(got[9])\n```",
