@@ -219,10 +219,8 @@ pub fn rewrite_top_level_await(script: &str) -> AwaitRewrite {
                     frames.push(Frame::ArrowExpression);
                 }
             }
-            Kind::Punct(b',' | b';') => {
-                if frames.last() == Some(&Frame::ArrowExpression) {
-                    frames.pop();
-                }
+            Kind::Punct(b',' | b';') if frames.last() == Some(&Frame::ArrowExpression) => {
+                frames.pop();
             }
             Kind::Newline => {
                 let goes_on = tokens.get(at + 1).is_some_and(|next| {

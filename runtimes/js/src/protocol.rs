@@ -92,6 +92,8 @@ pub(crate) struct ToolAnswer {
 }
 
 impl ToolAnswer {
+    // Made by the session's side, which a WebAssembly build leaves out.
+    #[cfg_attr(target_family = "wasm", allow(dead_code))]
     pub(crate) fn from_result(result: Result<Value, String>) -> Self {
         match result {
             Ok(value) => Self {

@@ -28,7 +28,7 @@ impl Slow {
     }
 
     fn calls(&self) -> usize {
-        self.spans.lock().unwrap().len()
+        self.spans.lock().expect("unpoisoned").len()
     }
 }
 
@@ -40,7 +40,10 @@ impl ToolDispatch for Slow {
     fn call(&self, _name: &str, args: Value) -> Result<Value, ToolError> {
         let start = Instant::now();
         std::thread::sleep(Duration::from_millis(200));
-        self.spans.lock().unwrap().push((start, Instant::now()));
+        self.spans
+            .lock()
+            .expect("unpoisoned")
+            .push((start, Instant::now()));
         let n = args["n"].as_i64().unwrap_or(0);
         if n < 0 {
             return Err(ToolError::new(format!("n is {n}")));
@@ -57,9 +60,17 @@ fn run(tools: Arc<Slow>, script: &str) -> Result<Value, String> {
 }
 
 fn overlapped(tools: &Slow) -> bool {
-    let spans = tools.spans.lock().unwrap();
-    let last_start = spans.iter().map(|(start, _)| *start).max().unwrap();
-    let first_end = spans.iter().map(|(_, end)| *end).min().unwrap();
+    let spans = tools.spans.lock().expect("unpoisoned");
+    let last_start = spans
+        .iter()
+        .map(|(start, _)| *start)
+        .max()
+        .expect("calls were made");
+    let first_end = spans
+        .iter()
+        .map(|(_, end)| *end)
+        .min()
+        .expect("calls were made");
     last_start < first_end
 }
 

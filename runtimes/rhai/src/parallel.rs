@@ -88,13 +88,16 @@ pub(crate) fn register(engine: &mut Engine, max_depth: usize) {
     );
 }
 
+/// A call of a batch: its tool's name, and what it returned (converted).
+type Answered = (String, Result<Dynamic, ToolError>);
+
 /// Records the calls of `items`, makes them together, and returns each
 /// call's tool name and result (converted), in order.
 fn run(
     ctx: &NativeCallContext,
     items: Array,
     max_depth: usize,
-) -> Result<Vec<(String, Result<Dynamic, ToolError>)>, Box<EvalAltResult>> {
+) -> Result<Vec<Answered>, Box<EvalAltResult>> {
     let usage = "parallel takes a list of closures, each making one tool call, like parallel([|| price(\"tea\"), || price(\"milk\")])";
     let tools = run_state::tools()
         .ok_or_else(|| thrown(ctx, "parallel is only available while a script runs".into()))?;

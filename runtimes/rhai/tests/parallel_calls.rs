@@ -35,7 +35,10 @@ impl ToolDispatch for Slow {
     fn call(&self, _name: &str, args: Value) -> Result<Value, ToolError> {
         let start = Instant::now();
         std::thread::sleep(Duration::from_millis(200));
-        self.spans.lock().unwrap().push((start, Instant::now()));
+        self.spans
+            .lock()
+            .expect("unpoisoned")
+            .push((start, Instant::now()));
         let n = args["n"].as_i64().unwrap_or(0);
         if n < 0 {
             return Err(ToolError::new(format!("n is {n}")));
@@ -60,10 +63,18 @@ fn ten_slow_calls_in_parallel_overlap_and_come_back_in_order() {
         run(tools.clone(), script),
         Ok(json!([10, 20, 30, 40, 50, 60, 70, 80, 90, 100]))
     );
-    let spans = tools.spans.lock().unwrap();
+    let spans = tools.spans.lock().expect("unpoisoned");
     assert_eq!(spans.len(), 10);
-    let last_start = spans.iter().map(|(start, _)| *start).max().unwrap();
-    let first_end = spans.iter().map(|(_, end)| *end).min().unwrap();
+    let last_start = spans
+        .iter()
+        .map(|(start, _)| *start)
+        .max()
+        .expect("calls were made");
+    let first_end = spans
+        .iter()
+        .map(|(_, end)| *end)
+        .min()
+        .expect("calls were made");
     assert!(
         last_start < first_end,
         "every call started before the first one ended"
@@ -118,7 +129,7 @@ fn a_closure_that_uses_its_result_or_makes_two_calls_or_none_is_refused_and_noth
         let error = run(tools.clone(), script).expect_err(script);
         assert!(error.contains(says), "{script}: {error}");
         assert!(
-            tools.spans.lock().unwrap().is_empty(),
+            tools.spans.lock().expect("unpoisoned").is_empty(),
             "{script} called a tool"
         );
     }

@@ -28,9 +28,17 @@ impl Slow {
     }
 
     fn overlapped(&self) -> bool {
-        let spans = self.spans.lock().unwrap();
-        let last_start = spans.iter().map(|(start, _)| *start).max().unwrap();
-        let first_end = spans.iter().map(|(_, end)| *end).min().unwrap();
+        let spans = self.spans.lock().expect("unpoisoned");
+        let last_start = spans
+            .iter()
+            .map(|(start, _)| *start)
+            .max()
+            .expect("calls were made");
+        let first_end = spans
+            .iter()
+            .map(|(_, end)| *end)
+            .min()
+            .expect("calls were made");
         spans.len() > 1 && last_start < first_end
     }
 }
@@ -43,7 +51,10 @@ impl ToolDispatch for Slow {
     fn call(&self, _name: &str, args: Value) -> Result<Value, ToolError> {
         let start = Instant::now();
         std::thread::sleep(Duration::from_millis(200));
-        self.spans.lock().unwrap().push((start, Instant::now()));
+        self.spans
+            .lock()
+            .expect("unpoisoned")
+            .push((start, Instant::now()));
         let n = args["n"].as_i64().unwrap_or(0);
         if n < 0 {
             return Err(ToolError::new(format!("n is {n}")));
@@ -142,7 +153,7 @@ fn calls_never_awaited_are_made_when_the_script_ends() {
         let tools = Slow::new();
         let script = "async def fire():\n    slow(1)\n    slow(2)\n    return 'sent'\nawait fire()";
         assert_eq!(run(runtime, tools.clone(), script), Ok(json!("sent")));
-        assert_eq!(tools.spans.lock().unwrap().len(), 2);
+        assert_eq!(tools.spans.lock().expect("unpoisoned").len(), 2);
     }
 }
 
