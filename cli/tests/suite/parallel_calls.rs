@@ -55,20 +55,21 @@ fn ten_at_once(runtime: &str) -> String {
 }
 
 /// Every runtime whose calls of a batch the host makes together.
-const RUNTIMES: [&str; 6] = [
+const RUNTIMES: [&str; 7] = [
     "rhai",
     "js",
     "js-in-process",
     "wasm:python",
     "wasm:rhai",
     "wasm:boa",
+    "wasm:js",
 ];
 
 /// The language `runtime` takes, as this file's scripts are keyed.
 fn language(runtime: &str) -> &'static str {
     match runtime {
         "rhai" | "wasm:rhai" => "rhai",
-        "js" | "js-in-process" | "wasm:boa" => "js",
+        "js" | "js-in-process" | "wasm:boa" | "wasm:js" => "js",
         _ => "python",
     }
 }

@@ -69,11 +69,7 @@ pub fn call_tools(calls: &[(String, Value)]) -> Vec<Result<Value, String>> {
         .map(|(name, args)| json!({"name": name, "args": args}))
         .collect();
     let request = Value::Array(request).to_string();
-    // SAFETY: the host reads `len` bytes at `request`, which this borrow keeps alive.
-    let len = unsafe { host::call_tools(request.as_ptr(), request.len()) };
-    let mut reply = vec![0u8; len];
-    // SAFETY: the host writes exactly the `len` bytes it announced into `reply`.
-    unsafe { host::take_reply(reply.as_mut_ptr()) };
+    let reply = call_tools_text(request.as_bytes());
     let failed = |message: String| calls.iter().map(|_| Err(message.clone())).collect();
     let mut reply: Value = match serde_json::from_slice(&reply) {
         Ok(reply) => reply,
@@ -95,6 +91,18 @@ pub fn call_tools(calls: &[(String, Value)]) -> Vec<Result<Value, String>> {
             None => Ok(result.get_mut("ok").map(Value::take).unwrap_or(Value::Null)),
         })
         .collect()
+}
+
+/// Sends a batch already written as JSON text (`[{"name", "args"}, …]`) and
+/// returns the host's reply as it sent it (`{"results": […]}` or `{"error":
+/// message}`).
+pub fn call_tools_text(request: &[u8]) -> Vec<u8> {
+    // SAFETY: the host reads `len` bytes at `request`, which this borrow keeps alive.
+    let len = unsafe { host::call_tools(request.as_ptr(), request.len()) };
+    let mut reply = vec![0u8; len];
+    // SAFETY: the host writes exactly the `len` bytes it announced into `reply`.
+    unsafe { host::take_reply(reply.as_mut_ptr()) };
+    reply
 }
 
 /// Sends a tool request already written as JSON text (`{"name", "args"}`)

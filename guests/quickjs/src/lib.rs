@@ -82,6 +82,11 @@ impl Engine {
                     "__codeact_call_tool",
                     Function::new(ctx.clone(), call_tool)?,
                 )?;
+                globals.set(
+                    "__codeact_call_tools",
+                    Function::new(ctx.clone(), call_tools)?,
+                )?;
+                globals.set("__codeact_settle", Function::new(ctx.clone(), settle)?)?;
                 globals.set("__codeact_log", Function::new(ctx.clone(), print)?)?;
                 globals.set("__codeact_eval", Function::new(ctx.clone(), eval_script)?)?;
                 globals.set(
@@ -150,8 +155,11 @@ impl Engine {
             let step = self.step.clone().restore(&ctx).map_err(|e| e.to_string())?;
             // Top-level `let` and `const` as `var`: a later script may declare
             // the same name again.
-            let script = codeact_runtime::js_hoist::hoist_top_level(script);
-            step.call::<_, String>((script,))
+            // `await` outside a function settled on the spot (see
+            // codeact_runtime::js_await).
+            let rewrite = codeact_runtime::js_await::rewrite_top_level_await(script);
+            let script = codeact_runtime::js_hoist::hoist_top_level(&rewrite.script);
+            step.call::<_, String>((script, rewrite.asynchronous))
                 .map_err(|e| exception(&ctx, e))
         });
         let refused = metered::take_refused();
@@ -241,6 +249,51 @@ fn call_tool<'js>(ctx: Ctx<'js>, request: String) -> rquickjs::Result<String> {
         return Err(interrupted(&ctx));
     }
     Ok(reply)
+}
+
+/// `__codeact_call_tools(request)`: the host's reply to a batch of calls it
+/// makes together (`[{"name", "args"}, …]` in, `{"results": […]}` out, both
+/// JSON text). Past the deadline, an error no script can catch instead.
+fn call_tools<'js>(ctx: Ctx<'js>, request: String) -> rquickjs::Result<String> {
+    if ALARM.load(Ordering::Relaxed) {
+        return Err(interrupted(&ctx));
+    }
+    let reply = String::from_utf8_lossy(&abi::call_tools_text(request.as_bytes())).into_owned();
+    if ALARM.load(Ordering::Relaxed) {
+        return Err(interrupted(&ctx));
+    }
+    Ok(reply)
+}
+
+thread_local! {
+    /// Set while `__codeact_settle` runs the engine's jobs: a job cannot wait
+    /// on a promise this way itself.
+    static SETTLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `__codeact_settle(value)`: a promise's settled value, its reason thrown,
+/// after running the engine's jobs; any other value as it is. A promise no
+/// job settles (the sandbox has no timers or I/O) is a TypeError.
+fn settle<'js>(ctx: Ctx<'js>, value: JsValue<'js>) -> rquickjs::Result<JsValue<'js>> {
+    let Some(promise) = value.as_promise().cloned() else {
+        return Ok(value);
+    };
+    if SETTLING.get() {
+        return Err(rquickjs::Exception::throw_type(
+            &ctx,
+            "await outside a function cannot wait inside a promise's callback",
+        ));
+    }
+    SETTLING.set(true);
+    let settled = promise.finish::<JsValue>();
+    SETTLING.set(false);
+    match settled {
+        Err(rquickjs::Error::WouldBlock) => Err(rquickjs::Exception::throw_type(
+            &ctx,
+            "await: this promise never settles: nothing in this sandbox settles it (there are no timers or I/O); await tool calls, or promises made from them",
+        )),
+        other => other,
+    }
 }
 
 /// Throws what QuickJS throws when its interrupt handler says stop: an

@@ -31,13 +31,26 @@
   const slice = String.prototype.slice;
   const StringC = String;
   const ProxyC = Proxy;
+  const TypeErrorC = TypeError;
+  const WeakMapC = WeakMap;
+  const weakGet = WeakMap.prototype.get;
+  const weakSet = WeakMap.prototype.set;
+  const PromiseC = Promise;
+  const promiseResolve = Promise.resolve;
+  const promiseReject = Promise.reject;
+  const promiseThen = Promise.prototype.then;
+  const promiseFinally = Promise.prototype.finally;
   const ErrorC = Error;
   const SyntaxErrorC = SyntaxError;
   const sendRequest = g.__codeact_call_tool;
+  const sendBatch = g.__codeact_call_tools;
+  const settle = g.__codeact_settle;
   const log = g.__codeact_log;
   const evalScript = g.__codeact_eval;
   const encodeNatively = g.__codeact_encode;
   delete g.__codeact_call_tool;
+  delete g.__codeact_call_tools;
+  delete g.__codeact_settle;
   delete g.__codeact_log;
   delete g.__codeact_eval;
   delete g.__codeact_encode;
@@ -71,13 +84,97 @@
     return encode(value, maxDepth, lenient, lenient ? "args" : "output");
   };
 
+  // In a script that waits on promises (codeact_runtime::js_await), a tool
+  // call returns a promise-like value and joins the queue; the queue goes to
+  // the host as one batch, whose calls it makes together, as soon as the
+  // script waits on any of them (or when it ends). Elsewhere a call returns
+  // its value.
+  let asynchronous = false;
+  let queue = [];
+  const records = new WeakMapC();
+  const flush = () => {
+    if (queue.length === 0) return;
+    const batch = queue;
+    queue = [];
+    let text = "[";
+    for (let i = 0; i < batch.length; i++) {
+      text += (i > 0 ? "," : "") + '{"name":' + encodeFast(batch[i].name, false) + ',"args":' + batch[i].args + "}";
+    }
+    const answer = parse(sendBatch(text + "]"));
+    const results = apply(hasOwn, answer, ["results"]) ? answer.results : null;
+    for (let i = 0; i < batch.length; i++) {
+      const result = results !== null && i < results.length ? results[i] : null;
+      batch[i].done = true;
+      if (result === null || typeof result !== "object") {
+        batch[i].ok = false;
+        batch[i].value = apply(hasOwn, answer, ["error"]) ? answer.error : `tool '${batch[i].name}' got no answer from the host`;
+      } else if (apply(hasOwn, result, ["error"])) {
+        batch[i].ok = false;
+        batch[i].value = result.error;
+      } else {
+        batch[i].ok = true;
+        batch[i].value = apply(hasOwn, result, ["ok"]) ? result.ok : null;
+      }
+    }
+  };
+  const resolveNow = (record) => {
+    if (!record.done) flush();
+    if (record.ok) return record.value;
+    throw new ErrorC(record.value);
+  };
+  const settled = (record) => {
+    if (record.promise === undefined) {
+      try {
+        record.promise = apply(promiseResolve, PromiseC, [resolveNow(record)]);
+      } catch (e) {
+        record.promise = apply(promiseReject, PromiseC, [e]);
+      }
+    }
+    return record.promise;
+  };
+  const misuse = (name) => {
+    throw new TypeErrorC(
+      `${name}(...) gives a promise in a script that uses await: write \`await ${name}(...)\` to use its result`,
+    );
+  };
+  const pending = (name, args) => {
+    const record = { __proto__: null, name, args, done: false, ok: false, value: undefined, promise: undefined };
+    queue[queue.length] = record;
+    const methods = {
+      __proto__: null,
+      then: (onFulfilled, onRejected) => apply(promiseThen, settled(record), [onFulfilled, onRejected]),
+      catch: (onRejected) => apply(promiseThen, settled(record), [undefined, onRejected]),
+      finally: (onFinally) => apply(promiseFinally, settled(record), [onFinally]),
+    };
+    const promise = new ProxyC(methods, {
+      __proto__: null,
+      get: (target, key) => {
+        if (key === "then" || key === "catch" || key === "finally") return target[key];
+        if (typeof key === "symbol") return undefined;
+        return misuse(name);
+      },
+      ownKeys: () => misuse(name),
+      set: () => misuse(name),
+    });
+    apply(weakSet, records, [promise, record]);
+    return promise;
+  };
   const callTool = (name, args) => {
     name = StringC(name);
     const json = encodeFast(args === undefined ? {} : args, true);
+    if (asynchronous) return pending(name, json);
     const answer = parse(sendRequest('{"name":' + encodeFast(name, false) + ',"args":' + json + "}"));
     if (apply(hasOwn, answer, ["error"])) throw new ErrorC(answer.error);
     return apply(hasOwn, answer, ["ok"]) ? answer.ok : null;
   };
+  // `await X` outside any function: X's value now (codeact_runtime::js_await).
+  const awaitNow = (value) => {
+    const record = apply(weakGet, records, [value]);
+    if (record !== undefined) return resolveNow(record);
+    if (value === null || (typeof value !== "object" && typeof value !== "function")) return value;
+    return settle(apply(promiseResolve, PromiseC, [value]));
+  };
+  defineProperty(g, "__codeact_await", { __proto__: null, value: awaitNow, writable: false, configurable: false, enumerable: false });
   // Every name is a tool: the host checks it on each call.
   const tools = new ProxyC({}, {
     get: (_, name) => (typeof name === "string" ? (args) => callTool(name, args) : undefined),
@@ -190,10 +287,19 @@
       install();
     },
     // Runs one script: JSON text, `{"done": value}` or `{"fail": kind, "message"}`.
-    step: (code) => {
+    step: (code, waitsOnPromises) => {
       try {
         install();
-        const value = evalScript(code);
+        asynchronous = waitsOnPromises === true;
+        queue = [];
+        let value = evalScript(code);
+        if (asynchronous) {
+          // A promise as the completion value stands for what it settles
+          // to; calls never waited on are made as the script ends.
+          value = awaitNow(value);
+          flush();
+          asynchronous = false;
+        }
         if (value === undefined) {
           return '{"fail":"no_value","message":"the script\'s completion value was undefined: end the script with an expression such as final_result(value), not with a declaration"}';
         }

@@ -611,7 +611,9 @@ def __codeact_main(
     # Async code: a frame whose code is a coroutine's, an async generator's, or
     # a script's with `await` outside a function.
     ASYNC_FLAGS = 0x80 | 0x100 | 0x200
-    CALL_CODES = (tool_function("_").__code__, call_tool_helper.__code__)
+    # The helpers' code, to find their caller's frame (CPython only: MicroPython
+    # has neither frames nor a function's code).
+    CALL_CODES = (tool_function("_").__code__, call_tool_helper.__code__) if CPYTHON else ()
 
     def in_async_code():
         # Whether the helper making this call was called from async code: its

@@ -240,7 +240,7 @@ static QUICKJS_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["js", "javascript"],
     card_template: include_str!("../prompts/wasm-js.md"),
     enforcement: QUICKJS_GUEST_ENFORCEMENT,
-    parallel_calls: codeact_runtime::ParallelCalls::Unavailable,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
