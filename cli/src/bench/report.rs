@@ -47,11 +47,16 @@ pub enum CaseId {
     /// trivial step: against `new_session`, what starting from a snapshot costs.
     #[serde(rename = "new_session_restored")]
     NewSessionRestored,
+    /// A `wasm:python-sci` session restored from a snapshot taken after it
+    /// imported pandas and made a data frame; not applicable to other runtimes,
+    /// which have no pandas.
+    #[serde(rename = "restore_pandas")]
+    RestorePandas,
 }
 
 impl CaseId {
     /// Every case, in report order.
-    pub const ALL: [CaseId; 11] = [
+    pub const ALL: [CaseId; 12] = [
         CaseId::NewSession,
         CaseId::WarmStep,
         CaseId::ToolCalls,
@@ -63,6 +68,7 @@ impl CaseId {
         CaseId::Snapshot10Mb,
         CaseId::Restore10Mb,
         CaseId::NewSessionRestored,
+        CaseId::RestorePandas,
     ];
 
     /// The case's name in JSON and on the progress line.
@@ -79,6 +85,7 @@ impl CaseId {
             CaseId::Snapshot10Mb => "snapshot_10mb",
             CaseId::Restore10Mb => "restore_10mb",
             CaseId::NewSessionRestored => "new_session_restored",
+            CaseId::RestorePandas => "restore_pandas",
         }
     }
 
@@ -96,6 +103,7 @@ impl CaseId {
             CaseId::Snapshot10Mb => "snapshot, 10 MB held",
             CaseId::Restore10Mb => "restore, 10 MB held",
             CaseId::NewSessionRestored => "new session from a snapshot + first step",
+            CaseId::RestorePandas => "restore, pandas imported",
         }
     }
 }

@@ -902,14 +902,17 @@ def __codeact_main(
         # the memory it leaves as the start of later sessions, and enters the loop
         # with a second turn, `__codeact_serve()`. That function takes itself out
         # of the module before it serves the first script, so no script can reach
-        # it (and the loop's locals stay in its call, as below).
+        # it (and the loop's locals stay in its call, as below). When the host
+        # ends its input between scripts (to copy the session for a snapshot),
+        # it puts itself back, over anything a script left under its name, for
+        # the turn that enters it again; no script runs between the two.
         module = globals()
 
         def serve(serve_one=serve_one, module=module):
             module.pop("__codeact_serve", None)
-            module = None
             while serve_one():
                 pass
+            module["__codeact_serve"] = serve
 
         module["__codeact_serve"] = serve
         return None

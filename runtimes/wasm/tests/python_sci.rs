@@ -454,3 +454,153 @@ fn a_planted_serving_loop_is_not_what_a_restarted_session_runs() {
         outcome.logs.render()
     );
 }
+
+/// A session that imported pandas and defined `frame`, `total` and `count`
+/// (7), with its tools the doubler, and a snapshot of it.
+fn snapshot_source(runtime: &WasmRuntime) -> (Box<dyn codeact_runtime::Session>, codeact_runtime::Snapshot) {
+    let mut session = runtime
+        .new_session(Arc::new(Doubler::new()))
+        .expect("a session");
+    let outcome = session
+        .run("import pandas as pd\nframe = pd.DataFrame({'a': [1, 2, 3]})\nfinal_result(int(frame['a'].sum()))")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 6);
+    let outcome = session
+        .run("def total(f):\n    return int(f['a'].sum())\ncount = 7\nfinal_result(count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 7);
+    let snapshot = session.snapshot().expect("a snapshot");
+    (session, snapshot)
+}
+
+/// A session that imported pandas and defined a frame, a function and a number
+/// comes back from its snapshot with all of them, its tools callable; the
+/// snapshot restores twice into sessions of their own (a fork), and the session
+/// it was taken from goes on.
+#[test]
+fn a_session_with_pandas_imported_is_restored_with_its_variables_and_imports() {
+    let Some(runtime) = runtime() else { return };
+    let (mut original, snapshot) = snapshot_source(runtime);
+    let outcome = original
+        .run("count += 1\nfinal_result(count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 8, "the snapshotted session goes on");
+    let mut restored = runtime
+        .restore(&snapshot, Arc::new(Doubler::new()))
+        .expect("the snapshot restores");
+    let outcome = restored
+        .run("final_result([count, total(frame), pd.__version__, double(n=2)['doubled']])")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), json!([7, 6, "3.0.6", 4.0]));
+    let mut fork = runtime
+        .restore(&snapshot, Arc::new(Doubler::new()))
+        .expect("the snapshot restores again");
+    let outcome = fork
+        .run("count += 100\nfinal_result(count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 107);
+    let outcome = restored
+        .run("final_result(count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 7, "a fork's change reached another");
+    // A snapshot of a restored session is a snapshot too.
+    let again = restored.snapshot().expect("a snapshot of a restored session");
+    let mut third = runtime
+        .restore(&again, Arc::new(Doubler::new()))
+        .expect("it restores");
+    let outcome = third
+        .run("final_result(total(frame) + count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 13);
+}
+
+/// Taking a snapshot ends the serving loop's turn and enters it again: no script
+/// finds the loop in `__main__` afterwards, and one a script planted under its
+/// name is not what the snapshot's sessions run.
+#[test]
+fn a_snapshot_leaves_no_serving_loop_for_a_script_and_runs_no_planted_one() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    session
+        .run(concat!(
+            "import __main__, builtins\n",
+            "def planted():\n    print('planted loop ran')\n    while True:\n        pass\n",
+            "__main__.__codeact_serve = planted\n",
+            "builtins.__codeact_serve = planted\n",
+            "final_result(1)",
+        ))
+        .expect("the run finishes");
+    let snapshot = session.snapshot().expect("a snapshot");
+    let look = concat!(
+        "import __main__\n",
+        "final_result([name for name in vars(__main__) if 'codeact' in name])",
+    );
+    for mut session in [
+        session,
+        runtime
+            .restore(&snapshot, Arc::new(NoTools))
+            .expect("the snapshot restores"),
+    ] {
+        let outcome = session.run(look).expect("the run finishes");
+        assert_eq!(value(&outcome), json!([]));
+        assert!(
+            !outcome.logs.render().contains("planted"),
+            "{}",
+            outcome.logs.render()
+        );
+    }
+}
+
+/// A snapshot restores only into a session with the tools and limits it was
+/// made with (the guest keeps them in its memory); a damaged one is refused.
+#[test]
+fn a_snapshot_is_refused_with_other_tools_or_when_damaged() {
+    let Some(runtime) = runtime() else { return };
+    let (_, snapshot) = snapshot_source(runtime);
+    let error = runtime
+        .restore(&snapshot, Arc::new(NoTools))
+        .err()
+        .expect("other tools are refused");
+    assert!(error.to_string().contains("other tools"), "{error}");
+    let mut bytes = snapshot.as_bytes().to_vec();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    let damaged = codeact_runtime::Snapshot::from_bytes(bytes);
+    let error = runtime
+        .restore(&damaged, Arc::new(Doubler::new()))
+        .err()
+        .expect("a damaged snapshot is refused");
+    assert!(
+        matches!(error, codeact_runtime::SnapshotError::Corrupt(_)),
+        "{error}"
+    );
+}
+
+/// A session with a working directory holds descriptors of its folders, which
+/// are the host's: its snapshot is refused, saying so.
+#[test]
+fn a_session_with_a_working_directory_is_not_snapshotted_and_says_why() {
+    let Some(runtime) = runtime() else { return };
+    let work = std::env::temp_dir().join(format!("codeact-sci-snapshot-{}", std::process::id()));
+    std::fs::create_dir_all(&work).expect("a working directory");
+    let view = codeact_runtime::FileView {
+        dirs: vec![codeact_runtime::SharedDir {
+            host: work.clone(),
+            guest: "/".into(),
+            writable: true,
+        }],
+        disk: codeact_runtime::DiskMeter::new(1 << 20),
+    };
+    let mut session = runtime
+        .new_session_with_files(Arc::new(NoTools), &view)
+        .expect("a session with files");
+    let error = session.snapshot().err().expect("refused");
+    assert!(
+        matches!(error, codeact_runtime::SnapshotError::Unsupported { .. })
+            && error.to_string().contains("working directory"),
+        "{error}"
+    );
+    let outcome = session.run("final_result(6 * 7)").expect("the run finishes");
+    assert_eq!(value(&outcome), 42);
+    let _ = std::fs::remove_dir_all(&work);
+}
