@@ -227,7 +227,8 @@ impl StdioSession {
             return Err(stdio_unsupported(blueprint.runtime_name));
         }
         let identity = blueprint.guest.sha256.clone().unwrap_or_default();
-        let payload = snapshot.open(blueprint.runtime_name, &identity)?;
+        let (shared, range) = snapshot.open_shared(blueprint.runtime_name, &identity)?;
+        let payload = &shared[range.clone()];
         let corrupt = |why: &str| SnapshotError::Corrupt(why.to_string());
         let (len, rest) = payload
             .split_first_chunk::<8>()
@@ -266,7 +267,9 @@ impl StdioSession {
                 baseline.unwrap_or_default()
             )));
         }
-        let memory = turns::MemoryTemplate::read(memory, most).map_err(SnapshotError::Corrupt)?;
+        let memory_at = range.end - memory.len()..range.end;
+        let memory = turns::MemoryTemplate::read(shared.clone(), memory_at, most)
+            .map_err(SnapshotError::Corrupt)?;
         let image = Arc::new(turns::SessionImage { memory, baseline });
         let instance = session
             .instantiate(Some(image))

@@ -61,7 +61,25 @@ pub(crate) struct MemoryTemplate {
     /// The index (in 4 KiB pages) of each page kept, in order.
     pages: Vec<u32>,
     /// Their bytes, `PAGE` per entry of `pages`.
-    bytes: Vec<u8>,
+    bytes: PageBytes,
+}
+
+/// A template's pages: its own, or a range of a snapshot's bytes, shared rather
+/// than copied (a restore's).
+enum PageBytes {
+    Own(Vec<u8>),
+    Shared(Arc<Vec<u8>>, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for PageBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            PageBytes::Own(bytes) => bytes,
+            PageBytes::Shared(bytes, range) => &bytes[range.clone()],
+        }
+    }
 }
 
 impl MemoryTemplate {
@@ -85,7 +103,7 @@ impl MemoryTemplate {
         MemoryTemplate {
             size: after.len(),
             pages,
-            bytes,
+            bytes: PageBytes::Own(bytes),
         }
     }
 
@@ -102,11 +120,19 @@ impl MemoryTemplate {
         (head, &self.bytes)
     }
 
-    /// A template from [`to_parts`](Self::to_parts)' bytes; why not, when they
-    /// are not a whole one: a size that is not whole wasm pages or is over
-    /// `most`, pages out of order, repeated or past the end, or bytes that are
-    /// not one page per index.
-    pub(crate) fn read(bytes: &[u8], most: usize) -> Result<MemoryTemplate, String> {
+    /// A template from [`to_parts`](Self::to_parts)' bytes, the `range` of
+    /// `shared` (its pages stay there, not copied); why not, when they are not a
+    /// whole one: a size that is not whole wasm pages or is over `most`, pages
+    /// out of order, repeated or past the end, or bytes that are not one page per
+    /// index.
+    pub(crate) fn read(
+        shared: Arc<Vec<u8>>,
+        range: std::ops::Range<usize>,
+        most: usize,
+    ) -> Result<MemoryTemplate, String> {
+        let bytes = shared
+            .get(range.clone())
+            .ok_or("its memory image lies outside the snapshot")?;
         let (size, rest) = bytes
             .split_first_chunk::<8>()
             .ok_or("its memory image has no size")?;
@@ -150,10 +176,11 @@ impl MemoryTemplate {
                 stored.len()
             ));
         }
+        let start = range.end - stored.len();
         Ok(MemoryTemplate {
             size,
             pages,
-            bytes: stored.to_vec(),
+            bytes: PageBytes::Shared(shared, start..range.end),
         })
     }
 
@@ -337,14 +364,22 @@ mod tests {
         [head.as_slice(), pages].concat()
     }
 
+    /// `bytes` read as a template, behind a byte of something else (as a
+    /// snapshot's payload lies inside its envelope).
+    fn read(bytes: Vec<u8>, most: usize) -> Result<MemoryTemplate, String> {
+        let len = bytes.len();
+        let shared = Arc::new([vec![9], bytes].concat());
+        MemoryTemplate::read(shared, 1..len + 1, most)
+    }
+
     #[test]
     fn a_memory_image_reads_back_as_it_was_written() {
         let (before, after) = changed();
         let template = MemoryTemplate::between(&before, &after);
-        let read = MemoryTemplate::read(&bytes_of(&template), usize::MAX).expect("it reads");
+        let read = read(bytes_of(&template), usize::MAX).expect("it reads");
         assert_eq!(read.size, after.len());
         assert_eq!(read.pages, vec![2]);
-        assert_eq!(read.bytes, template.bytes);
+        assert_eq!(*read.bytes, *template.bytes);
     }
 
     #[test]
@@ -354,9 +389,7 @@ mod tests {
         let with = |edit: &dyn Fn(&mut Vec<u8>)| {
             let mut bytes = good.clone();
             edit(&mut bytes);
-            MemoryTemplate::read(&bytes, usize::MAX)
-                .err()
-                .expect("refused")
+            read(bytes, usize::MAX).err().expect("refused")
         };
         assert!(with(&|b| b.truncate(5)).contains("no size"));
         assert!(with(&|b| b[0] = 1).contains("not whole wasm pages"));
@@ -368,16 +401,16 @@ mod tests {
         let two = MemoryTemplate {
             size: 2 * WASM_PAGE,
             pages: vec![3, 3],
-            bytes: vec![0; 2 * PAGE],
+            bytes: PageBytes::Own(vec![0; 2 * PAGE]),
         };
         assert!(
-            MemoryTemplate::read(&bytes_of(&two), usize::MAX)
+            read(bytes_of(&two), usize::MAX)
                 .err()
                 .expect("refused")
                 .contains("out of order")
         );
         assert!(
-            MemoryTemplate::read(&good, WASM_PAGE)
+            read(good.clone(), WASM_PAGE)
                 .err()
                 .expect("refused")
                 .contains("over what this runtime's sessions may hold")
