@@ -653,3 +653,30 @@ fn the_default_python_is_the_scientific_one_once_fetched_and_says_why_when_not()
     }
     let _ = std::fs::remove_dir_all(&partial);
 }
+
+/// A snapshot's memory must fit the restoring runtime's limit: a pandas
+/// session's does not fit 16 MiB past what it held when its first script
+/// started, and is refused saying so, not restored over the limit.
+#[test]
+fn a_snapshot_larger_than_the_restoring_runtimes_memory_limit_is_refused() {
+    let Some(runtime) = runtime() else { return };
+    let (_, snapshot) = snapshot_source(runtime);
+    let small = WasmRuntime::by_name(
+        "wasm:python-sci",
+        Limits {
+            max_memory_bytes: 16 << 20,
+            ..sci_limits()
+        },
+    )
+    .expect("the runtime loads");
+    let error = small
+        .restore(&snapshot, Arc::new(Doubler::new()))
+        .err()
+        .expect("refused");
+    assert!(
+        error
+            .to_string()
+            .contains("over what this runtime's sessions may hold"),
+        "{error}"
+    );
+}
