@@ -249,8 +249,24 @@ def __codeact_main(
             "%s is a %s, which JSON cannot hold" % (path, type(value).__name__)
         )
 
+    # The check recurses once per level, up to MAX_DEPTH + 1 levels, on top of
+    # whatever frames are below it (the prelude's, more of them in a session
+    # started by turns; the script's, for a tool's arguments): while it runs,
+    # the recursion limit has room for those levels, so that too deep a value is
+    # reported as the nesting depth limit, not the call depth limit.
+    getlimit = getattr(sys, "getrecursionlimit", None)
+    setlimit = getattr(sys, "setrecursionlimit", None)
+
     def encode(value, path="output"):
-        check(value, path, 0, [])
+        if setlimit is None:
+            check(value, path, 0, [])
+            return dumps(value)
+        limit = getlimit()
+        setlimit(limit + MAX_DEPTH + 8)
+        try:
+            check(value, path, 0, [])
+        finally:
+            setlimit(limit)
         return dumps(value)
 
     def call_tool(name, args, kwargs):

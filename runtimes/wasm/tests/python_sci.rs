@@ -680,3 +680,28 @@ fn a_snapshot_larger_than_the_restoring_runtimes_memory_limit_is_refused() {
         "{error}"
     );
 }
+
+/// A value nested past the nesting depth limit is refused as that, not as the
+/// call depth limit, though a session started by turns has more of the
+/// prelude's frames below the check than CPython 3.12's; under the default
+/// limits, for a result and for a tool's arguments.
+#[test]
+fn a_value_nested_past_the_nesting_depth_limit_is_refused_as_too_deep() {
+    let Some(_) = runtime() else { return };
+    let runtime = WasmRuntime::by_name("wasm:python-sci", Limits::default()).expect("it loads");
+    let mut session = runtime
+        .new_session(Arc::new(Doubler::new()))
+        .expect("a session");
+    for script in [
+        "v = 1\nfor i in range(100000):\n    v = [v]\nfinal_result(v)",
+        "w = 1\nfor i in range(100000):\n    w = [w]\ndouble(n=w)",
+    ] {
+        let outcome = session.run(script).expect("the run finishes");
+        match &outcome.completion {
+            Err(e) => assert!(e.to_string().contains("nesting depth limit of"), "{e}"),
+            Ok(v) => panic!("accepted: {v}"),
+        }
+    }
+    let outcome = session.run("final_result([[[1]]])").expect("the run finishes");
+    assert_eq!(value(&outcome), json!([[[1]]]));
+}
