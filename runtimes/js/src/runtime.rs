@@ -218,7 +218,7 @@ mod tests {
     fn an_in_process_session_refuses_a_snapshot_saying_why() {
         let runtime = JsRuntime::in_process(Limits::default());
         let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
-        let error = session.snapshot().err().expect("refused");
+        let error = session.snapshot().expect_err("refused");
         let text = error.to_string();
         assert!(
             text.starts_with("js-in-process sessions cannot be snapshotted")

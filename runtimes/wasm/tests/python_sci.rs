@@ -598,7 +598,7 @@ fn a_session_with_a_working_directory_is_not_snapshotted_and_says_why() {
     let mut session = runtime
         .new_session_with_files(Arc::new(NoTools), &view)
         .expect("a session with files");
-    let error = session.snapshot().err().expect("refused");
+    let error = session.snapshot().expect_err("refused");
     assert!(
         matches!(error, codeact_runtime::SnapshotError::Unsupported { .. })
             && error.to_string().contains("working directory"),
