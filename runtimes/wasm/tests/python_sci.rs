@@ -702,6 +702,8 @@ fn a_value_nested_past_the_nesting_depth_limit_is_refused_as_too_deep() {
             Ok(v) => panic!("accepted: {v}"),
         }
     }
-    let outcome = session.run("final_result([[[1]]])").expect("the run finishes");
+    let outcome = session
+        .run("final_result([[[1]]])")
+        .expect("the run finishes");
     assert_eq!(value(&outcome), json!([[[1]]]));
 }
