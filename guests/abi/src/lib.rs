@@ -36,6 +36,9 @@ mod host {
     unsafe extern "C" {
         /// Runs a tool; returns the length of the reply the host now holds.
         pub fn call_tool(request: *const u8, len: usize) -> usize;
+        /// Runs a batch of tool calls together; returns the length of the
+        /// reply the host now holds.
+        pub fn call_tools(request: *const u8, len: usize) -> usize;
         /// Copies the held reply into `dest` (as long as `call_tool` said).
         pub fn take_reply(dest: *mut u8);
     }
@@ -56,6 +59,42 @@ pub fn call_tool(name: &str, args: Value) -> Result<Value, String> {
         return Err(error.as_str().unwrap_or("the tool failed").to_string());
     }
     Ok(reply.get_mut("ok").map(Value::take).unwrap_or(Value::Null))
+}
+
+/// Asks the host to run `calls` (each `(name, args)`) together: each one's
+/// value or the host's error message, in order.
+pub fn call_tools(calls: &[(String, Value)]) -> Vec<Result<Value, String>> {
+    let request: Vec<Value> = calls
+        .iter()
+        .map(|(name, args)| json!({"name": name, "args": args}))
+        .collect();
+    let request = Value::Array(request).to_string();
+    // SAFETY: the host reads `len` bytes at `request`, which this borrow keeps alive.
+    let len = unsafe { host::call_tools(request.as_ptr(), request.len()) };
+    let mut reply = vec![0u8; len];
+    // SAFETY: the host writes exactly the `len` bytes it announced into `reply`.
+    unsafe { host::take_reply(reply.as_mut_ptr()) };
+    let failed = |message: String| calls.iter().map(|_| Err(message.clone())).collect();
+    let mut reply: Value = match serde_json::from_slice(&reply) {
+        Ok(reply) => reply,
+        Err(e) => return failed(format!("the host's reply was not JSON: {e}")),
+    };
+    if let Some(error) = reply.get("error") {
+        return failed(error.as_str().unwrap_or("the calls failed").to_string());
+    }
+    let Some(results) = reply.get_mut("results").and_then(Value::as_array_mut) else {
+        return failed("the host's reply held no results".to_string());
+    };
+    if results.len() != calls.len() {
+        return failed("the host answered another number of calls".to_string());
+    }
+    results
+        .iter_mut()
+        .map(|result| match result.get("error") {
+            Some(error) => Err(error.as_str().unwrap_or("the tool failed").to_string()),
+            None => Ok(result.get_mut("ok").map(Value::take).unwrap_or(Value::Null)),
+        })
+        .collect()
 }
 
 /// Sends a tool request already written as JSON text (`{"name", "args"}`)

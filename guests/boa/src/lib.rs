@@ -26,7 +26,7 @@ thread_local! {
 #[unsafe(no_mangle)]
 pub extern "C" fn codeact_preinit() {
     if let Ok(context) = EmbeddedJs::new(Limits::default(), abi::call_tool) {
-        READY.set(Some(context));
+        READY.set(Some(context.with_batch_caller(abi::call_tools)));
     }
 }
 
@@ -45,7 +45,7 @@ pub extern "C" fn codeact_start(len: usize) -> i64 {
             // Namespaced tools are also methods of their server's object.
             let context = match READY.take() {
                 Some(ready) => ready.with_limits(limits),
-                None => EmbeddedJs::new(limits, abi::call_tool)?,
+                None => EmbeddedJs::new(limits, abi::call_tool)?.with_batch_caller(abi::call_tools),
             }
             .with_namespaces(&tools)?;
             CONTEXT.set(Some(context));

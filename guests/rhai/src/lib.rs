@@ -43,6 +43,18 @@ impl ToolDispatch for HostTools {
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
         abi::call_tool(name, args).map_err(ToolError::new)
     }
+
+    /// The host makes the batch together (`codeact.call_tools`).
+    fn call_many(&self, calls: Vec<codeact_runtime::ToolCall>) -> Vec<Result<Value, ToolError>> {
+        let calls: Vec<(String, Value)> = calls
+            .into_iter()
+            .map(|call| (call.name, call.args))
+            .collect();
+        abi::call_tools(&calls)
+            .into_iter()
+            .map(|result| result.map_err(ToolError::new))
+            .collect()
+    }
 }
 
 /// Builds the engine ahead of time (the standard library package, and the engine

@@ -10,14 +10,15 @@
 use boa_engine::Context;
 use codeact_runtime::{Limits, LogBuffer, RunOutcome, ToolSpec};
 
-pub use crate::worker::ToolCaller;
 use crate::worker::{self, InPlace};
+pub use crate::worker::{BatchCaller, ToolCaller};
 
 /// A JavaScript context and the limits it was made with.
 pub struct EmbeddedJs {
     context: Context,
     limits: Limits,
     call_tool: ToolCaller,
+    call_tools: Option<BatchCaller>,
 }
 
 impl std::fmt::Debug for EmbeddedJs {
@@ -37,7 +38,16 @@ impl EmbeddedJs {
             context,
             limits,
             call_tool,
+            call_tools: None,
         })
+    }
+
+    /// The same context, handing the calls a script waits on together to
+    /// `call_tools` as one batch (without it, they go to `call_tool` one after
+    /// another).
+    pub fn with_batch_caller(mut self, call_tools: BatchCaller) -> Self {
+        self.call_tools = Some(call_tools);
+        self
     }
 
     /// The same context under `limits`: what a context takes from its limits (the
@@ -66,6 +76,7 @@ impl EmbeddedJs {
         worker::reset_logs(self.limits.max_output_bytes);
         worker::begin_in_place(InPlace {
             call_tool: self.call_tool,
+            call_tools: self.call_tools,
             pending: None,
             printed: String::new(),
         });

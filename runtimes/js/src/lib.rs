@@ -30,7 +30,7 @@ mod runtime;
 mod session;
 mod worker;
 
-pub use embedded::{EmbeddedJs, ToolCaller};
+pub use embedded::{BatchCaller, EmbeddedJs, ToolCaller};
 pub use protocol::{WORKER_ARG, WORKER_ENV};
 #[cfg(not(target_family = "wasm"))]
 pub use runtime::JsRuntime;

@@ -185,6 +185,7 @@ impl ResourceLimiter for MemoryCap {
 pub(crate) fn link(engine: &Engine, module: &Module) -> wasmtime::Result<InstancePre<AbiState>> {
     let mut linker: Linker<AbiState> = Linker::new(engine);
     linker.func_wrap("codeact", "call_tool", call_tool)?;
+    linker.func_wrap("codeact", "call_tools", call_tools)?;
     linker.func_wrap("codeact", "take_reply", take_reply)?;
     const WASI: &str = "wasi_snapshot_preview1";
     linker.func_wrap(WASI, "clock_time_get", clock_time_get)?;
@@ -272,6 +273,49 @@ fn call_tool(mut caller: Caller<'_, AbiState>, ptr: i32, len: i32) -> wasmtime::
     // engine: it stops at its next operation once the alarm is up, so a script
     // cannot stretch its time by calling tools. Any other guest keeps its
     // deadline.
+    let state = caller.data_mut();
+    if state.alarm.is_some()
+        && let Some(hard) = state.hard_deadline.as_mut()
+    {
+        *hard = (*hard).max(Instant::now() + state.grace + reading_time(reply.len()));
+    }
+    let len = i32::try_from(reply.len())
+        .map_err(|_| wasmtime::Error::msg("a tool reply over 2 GiB cannot be handed over"))?;
+    caller.data_mut().reply = reply;
+    Ok(len)
+}
+
+/// `codeact.call_tools(request, len) -> reply_len`: runs the calls of a batch
+/// (`[{"name", "args"}, …]`) together ([`ToolDispatch::call_many`]) and keeps
+/// their answers, `{"results": [{"ok": …} | {"error": …}, …]}` in order, for
+/// `take_reply`. The time in the tools is the host's, as for `call_tool`.
+///
+/// [`ToolDispatch::call_many`]: codeact_runtime::ToolDispatch::call_many
+fn call_tools(mut caller: Caller<'_, AbiState>, ptr: i32, len: i32) -> wasmtime::Result<i32> {
+    let cap = caller.data().max_transfer;
+    let request = read_guest(&mut caller, ptr, len, cap)?;
+    let reply = match serde_json::from_slice::<Vec<codeact_runtime::ToolCall>>(&request) {
+        Ok(calls) => {
+            let names: Vec<String> = calls.iter().map(|call| call.name.clone()).collect();
+            let tools = caller.data().tools.clone();
+            let results: Vec<Value> = names
+                .iter()
+                .zip(tools.call_many(calls))
+                .map(|(name, result)| match result {
+                    Ok(value) => json!({"ok": value}),
+                    Err(e) => json!({"error": format!("tool '{name}' failed: {}", e.message)}),
+                })
+                .collect();
+            json!({ "results": results })
+        }
+        Err(e) => json!({"error": format!("the batch of tool calls was not JSON: {e}")}),
+    };
+    hand_over(caller, reply.to_string().into_bytes())
+}
+
+/// Keeps `reply` for `take_reply` and returns its length, after giving an
+/// engine that checks the alarm its grace for reading it (see `call_tool`).
+fn hand_over(mut caller: Caller<'_, AbiState>, reply: Vec<u8>) -> wasmtime::Result<i32> {
     let state = caller.data_mut();
     if state.alarm.is_some()
         && let Some(hard) = state.hard_deadline.as_mut()
