@@ -10,6 +10,11 @@
 //! Compiling a guest cold takes seconds, too long for criterion's samples: it is
 //! timed once per guest and printed first (`compile_cold`). Each case checks its
 //! result before it is timed.
+//!
+//! Then `wasm:python-sci` (when fetched with `guests/fetch-guests.sh
+//! --python-sci`; else a `SKIPPED` line): a new session from its memory template
+//! plus its first step, a warm step, and a snapshot and a restore of a session
+//! that imported pandas and made a data frame.
 
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
@@ -206,5 +211,63 @@ fn guests(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, guests);
+/// `wasm:python-sci`'s start by turns and its snapshots; see the module docs.
+fn python_sci(c: &mut Criterion) {
+    let limits = Limits {
+        max_memory_bytes: 512 << 20,
+        wall_time: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let runtime = match WasmRuntime::new(guest("wasm:python-sci"), limits) {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            println!("SKIPPED: wasm:python-sci: {e}");
+            return;
+        }
+    };
+    let mut group = c.benchmark_group("wasm:python-sci");
+    group.sample_size(20);
+    let trivial = "final_result(40 + 2)";
+    let mut first = ScriptSession::start(&runtime, toolbox()).expect("session starts");
+    let run = first.run_blocking(trivial).expect("host ok");
+    assert_eq!(run.output, ScriptOutput::final_result(json!(42)));
+    group.bench_function("new_session_first_step", |b| {
+        b.iter_with_large_drop(|| {
+            let mut session = ScriptSession::start(&runtime, toolbox()).expect("session starts");
+            let run = session.run_blocking(trivial).expect("host ok");
+            (session, run)
+        })
+    });
+    group.sample_size(50);
+    group.bench_function("warm_trivial_step", |b| {
+        b.iter(|| first.run_blocking(black_box(trivial)).expect("host ok"))
+    });
+    let mut pandas = ScriptSession::start(&runtime, toolbox()).expect("session starts");
+    let run = pandas
+        .run_blocking("import pandas as pd\nframe = pd.DataFrame({'a': [1, 2, 3]})\nfinal_result(int(frame['a'].sum()))")
+        .expect("host ok");
+    assert_eq!(run.output, ScriptOutput::final_result(json!(6)));
+    group.sample_size(20);
+    group.bench_function("snapshot_pandas", |b| {
+        b.iter(|| pandas.snapshot().expect("a snapshot"))
+    });
+    let snapshot = pandas.snapshot().expect("a snapshot");
+    println!(
+        "wasm:python-sci/snapshot_pandas: {:.1} MB",
+        snapshot.as_bytes().len() as f64 / 1e6
+    );
+    let mut restored = ScriptSession::restore(&runtime, &snapshot, toolbox()).expect("restores");
+    let run = restored
+        .run_blocking("final_result(int(frame['a'].sum()) + len(pd.__version__) * 0)")
+        .expect("host ok");
+    assert_eq!(run.output, ScriptOutput::final_result(json!(6)));
+    group.bench_function("restore_pandas", |b| {
+        b.iter_with_large_drop(|| {
+            ScriptSession::restore(&runtime, &snapshot, toolbox()).expect("restores")
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, guests, python_sci);
 criterion_main!(benches);

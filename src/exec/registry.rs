@@ -77,9 +77,12 @@ pub enum RuntimeByNameError {
 ///
 /// `wasm:js`, `wasm:rhai` and `wasm:boa` (alias `wasm:quickjs` for `wasm:js`)
 /// load a guest built by `guests/build-guests.sh`; `wasm:js-stdio`,
-/// `wasm:micropython` and `wasm:python` (alias `wasm:cpython`) a pinned guest
+/// `wasm:micropython` and `wasm:cpython` (CPython 3.12) a pinned guest
 /// fetched by `guests/fetch-guests.sh`;
 /// `wasm:python-sci` one fetched by `guests/fetch-guests.sh --python-sci`;
+/// `wasm:python`, the default Python, the latter once it is fetched (its
+/// sessions start from a memory template in milliseconds), else CPython 3.12
+/// (which says why it is slower on the progress log);
 /// `wasm:PATH` with a path ending in `.wasm` or `.wat` loads that file as a custom
 /// guest, its language named after the file.
 pub fn runtime_by_name(name: &str, limits: Limits) -> Result<Arc<dyn Runtime>, RuntimeByNameError> {

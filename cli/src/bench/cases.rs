@@ -1,4 +1,4 @@
-//! The seven cases every backend runs. Each case runs its script once and checks
+//! The cases every backend runs. Each case runs its script once and checks
 //! the result before anything is timed, then times it under a budget that suits
 //! how long one run took.
 
@@ -192,6 +192,7 @@ pub fn run_cases(
                 CaseId::Restore10Mb => restore_ten_megabytes(backend),
                 CaseId::NewSessionRestored => new_session_restored(backend),
                 CaseId::ParallelCalls => parallel_calls(backend),
+                CaseId::RestorePandas => restore_pandas(backend),
             };
             if case == CaseId::StopInfiniteLoop {
                 progress("waiting for abandoned runs to end");
@@ -285,6 +286,50 @@ fn new_session_restored(backend: &Backend) -> Result<Summary, String> {
         run_restored,
         |(_, run)| check(run, &expected),
     )
+}
+
+/// The runtime whose sessions have pandas.
+const PANDAS_RUNTIME: &str = "wasm:python-sci";
+
+/// A `wasm:python-sci` session that imported pandas and made a data frame,
+/// snapshotted, then restored: the restore is timed, its first restored session
+/// checked. Under 512 MiB and 60 s (the scientific stack's imports need more
+/// than the defaults); on any other runtime not applicable, saying why.
+fn restore_pandas(backend: &Backend) -> Result<Summary, String> {
+    if backend.runtime.info().name != PANDAS_RUNTIME {
+        return Err(format!(
+            "{NOT_APPLICABLE}pandas is in {PANDAS_RUNTIME} only (skipped; guests/fetch-guests.sh --python-sci fetches it)"
+        ));
+    }
+    let runtime = backend.with_limits(Limits {
+        max_memory_bytes: 512 << 20,
+        wall_time: Duration::from_secs(60),
+        ..Limits::default()
+    })?;
+    let mut session = backend.session_of(&*runtime)?;
+    let six = ScriptOutput::final_result(json!(6));
+    step(
+        &mut session,
+        "import pandas as pd
+frame = pd.DataFrame({'a': [1, 2, 3]})
+final_result(int(frame['a'].sum()))",
+        &six,
+    )?;
+    let snapshot = snapshot_of(&mut session)?;
+    drop(session);
+    let restore = || {
+        ScriptSession::restore(&*runtime, &snapshot, backend.tools.clone())
+            .map_err(|e| e.to_string())
+    };
+    let mut first = restore()?;
+    step(
+        &mut first,
+        "final_result(int(pd.DataFrame({'b': frame['a']})['b'].sum()))",
+        &six,
+    )?;
+    let started = Instant::now();
+    drop(restore()?);
+    measure(backend.budget_for(started.elapsed()), restore, |_| Ok(()))
 }
 
 fn new_session(backend: &Backend) -> Result<Summary, String> {

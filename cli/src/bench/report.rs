@@ -52,11 +52,16 @@ pub enum CaseId {
     /// it makes them one at a time.
     #[serde(rename = "parallel_calls_10x200ms")]
     ParallelCalls,
+    /// A `wasm:python-sci` session restored from a snapshot taken after it
+    /// imported pandas and made a data frame; not applicable to other runtimes,
+    /// which have no pandas.
+    #[serde(rename = "restore_pandas")]
+    RestorePandas,
 }
 
 impl CaseId {
     /// Every case, in report order.
-    pub const ALL: [CaseId; 12] = [
+    pub const ALL: [CaseId; 13] = [
         CaseId::NewSession,
         CaseId::WarmStep,
         CaseId::ToolCalls,
@@ -69,6 +74,7 @@ impl CaseId {
         CaseId::Restore10Mb,
         CaseId::NewSessionRestored,
         CaseId::ParallelCalls,
+        CaseId::RestorePandas,
     ];
 
     /// The case's name in JSON and on the progress line.
@@ -86,6 +92,7 @@ impl CaseId {
             CaseId::Restore10Mb => "restore_10mb",
             CaseId::NewSessionRestored => "new_session_restored",
             CaseId::ParallelCalls => "parallel_calls_10x200ms",
+            CaseId::RestorePandas => "restore_pandas",
         }
     }
 
@@ -104,6 +111,7 @@ impl CaseId {
             CaseId::Restore10Mb => "restore, 10 MB held",
             CaseId::NewSessionRestored => "new session from a snapshot + first step",
             CaseId::ParallelCalls => "10 calls of a 200 ms tool at once",
+            CaseId::RestorePandas => "restore, pandas imported",
         }
     }
 }

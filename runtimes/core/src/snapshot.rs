@@ -33,7 +33,9 @@ fn checksum(bytes: &[u8]) -> [u8; DIGEST_BYTES] {
 /// A session's state, sealed for one runtime and backend identity.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Snapshot {
-    bytes: Vec<u8>,
+    /// Shared, so that a backend can keep its payload past a restore without a
+    /// copy ([`open_shared`](Self::open_shared)).
+    bytes: std::sync::Arc<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -103,7 +105,9 @@ impl Snapshot {
         }
         let digest = checksum(&bytes);
         bytes.extend_from_slice(&digest);
-        Self { bytes }
+        Self {
+            bytes: std::sync::Arc::new(bytes),
+        }
     }
 
     /// The payload, once the snapshot is whole and was made for `runtime` by a
@@ -120,6 +124,20 @@ impl Snapshot {
         Ok(header.payload)
     }
 
+    /// [`open`](Self::open)'s payload as the snapshot's bytes, shared, and where
+    /// in them it lies: for a backend that uses the payload after the call
+    /// returns (a guest's memory, written into an instance that starts later)
+    /// without copying it.
+    pub fn open_shared(
+        &self,
+        runtime: &str,
+        identity: &str,
+    ) -> Result<(std::sync::Arc<Vec<u8>>, std::ops::Range<usize>), SnapshotError> {
+        let payload = self.open(runtime, identity)?;
+        let start = payload.as_ptr() as usize - self.bytes.as_ptr() as usize;
+        Ok((self.bytes.clone(), start..start + payload.len()))
+    }
+
     /// The runtime the snapshot is of, once it is whole: to pick the runtime that
     /// restores it.
     pub fn runtime(&self) -> Result<&str, SnapshotError> {
@@ -133,7 +151,9 @@ impl Snapshot {
 
     /// A snapshot from stored bytes; checked when it is opened.
     pub fn from_bytes(bytes: Vec<u8>) -> Self {
-        Self { bytes }
+        Self {
+            bytes: std::sync::Arc::new(bytes),
+        }
     }
 
     fn header(&self) -> Result<Header<'_>, SnapshotError> {

@@ -179,6 +179,16 @@ impl Runtime for JsRuntime {
             tools,
         )))
     }
+
+    /// Refused, saying why (no Boa session has a snapshot to restore).
+    fn restore(
+        &self,
+        snapshot: &codeact_runtime::Snapshot,
+        tools: Arc<dyn ToolDispatch>,
+    ) -> Result<Box<dyn Session>, codeact_runtime::SnapshotError> {
+        let _ = (snapshot, tools);
+        Err(crate::session::unsupported(self.mode))
+    }
 }
 
 #[cfg(test)]
@@ -204,6 +214,28 @@ mod tests {
                 args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
             ))
         }
+    }
+
+    #[test]
+    fn an_in_process_session_refuses_a_snapshot_saying_why() {
+        let runtime = JsRuntime::in_process(Limits::default());
+        let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+        let error = session.snapshot().expect_err("refused");
+        let text = error.to_string();
+        assert!(
+            text.starts_with("js-in-process sessions cannot be snapshotted")
+                && text.contains("own heap"),
+            "{text}"
+        );
+        let sealed = codeact_runtime::Snapshot::seal("js-in-process", "boa", b"{}");
+        let error = runtime
+            .restore(&sealed, Arc::new(NoTools))
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(error, codeact_runtime::SnapshotError::Unsupported { .. }),
+            "{error}"
+        );
     }
 
     fn in_process(wall_ms: u64) -> Box<dyn Session> {

@@ -381,6 +381,25 @@ impl Session for JsSession {
         let completion = self.drive(script, &mut logs, Some(interrupt))?;
         Ok(RunOutcome { completion, logs })
     }
+
+    /// Refused, saying why: see [`unsupported`].
+    fn snapshot(&mut self) -> Result<codeact_runtime::Snapshot, codeact_runtime::SnapshotError> {
+        Err(unsupported(self.mode))
+    }
+}
+
+/// Why a Boa session has no snapshot: its variables are objects in Boa's heap
+/// (closures over their scopes, prototypes, the prelude's helpers), which Boa
+/// cannot write out or read back, in a worker process or in this one.
+pub(crate) fn unsupported(mode: JsMode) -> codeact_runtime::SnapshotError {
+    codeact_runtime::SnapshotError::Unsupported {
+        runtime: match mode {
+            JsMode::Worker => "js",
+            JsMode::InProcess => "js-in-process",
+        }
+        .to_string(),
+        why: "Boa keeps a session's variables as objects in its own heap (closures over their scopes, prototypes, the helpers), which it has no way to write out or read back; wasm:boa and wasm:js sessions can be snapshotted".into(),
+    }
 }
 
 /// A command to start, and where to send the started process.

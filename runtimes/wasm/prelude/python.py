@@ -252,8 +252,24 @@ def __codeact_main(
             "%s is a %s, which JSON cannot hold" % (path, type(value).__name__)
         )
 
+    # The check recurses once per level, up to MAX_DEPTH + 1 levels, on top of
+    # whatever frames are below it (the prelude's, more of them in a session
+    # started by turns; the script's, for a tool's arguments): while it runs,
+    # the recursion limit has room for those levels, so that too deep a value is
+    # reported as the nesting depth limit, not the call depth limit.
+    getlimit = getattr(sys, "getrecursionlimit", None)
+    setlimit = getattr(sys, "setrecursionlimit", None)
+
     def encode(value, path="output"):
-        check(value, path, 0, [])
+        if setlimit is None:
+            check(value, path, 0, [])
+            return dumps(value)
+        limit = getlimit()
+        setlimit(limit + MAX_DEPTH + 8)
+        try:
+            check(value, path, 0, [])
+        finally:
+            setlimit(limit)
         return dumps(value)
 
     def arguments_text(name, args, kwargs):
@@ -1089,14 +1105,17 @@ def __codeact_main(
         # the memory it leaves as the start of later sessions, and enters the loop
         # with a second turn, `__codeact_serve()`. That function takes itself out
         # of the module before it serves the first script, so no script can reach
-        # it (and the loop's locals stay in its call, as below).
+        # it (and the loop's locals stay in its call, as below). When the host
+        # ends its input between scripts (to copy the session for a snapshot),
+        # it puts itself back, over anything a script left under its name, for
+        # the turn that enters it again; no script runs between the two.
         module = globals()
 
         def serve(serve_one=serve_one, module=module):
             module.pop("__codeact_serve", None)
-            module = None
             while serve_one():
                 pass
+            module["__codeact_serve"] = serve
 
         module["__codeact_serve"] = serve
         return None

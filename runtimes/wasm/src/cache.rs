@@ -172,11 +172,14 @@ pub(crate) fn load_or_build(
             let started = std::time::Instant::now();
             tracing::info!(
                 target: "codeact::progress",
-                "compiling the guest {} once (seconds; about 10 s for CPython); later starts load it from the compile cache",
+                "compiling the guest {} once (seconds; about 10 s for CPython 3.12, minutes for the scientific CPython); later starts load it from the compile cache",
                 &sha256[..sha256.len().min(12)]
             );
             let wasm = build()?;
-            let module = Module::new(engine, &wasm).map_err(|e| format!("{e:#}"))?;
+            let module = {
+                let _ticking = CompileProgress::start(wasm.len());
+                Module::new(engine, &wasm).map_err(|e| format!("{e:#}"))?
+            };
             tracing::info!(
                 target: "codeact::progress",
                 "compiled the guest in {:.1} s",
@@ -198,6 +201,49 @@ pub(crate) fn load_or_build(
         .map_err(|e| e.to_string())?
         .insert(memo_key, module.clone());
     Ok((module, source))
+}
+
+/// How often a compile that is still going says so.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// While alive, says every [`PROGRESS_EVERY`] that a compile is still going,
+/// how long it has taken and how large the module is, on the progress log
+/// (`codeact::progress`): compiling the 100 MB scientific CPython takes minutes,
+/// which would otherwise look hung. Stops when dropped.
+struct CompileProgress {
+    done: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl CompileProgress {
+    fn start(bytes: usize) -> CompileProgress {
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let started = std::time::Instant::now();
+        let spawned = std::thread::Builder::new()
+            .name("codeact-compile-progress".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    finished.recv_timeout(PROGRESS_EVERY)
+                {
+                    tracing::info!(
+                        target: "codeact::progress",
+                        "still compiling the guest ({} MB): {} s so far",
+                        bytes >> 20,
+                        started.elapsed().as_secs()
+                    );
+                }
+            });
+        CompileProgress {
+            done: spawned.is_ok().then_some(done),
+        }
+    }
+}
+
+impl Drop for CompileProgress {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
+        }
+    }
 }
 
 /// Forgets the modules this process has loaded, so the next load reads the disk

@@ -44,6 +44,12 @@ pub(crate) struct Exchange {
     interrupt: Option<Interrupt>,
     /// The memory limiter refused to grow the guest's memory during this run.
     pub(crate) memory_refused: bool,
+    /// Between scripts, reads of stdin find its end instead of waiting: a guest
+    /// started by turns leaves its serving loop, so the host can copy its memory
+    /// while it is inside no call (see [`crate::turns`]), then enters it again.
+    pub(crate) pausing: bool,
+    /// The session's state the guest's call copied while paused, for the host.
+    pub(crate) paused_state: Option<crate::turns::SessionImage>,
 }
 
 /// A handle to the shared state.
@@ -64,6 +70,8 @@ impl Exchange {
             deadline: None,
             interrupt: None,
             memory_refused: false,
+            pausing: false,
+            paused_state: None,
         }))
     }
 
@@ -131,6 +139,15 @@ impl Exchange {
         self.parser.overrun()
     }
 
+    /// Asks a guest waiting for its next script to leave its serving loop: its
+    /// reads find the end of stdin until the host's side of its call has copied
+    /// its state.
+    pub(crate) fn pause(&mut self) {
+        self.pausing = true;
+        self.paused_state = None;
+        self.wake_reader();
+    }
+
     fn wake_reader(&mut self) {
         if let Some(waker) = self.read_waker.take() {
             waker.wake();
@@ -158,11 +175,15 @@ impl Exchange {
 
     /// True when the guest is blocked reading stdin for its next script.
     pub(crate) fn waiting_for_script(&self) -> bool {
-        self.phase == Phase::Idle && self.stdin.is_empty() && self.read_waker.is_some()
+        self.phase == Phase::Idle
+            && self.stdin.is_empty()
+            && !self.pausing
+            && self.read_waker.is_some()
     }
 
     fn read_would_wait(&self) -> bool {
-        self.stdin.is_empty() && (self.phase == Phase::Idle || self.tool_pending)
+        let idle = self.phase == Phase::Idle && !self.pausing;
+        self.stdin.is_empty() && (idle || self.tool_pending)
     }
 }
 

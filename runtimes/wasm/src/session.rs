@@ -93,6 +93,17 @@ impl WasmSession {
         })
     }
 
+    /// A session of a guest started by turns as `snapshot` left it.
+    pub(crate) fn restore_stdio(
+        blueprint: Arc<Blueprint>,
+        tools: Arc<dyn ToolDispatch>,
+        snapshot: &Snapshot,
+    ) -> Result<WasmSession, SnapshotError> {
+        StdioSession::restore(blueprint, tools, snapshot).map(|session| WasmSession {
+            inner: Inner::Stdio(session),
+        })
+    }
+
     /// An ABI guest's session as `snapshot` left it.
     pub(crate) fn restore_abi(
         blueprint: Arc<crate::abi::AbiBlueprint>,
@@ -158,11 +169,12 @@ impl Wake for ThreadWaker {
 }
 
 impl StdioSession {
-    fn start(
+    /// The session's prelude and argv, rendered for its tools; no instance yet.
+    fn unstarted(
         blueprint: Arc<Blueprint>,
         tools: Arc<dyn ToolDispatch>,
         files: Option<FileView>,
-    ) -> Result<StdioSession, HostError> {
+    ) -> StdioSession {
         let prelude = blueprint
             .prelude
             .map(|template| {
@@ -182,16 +194,144 @@ impl StdioSession {
             })
             .unwrap_or_default();
         let argv = blueprint.guest.argv(&prelude, &blueprint.limits);
-        let mut session = StdioSession {
+        StdioSession {
             blueprint,
             tools,
             argv,
             prelude,
             files,
             instance: None,
-        };
-        session.instance = Some(session.instantiate()?);
+        }
+    }
+
+    fn start(
+        blueprint: Arc<Blueprint>,
+        tools: Arc<dyn ToolDispatch>,
+        files: Option<FileView>,
+    ) -> Result<StdioSession, HostError> {
+        let mut session = Self::unstarted(blueprint, tools, files);
+        session.instance = Some(session.instantiate(None)?);
         Ok(session)
+    }
+
+    /// The session `snapshot` holds, of a guest started by turns
+    /// (`wasm:python-sci`): refused unless it is a snapshot of this runtime and
+    /// guest whose session had the same tools and limits (the prelude rendered
+    /// for them) and no folders, and its memory fits this runtime's limit.
+    fn restore(
+        blueprint: Arc<Blueprint>,
+        tools: Arc<dyn ToolDispatch>,
+        snapshot: &Snapshot,
+    ) -> Result<StdioSession, SnapshotError> {
+        if !blueprint.guest.launch.by_turns() {
+            return Err(stdio_unsupported(blueprint.runtime_name));
+        }
+        let identity = blueprint.guest.sha256.clone().unwrap_or_default();
+        let (shared, range) = snapshot.open_shared(blueprint.runtime_name, &identity)?;
+        let payload = &shared[range.clone()];
+        let corrupt = |why: &str| SnapshotError::Corrupt(why.to_string());
+        let (len, rest) = payload
+            .split_first_chunk::<8>()
+            .ok_or_else(|| corrupt("its guest state has no header"))?;
+        let len = usize::try_from(u64::from_le_bytes(*len))
+            .ok()
+            .filter(|len| *len <= rest.len())
+            .ok_or_else(|| corrupt("its guest state ends inside its header"))?;
+        let (header, memory) = rest.split_at(len);
+        let header: serde_json::Value = serde_json::from_slice(header)
+            .map_err(|e| SnapshotError::Corrupt(format!("its guest state's header: {e}")))?;
+        let mut session = Self::unstarted(blueprint, tools, None);
+        if header["start"].as_str() != Some(session.start_digest().as_str()) {
+            return Err(SnapshotError::Session(
+                "the snapshot was made with other tools or limits than this session has; the guest keeps them in its memory, so restore it with the same ones".into(),
+            ));
+        }
+        let limits = &session.blueprint.limits;
+        let baseline = match &header["baseline"] {
+            serde_json::Value::Null => None,
+            value => Some(
+                value
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| corrupt("its guest state's header has no usable baseline"))?,
+            ),
+        };
+        // What a session of this runtime may hold: its start's room plus the
+        // limit, or the baseline it had plus the limit.
+        let most = baseline
+            .unwrap_or(files::STARTUP_MEMORY)
+            .saturating_add(limits.max_memory_bytes);
+        if baseline
+            .is_some_and(|b| b > files::STARTUP_MEMORY.saturating_add(limits.max_memory_bytes))
+        {
+            return Err(SnapshotError::Session(format!(
+                "the snapshot says its session held {} bytes when its first script started, more than a session may start with under this runtime's memory limit; it is refused",
+                baseline.unwrap_or_default()
+            )));
+        }
+        let memory_at = range.end - memory.len()..range.end;
+        let memory = turns::MemoryTemplate::read(shared.clone(), memory_at, most)
+            .map_err(SnapshotError::Corrupt)?;
+        let image = Arc::new(turns::SessionImage { memory, baseline });
+        let instance = session
+            .instantiate(Some(image))
+            .map_err(|e| SnapshotError::Session(e.to_string()))?;
+        session.instance = Some(instance);
+        Ok(session)
+    }
+
+    /// The session's state at this step boundary, of a guest started by turns:
+    /// its serving loop is paused (see [`turns`]) while the pages of its memory
+    /// that differ from a fresh instance's are copied, then entered again.
+    fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
+        if !self.blueprint.guest.launch.by_turns() {
+            return Err(stdio_unsupported(self.blueprint.runtime_name));
+        }
+        if self.files.is_some() {
+            return Err(SnapshotError::Unsupported {
+                runtime: self.blueprint.runtime_name.to_string(),
+                why: "a session with a working directory holds descriptors of its folders, which are the host's, not the guest's".into(),
+            });
+        }
+        let mut instance = match self.instance.take() {
+            Some(instance) => instance,
+            None => self
+                .instantiate(None)
+                .map_err(|e| SnapshotError::Session(e.to_string()))?,
+        };
+        locked(&instance.exchange).pause();
+        let deadline = Instant::now() + self.blueprint.startup_time;
+        let image = match poll_guest(&mut instance, deadline) {
+            Event::Ready => locked(&instance.exchange).paused_state.take(),
+            _ => None,
+        };
+        let Some(image) = image else {
+            // The guest did not come back to its loop: it is not used again.
+            return Err(SnapshotError::Session(
+                "the guest did not come back to its serving loop after its state was copied; the session's next run starts afresh".into(),
+            ));
+        };
+        self.instance = Some(instance);
+        let header = serde_json::json!({
+            "start": self.start_digest(),
+            "baseline": image.baseline,
+        })
+        .to_string();
+        let header_len = (header.len() as u64).to_le_bytes();
+        let (head, pages) = image.memory.to_parts();
+        let identity = self.blueprint.guest.sha256.clone().unwrap_or_default();
+        Ok(Snapshot::seal_parts(
+            self.blueprint.runtime_name,
+            &identity,
+            &[&header_len, header.as_bytes(), &head, pages],
+        ))
+    }
+
+    /// What a snapshot's session must have started with to be restored into this
+    /// one: the sha256 of its prelude, which holds its tools and limits (a
+    /// snapshot is never of a session with folders).
+    fn start_digest(&self) -> String {
+        crate::cache::sha256_hex(turns::template_key(&self.prelude, &[]).as_bytes())
     }
 
     fn host_error(&self, reason: String) -> HostError {
@@ -202,8 +342,11 @@ impl StdioSession {
     }
 
     /// Creates a store and instance and runs the guest until it waits for its first
-    /// script.
-    fn instantiate(&self) -> Result<LiveGuest, HostError> {
+    /// script: from `restore`'s state when given (a guest started by turns).
+    fn instantiate(
+        &self,
+        restore: Option<Arc<turns::SessionImage>>,
+    ) -> Result<LiveGuest, HostError> {
         let engine = engine::engine().map_err(|e| self.host_error(e))?;
         let limits = &self.blueprint.limits;
         let exchange = Exchange::new(limits.max_output_bytes, protocol::max_message_bytes(limits));
@@ -279,6 +422,7 @@ impl StdioSession {
                 key: turns::template_key(&self.prelude, &folders),
                 prelude: self.prelude.clone(),
                 templates: self.blueprint.templates.clone(),
+                restore,
             }
         });
         let call = guest_call(
@@ -332,7 +476,7 @@ impl StdioSession {
         let limits = self.blueprint.limits.clone();
         let mut instance = match self.instance.take() {
             Some(instance) => instance,
-            None => self.instantiate()?,
+            None => self.instantiate(None)?,
         };
         let code = if self.blueprint.hoist_js {
             hoist_top_level(script)
@@ -689,7 +833,7 @@ impl Session for WasmSession {
 
     fn snapshot(&mut self) -> Result<Snapshot, SnapshotError> {
         match &mut self.inner {
-            Inner::Stdio(session) => Err(stdio_unsupported(session.blueprint.runtime_name)),
+            Inner::Stdio(session) => session.snapshot(),
             Inner::Abi(session) => session.snapshot(),
         }
     }

