@@ -100,7 +100,7 @@ fn the_table_names_every_case_for_the_javascript_worker() {
     }
     assert!(!stdout.contains("FAILED"), "{stdout}");
     assert!(
-        stdout.contains("n/a: the backend keeps its state where it cannot be copied"),
+        stdout.contains("n/a: Boa keeps a session's variables as objects in its own heap"),
         "a case that does not apply says so: {stdout}"
     );
 }
