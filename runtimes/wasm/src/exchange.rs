@@ -49,7 +49,7 @@ pub(crate) struct Exchange {
     /// while it is inside no call (see [`crate::turns`]), then enters it again.
     pub(crate) pausing: bool,
     /// The session's state the guest's call copied while paused, for the host.
-    pub(crate) paused_state: Option<crate::turns::SessionImage>,
+    pub(crate) paused_state: Option<crate::memory_image::SessionImage>,
 }
 
 /// A handle to the shared state.

@@ -46,6 +46,7 @@ mod error_facts;
 mod exchange;
 mod files;
 mod guests;
+mod memory_image;
 mod preinit;
 pub mod protocol;
 mod python_names;

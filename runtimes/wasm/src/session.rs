@@ -270,9 +270,9 @@ impl StdioSession {
             )));
         }
         let memory_at = range.end - memory.len()..range.end;
-        let memory = turns::MemoryTemplate::read(shared.clone(), memory_at, most)
+        let memory = crate::memory_image::MemoryTemplate::read(shared.clone(), memory_at, most)
             .map_err(SnapshotError::Corrupt)?;
-        let image = Arc::new(turns::SessionImage { memory, baseline });
+        let image = Arc::new(crate::memory_image::SessionImage { memory, baseline });
         let instance = session
             .instantiate(Some(image))
             .map_err(|e| SnapshotError::Session(e.to_string()))?;
@@ -345,7 +345,7 @@ impl StdioSession {
     /// script: from `restore`'s state when given (a guest started by turns).
     fn instantiate(
         &self,
-        restore: Option<Arc<turns::SessionImage>>,
+        restore: Option<Arc<crate::memory_image::SessionImage>>,
     ) -> Result<LiveGuest, HostError> {
         let engine = engine::engine().map_err(|e| self.host_error(e))?;
         let limits = &self.blueprint.limits;
