@@ -23,6 +23,7 @@
 #[cfg(not(target_family = "wasm"))]
 mod confine;
 mod embedded;
+mod encode;
 mod protocol;
 #[cfg(not(target_family = "wasm"))]
 mod runtime;

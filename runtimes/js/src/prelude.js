@@ -21,21 +21,28 @@
   const TypeErrorC = TypeError;
   const callTool = g.__codeact_call_tool;
   const log = g.__codeact_log;
+  const encodeNatively = g.__codeact_encode_native;
   delete g.__codeact_call_tool;
   delete g.__codeact_log;
+  delete g.__codeact_encode_native;
   const encode = (__CODEACT_ENCODER__)((message) => {
     throw new TypeErrorC(message);
   });
+  // The worker writes a value as JSON in Rust when it can (`encode.rs`: the
+  // encoder's rules; a refusal throws the encoder's TypeError) and answers null
+  // for a value it leaves to the encoder.
+  const encodeArgs = (v) => encode(v, 100, true, "args");
   const show = (v) => {
     if (typeof v === "string") return v;
     try {
-      return encode(v, 100, true);
+      const native = encodeNatively(v, 100, true);
+      return typeof native === "string" ? native : encode(v, 100, true);
     } catch (e) {
       return StringC(v);
     }
   };
-  const hostCall = (name, args) =>
-    callTool(StringC(name), encode(args === undefined ? {} : args, 100, true, "args"));
+  // The worker encodes the arguments (by `encodeArgs` when it cannot itself).
+  const hostCall = (name, args) => callTool(StringC(name), args === undefined ? {} : args, encodeArgs);
   const tools = new ProxyC({}, {
     get: (_, name) => (typeof name === "string" ? (args) => hostCall(name, args) : undefined),
   });

@@ -26,6 +26,7 @@ use boa_engine::{
 use codeact_runtime::{Limits, ToolDispatch};
 use serde_json::{Value, json};
 
+use crate::encode::{Encoded, Rules};
 use crate::protocol::{Failure, FailureKind, Namespaces, Reply, Request, WORKER_ARG};
 use codeact_runtime::js_hoist::hoist_top_level;
 
@@ -309,6 +310,11 @@ pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
         1,
         NativeFunction::from_fn_ptr(log),
     )?;
+    context.register_global_builtin_callable(
+        js_string!("__codeact_encode_native"),
+        3,
+        NativeFunction::from_fn_ptr(encode_native),
+    )?;
     let prelude = PRELUDE.replace("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER);
     context.eval(Source::from_bytes(&prelude).with_path(Path::new(PRELUDE_PATH)))?;
     Ok(context)
@@ -361,34 +367,47 @@ pub(crate) fn run(context: &mut Context, script: &str, max_depth: usize) -> Resu
             "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration",
         ));
     }
-    let encode = context
-        .global_object()
-        .get(js_string!("__codeact_encode"), context)
-        .map_err(|e| classify(&e, context))?;
-    let encode = encode.as_callable().ok_or_else(|| {
-        Failure::new(
-            FailureKind::Thrown,
-            "__codeact_encode was replaced by the script",
-        )
-    })?;
     let unrepresentable = |message: String| Failure::new(FailureKind::Unrepresentable, message);
-    let text = encode
-        .call(
-            &JsValue::undefined(),
-            &[value, JsValue::from(max_depth as f64)],
-            context,
-        )
-        .map_err(|e| {
-            // The first line names the problem; the rest is the prelude's stack.
-            let message = classify(&e, context).message;
-            let first = message.lines().next().unwrap_or_default();
-            let first = first.split(" (unknown at").next().unwrap_or(first);
-            unrepresentable(first.trim_start_matches("TypeError: ").to_string())
-        })?;
-    let text = text
-        .as_string()
-        .map(|s| s.to_std_string_escaped())
-        .ok_or_else(|| unrepresentable("the value has no JSON form".to_string()))?;
+    // What a getter threw while the value was written: its first line names
+    // the problem; the rest is the prelude's stack.
+    let thrown = |e: JsError, context: &mut Context| {
+        let message = classify(&e, context).message;
+        let first = message.lines().next().unwrap_or_default();
+        let first = first.split(" (unknown at").next().unwrap_or(first);
+        unrepresentable(first.trim_start_matches("TypeError: ").to_string())
+    };
+    let rules = Rules {
+        max_depth,
+        lenient: false,
+        root: "output",
+    };
+    let text = match crate::encode::encode(&value, rules, context) {
+        Ok(Encoded::Json(text)) => text,
+        Ok(Encoded::Refused(message)) => return Err(unrepresentable(message)),
+        Err(e) => return Err(thrown(e, context)),
+        Ok(Encoded::Unsure) => {
+            let encode = context
+                .global_object()
+                .get(js_string!("__codeact_encode"), context)
+                .map_err(|e| classify(&e, context))?;
+            let encode = encode.as_callable().ok_or_else(|| {
+                Failure::new(
+                    FailureKind::Thrown,
+                    "__codeact_encode was replaced by the script",
+                )
+            })?;
+            let text = encode
+                .call(
+                    &JsValue::undefined(),
+                    &[value, JsValue::from(max_depth as f64)],
+                    context,
+                )
+                .map_err(|e| thrown(e, context))?;
+            text.as_string()
+                .map(|s| s.to_std_string_escaped())
+                .ok_or_else(|| unrepresentable("the value has no JSON form".to_string()))?
+        }
+    };
     serde_json::from_str(&text).map_err(|e| unrepresentable(e.to_string()))
 }
 
@@ -479,6 +498,29 @@ thread_local! {
     static LOGS: RefCell<Logs> = RefCell::new(Logs::default());
 }
 
+/// `__codeact_encode_native(value, maxDepth, lenient)`: `value` as JSON text
+/// ([`encode`](crate::encode)), or null for a value left to the prelude's
+/// encoder; a refusal (a cycle, too deep) throws the encoder's TypeError.
+fn encode_native(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let value = args.first().cloned().unwrap_or_default();
+    let max_depth = args
+        .get(1)
+        .and_then(JsValue::as_number)
+        .filter(|depth| *depth >= 0.0)
+        .map_or(HELPER_DEPTH, |depth| depth as usize);
+    let lenient = args.get(2).is_some_and(JsValue::to_boolean);
+    let rules = Rules {
+        max_depth,
+        lenient,
+        root: if lenient { "args" } else { "output" },
+    };
+    match crate::encode::encode(&value, rules, context)? {
+        Encoded::Json(text) => Ok(JsString::from(text.as_str()).into()),
+        Encoded::Refused(message) => Err(JsNativeError::typ().with_message(message).into()),
+        Encoded::Unsure => Ok(JsValue::null()),
+    }
+}
+
 fn log(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<JsValue> {
     let text = args
         .first()
@@ -503,15 +545,41 @@ fn log(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<Js
     Ok(JsValue::undefined())
 }
 
+/// The nesting depth limit of tool arguments and printed values, as the
+/// prelude's helpers give it to the encoder.
+const HELPER_DEPTH: usize = 100;
+
+/// `__codeact_call_tool(name, args, encodeArgs)`: calls tool `name` with `args`
+/// written as JSON here ([`encode`](crate::encode)), or by `encodeArgs` (the
+/// prelude's encoder) for a value left to it.
 fn call_tool(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
-    let text = |i: usize| {
-        args.get(i)
-            .and_then(JsValue::as_string)
-            .map(|s| s.to_std_string_escaped())
-            .unwrap_or_default()
+    let name = args
+        .first()
+        .and_then(JsValue::as_string)
+        .map(|s| s.to_std_string_escaped())
+        .unwrap_or_default();
+    let value = args.get(1).cloned().unwrap_or_default();
+    let rules = Rules {
+        max_depth: HELPER_DEPTH,
+        lenient: true,
+        root: "args",
     };
-    let name = text(0);
-    let arguments: Value = serde_json::from_str(&text(1)).unwrap_or(json!({}));
+    let text = match crate::encode::encode(&value, rules, context)? {
+        Encoded::Json(text) => text,
+        Encoded::Refused(message) => {
+            return Err(JsNativeError::typ().with_message(message).into());
+        }
+        Encoded::Unsure => {
+            let fallback = args.get(2).and_then(JsValue::as_callable).ok_or_else(|| {
+                JsNativeError::typ().with_message("the prelude gave no encoder for tool arguments")
+            })?;
+            let text = fallback.call(&JsValue::undefined(), &[value], context)?;
+            text.as_string()
+                .map(|s| s.to_std_string_escaped())
+                .unwrap_or_default()
+        }
+    };
+    let arguments: Value = serde_json::from_str(&text).unwrap_or(json!({}));
     let answer = match call_immediately(&name, arguments) {
         Ok(answer) => Some(answer),
         Err(arguments) => {
