@@ -29,6 +29,7 @@ mod protocol;
 mod runtime;
 #[cfg(not(target_family = "wasm"))]
 mod session;
+mod wait;
 mod worker;
 
 pub use embedded::{EmbeddedJs, ToolCaller};

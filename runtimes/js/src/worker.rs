@@ -10,12 +10,13 @@
 #![cfg_attr(target_family = "wasm", allow(dead_code, unused_imports))]
 
 use std::cell::RefCell;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 #[cfg(not(target_family = "wasm"))]
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use boa_engine::context::{ContextBuilder, HostHooks};
 use boa_engine::module::IdleModuleLoader;
@@ -638,16 +639,43 @@ fn read_request() -> Option<Request> {
     }) {
         return pending;
     }
-    if let Some(received) =
-        CHANNELS.with(|slot| slot.borrow().as_ref().map(|c| c.requests.recv().ok()))
-    {
+    if let Some(received) = CHANNELS.with(|slot| {
+        slot.borrow()
+            .as_ref()
+            .map(|c| crate::wait::receive(&c.requests, Duration::MAX).ok())
+    }) {
         return received;
     }
-    let mut line = String::new();
-    match std::io::stdin().lock().read_line(&mut line) {
-        Ok(0) | Err(_) => None,
-        Ok(_) => serde_json::from_str(&line).ok(),
-    }
+    read_stdin_line().and_then(|line| serde_json::from_slice(&line).ok())
+}
+
+thread_local! {
+    /// What this worker read from stdin past its last whole line.
+    static INPUT: RefCell<crate::wait::Lines> = RefCell::new(crate::wait::Lines::default());
+}
+
+/// The next line on stdin, without its newline; `None` once the host closed it.
+/// Read with large reads, so std's own buffer stays empty and `poll` sees all
+/// that is waiting.
+fn read_stdin_line() -> Option<Vec<u8>> {
+    INPUT.with(|input| {
+        let mut input = input.borrow_mut();
+        let stdin = std::io::stdin();
+        loop {
+            if let Some(line) = input.take_line() {
+                return Some(line);
+            }
+            #[cfg(unix)]
+            {
+                use std::os::fd::AsFd;
+                // Sleeps after a short spin; a failed `poll` leaves the read to block.
+                let _ = crate::wait::readable(stdin.as_fd(), None);
+            }
+            if !input.fill(&mut stdin.lock()) {
+                return None;
+            }
+        }
+    })
 }
 
 fn send(reply: Reply) {
@@ -664,8 +692,10 @@ fn send(reply: Reply) {
     });
     let Some(reply) = reply else { return };
     let mut stdout = std::io::stdout().lock();
-    if let Ok(line) = serde_json::to_string(&reply) {
-        let _ = writeln!(stdout, "{line}");
+    // One line in one write: a line written in pieces wakes the host for each.
+    if let Ok(mut line) = serde_json::to_vec(&reply) {
+        line.push(b'\n');
+        let _ = stdout.write_all(&line);
         let _ = stdout.flush();
     }
 }
