@@ -163,6 +163,9 @@ pub(crate) struct Lines {
     pending: Vec<u8>,
     /// How much of `pending` is known to hold no newline.
     scanned: usize,
+    /// What each read fills, zeroed once: zeroing 64 KiB for every read
+    /// cost more than a short line's copy.
+    chunk: Vec<u8>,
 }
 
 /// How much one read takes from the pipe at most: 64 KiB, a Linux pipe's
@@ -189,14 +192,13 @@ impl Lines {
 
     /// Reads what `source` has (one read); false when it ended or failed.
     pub(crate) fn fill(&mut self, source: &mut impl std::io::Read) -> bool {
-        let start = self.pending.len();
-        self.pending.resize(start + CHUNK, 0);
-        let read = source.read(&mut self.pending[start..]);
-        let kept = match read {
-            Ok(n) => start + n,
-            Err(_) => start,
-        };
-        self.pending.truncate(kept);
+        if self.chunk.len() < CHUNK {
+            self.chunk = vec![0; CHUNK];
+        }
+        let read = source.read(&mut self.chunk);
+        if let Ok(n) = read {
+            self.pending.extend_from_slice(&self.chunk[..n]);
+        }
         match read {
             Ok(0) => false,
             Ok(_) => true,
