@@ -35,6 +35,7 @@
 //! | calls | why |
 //! | --- | --- |
 //! | `read`, `write` | requests on stdin, replies on stdout, a panic's message on stderr |
+//! | `poll`, `ppoll` | waiting for the host's next line (`src/wait.rs`): on the descriptors it holds, the only ones it has |
 //! | `brk`, `mmap`, `munmap`, `mremap`, `mprotect`, `madvise` | the allocator and Boa's heap; `mmap` only anonymous, neither it nor `mprotect` executable (Boa has no JIT); `madvise` only to give pages back |
 //! | `futex` | std's locks and one-time initialisation |
 //! | `getrandom` | hash-map keys, `Math.random` |
@@ -181,10 +182,12 @@ fn allowed(
     let always = Vec::new;
     let own_pid = i64::from(own_pid);
     let (exec, anonymous) = (i64::from(libc::PROT_EXEC), i64::from(libc::MAP_ANONYMOUS));
-    Ok(vec![
+    let mut rules = vec![
         // Requests on stdin, replies on stdout, a panic's message on stderr.
         (libc::SYS_read, always()),
         (libc::SYS_write, always()),
+        // Waiting for the host's next line (glibc's `poll` is either call).
+        (libc::SYS_ppoll, always()),
         // The allocator and Boa's heap: anonymous, never executable memory.
         (libc::SYS_brk, always()),
         (
@@ -236,7 +239,10 @@ fn allowed(
         // Ending.
         (libc::SYS_exit, always()),
         (libc::SYS_exit_group, always()),
-    ])
+    ];
+    #[cfg(target_arch = "x86_64")]
+    rules.push((libc::SYS_poll, always()));
+    Ok(rules)
 }
 
 /// Arms the worker's own deadline for a run of `wall_time` (module docs): the soft
@@ -587,6 +593,7 @@ mod tests {
         let cases: Vec<(&str, i64, [u64; 6], u32)> = vec![
             ("read", libc::SYS_read, [0; 6], ALLOW),
             ("write", libc::SYS_write, [1, 0, 0, 0, 0, 0], ALLOW),
+            ("ppoll", libc::SYS_ppoll, [0, 1, 0, 0, 0, 0], ALLOW),
             (
                 "tgkill itself",
                 libc::SYS_tgkill,

@@ -23,11 +23,13 @@
 #[cfg(not(target_family = "wasm"))]
 mod confine;
 mod embedded;
+mod encode;
 mod protocol;
 #[cfg(not(target_family = "wasm"))]
 mod runtime;
 #[cfg(not(target_family = "wasm"))]
 mod session;
+mod wait;
 mod worker;
 
 pub use embedded::{BatchCaller, EmbeddedJs, ToolCaller};

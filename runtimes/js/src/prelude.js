@@ -32,17 +32,24 @@
   const callMany = g.__codeact_call_many;
   const settle = g.__codeact_settle;
   const log = g.__codeact_log;
+  const encodeNatively = g.__codeact_encode_native;
   delete g.__codeact_call_tool;
   delete g.__codeact_call_many;
   delete g.__codeact_settle;
   delete g.__codeact_log;
+  delete g.__codeact_encode_native;
   const encode = (__CODEACT_ENCODER__)((message) => {
     throw new TypeErrorC(message);
   });
+  // The worker writes a value as JSON in Rust when it can (`encode.rs`: the
+  // encoder's rules; a refusal throws the encoder's TypeError) and answers null
+  // for a value it leaves to the encoder.
+  const encodeArgs = (v) => encode(v, 100, true, "args");
   const show = (v) => {
     if (typeof v === "string") return v;
     try {
-      return encode(v, 100, true);
+      const native = encodeNatively(v, 100, true);
+      return typeof native === "string" ? native : encode(v, 100, true);
     } catch (e) {
       return StringC(v);
     }
@@ -114,9 +121,10 @@
     return promise;
   };
   const hostCall = (name, args) => {
-    const argsText = encode(args === undefined ? {} : args, 100, true, "args");
-    if (asynchronous) return pending(StringC(name), argsText);
-    return callTool(StringC(name), argsText);
+    const value = args === undefined ? {} : args;
+    if (asynchronous) return pending(StringC(name), encodeArgs(value));
+    // The worker encodes the arguments (by `encodeArgs` when it cannot itself).
+    return callTool(StringC(name), value, encodeArgs);
   };
   // `await X` outside any function: X's value now (codeact_runtime::js_await).
   const awaitNow = (value) => {

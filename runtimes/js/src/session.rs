@@ -3,9 +3,9 @@
 //! limits and this process's pid (`protocol::WORKER_ARG`), from one lasting
 //! thread ([`spawn_from_lasting_thread`]).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
@@ -55,9 +55,14 @@ enum Link {
     Process {
         child: Child,
         stdin: ChildStdin,
+        /// Read on the session's thread: a reader thread of its own would add
+        /// a wake-up to every reply.
+        stdout: ChildStdout,
+        lines: crate::wait::Lines,
     },
     Thread {
         requests: std::sync::mpsc::Sender<Request>,
+        replies: Receiver<Reply>,
         /// Shared with the engine thread: cleared when this worker is dropped, so
         /// a script the session gave up on makes no more tool calls there.
         session_waiting: Arc<AtomicBool>,
@@ -66,7 +71,6 @@ enum Link {
 
 struct Worker {
     link: Link,
-    replies: Receiver<Reply>,
     /// Whether the worker has sent any reply: one that exits before its first
     /// reply is most likely not a worker at all (an app that skipped
     /// `run_worker_if_requested`).
@@ -77,6 +81,33 @@ struct Worker {
 }
 
 impl Worker {
+    /// The worker's next reply within `wait`; `Timeout` when none came in
+    /// time, `Disconnected` when its output ended or was not a reply.
+    fn next_reply(&mut self, wait: Duration) -> Result<Reply, RecvTimeoutError> {
+        let (stdout, lines) = match &mut self.link {
+            Link::Thread { replies, .. } => return crate::wait::receive(replies, wait),
+            Link::Process { stdout, lines, .. } => (stdout, lines),
+        };
+        let until = Instant::now() + wait;
+        loop {
+            if let Some(line) = lines.take_line() {
+                return serde_json::from_slice(&line).map_err(|_| RecvTimeoutError::Disconnected);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            {
+                use std::os::fd::AsFd;
+                match crate::wait::readable(stdout.as_fd(), Some(left)) {
+                    Ok(true) | Err(_) => {}
+                    Ok(false) if Instant::now() >= until => return Err(RecvTimeoutError::Timeout),
+                    Ok(false) => continue,
+                }
+            }
+            if !lines.fill(stdout) {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+        }
+    }
+
     fn send(&mut self, request: Request) -> std::io::Result<()> {
         match &mut self.link {
             Link::Process { stdin, .. } => write_request(stdin, &request),
@@ -173,9 +204,9 @@ impl JsSession {
         Ok(Worker {
             link: Link::Thread {
                 requests: request_sender,
+                replies,
                 session_waiting,
             },
-            replies,
             replied: false,
             namespaces_sent: false,
         })
@@ -218,24 +249,13 @@ impl JsSession {
             .stdout
             .take()
             .ok_or_else(|| start("the worker has no stdout".into()))?;
-        let (sender, replies) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("codeact-js-reader".into())
-            .spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    let Ok(reply) = serde_json::from_str::<Reply>(&line) else {
-                        break;
-                    };
-                    if sender.send(reply).is_err() {
-                        break;
-                    }
-                }
-            })
-            .map_err(|e| start(format!("cannot start a reader thread: {e}")))?;
         Ok(Worker {
-            link: Link::Process { child, stdin },
-            replies,
+            link: Link::Process {
+                child,
+                stdin,
+                stdout,
+                lines: crate::wait::Lines::default(),
+            },
             replied: false,
             namespaces_sent: false,
         })
@@ -298,7 +318,7 @@ impl JsSession {
                 Some(_) => remaining.min(INTERRUPT_POLL),
                 None => remaining,
             };
-            let reply = match worker.replies.recv_timeout(wait) {
+            let reply = match worker.next_reply(wait) {
                 Ok(reply) => {
                     worker.replied = true;
                     reply
@@ -441,9 +461,12 @@ fn spawn_from_lasting_thread(command: Command) -> std::io::Result<Child> {
 /// for the worker: the most an interrupt waits to be noticed.
 const INTERRUPT_POLL: Duration = Duration::from_millis(10);
 
+/// Writes `request` as one line, in one write: a line written in pieces
+/// wakes the worker for each.
 fn write_request(stdin: &mut ChildStdin, request: &Request) -> std::io::Result<()> {
-    let line = serde_json::to_string(request).map_err(std::io::Error::other)?;
-    writeln!(stdin, "{line}")?;
+    let mut line = serde_json::to_vec(request).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    stdin.write_all(&line)?;
     stdin.flush()
 }
 

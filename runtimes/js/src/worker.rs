@@ -10,12 +10,13 @@
 #![cfg_attr(target_family = "wasm", allow(dead_code, unused_imports))]
 
 use std::cell::RefCell;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 #[cfg(not(target_family = "wasm"))]
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use boa_engine::context::{ContextBuilder, HostHooks};
 use boa_engine::module::IdleModuleLoader;
@@ -26,6 +27,7 @@ use boa_engine::{
 use codeact_runtime::{Limits, ToolDispatch};
 use serde_json::{Value, json};
 
+use crate::encode::{Encoded, Rules};
 use crate::protocol::{Failure, FailureKind, Namespaces, Reply, Request, WORKER_ARG};
 use codeact_runtime::js_await::rewrite_top_level_await;
 use codeact_runtime::js_hoist::hoist_top_level;
@@ -326,6 +328,11 @@ pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
         1,
         NativeFunction::from_fn_ptr(log),
     )?;
+    context.register_global_builtin_callable(
+        js_string!("__codeact_encode_native"),
+        3,
+        NativeFunction::from_fn_ptr(encode_native),
+    )?;
     let prelude = PRELUDE.replace("__CODEACT_ENCODER__", codeact_runtime::JS_ENCODER);
     context.eval(Source::from_bytes(&prelude).with_path(Path::new(PRELUDE_PATH)))?;
     Ok(context)
@@ -404,34 +411,47 @@ pub(crate) fn run(context: &mut Context, script: &str, max_depth: usize) -> Resu
             "the script's completion value was undefined: end the script with an expression such as final_result(value), not with a declaration",
         ));
     }
-    let encode = context
-        .global_object()
-        .get(js_string!("__codeact_encode"), context)
-        .map_err(|e| classify(&e, context))?;
-    let encode = encode.as_callable().ok_or_else(|| {
-        Failure::new(
-            FailureKind::Thrown,
-            "__codeact_encode was replaced by the script",
-        )
-    })?;
     let unrepresentable = |message: String| Failure::new(FailureKind::Unrepresentable, message);
-    let text = encode
-        .call(
-            &JsValue::undefined(),
-            &[value, JsValue::from(max_depth as f64)],
-            context,
-        )
-        .map_err(|e| {
-            // The first line names the problem; the rest is the prelude's stack.
-            let message = classify(&e, context).message;
-            let first = message.lines().next().unwrap_or_default();
-            let first = first.split(" (unknown at").next().unwrap_or(first);
-            unrepresentable(first.trim_start_matches("TypeError: ").to_string())
-        })?;
-    let text = text
-        .as_string()
-        .map(|s| s.to_std_string_escaped())
-        .ok_or_else(|| unrepresentable("the value has no JSON form".to_string()))?;
+    // What a getter threw while the value was written: its first line names
+    // the problem; the rest is the prelude's stack.
+    let thrown = |e: JsError, context: &mut Context| {
+        let message = classify(&e, context).message;
+        let first = message.lines().next().unwrap_or_default();
+        let first = first.split(" (unknown at").next().unwrap_or(first);
+        unrepresentable(first.trim_start_matches("TypeError: ").to_string())
+    };
+    let rules = Rules {
+        max_depth,
+        lenient: false,
+        root: "output",
+    };
+    let text = match crate::encode::encode(&value, rules, context) {
+        Ok(Encoded::Json(text)) => text,
+        Ok(Encoded::Refused(message)) => return Err(unrepresentable(message)),
+        Err(e) => return Err(thrown(e, context)),
+        Ok(Encoded::Unsure) => {
+            let encode = context
+                .global_object()
+                .get(js_string!("__codeact_encode"), context)
+                .map_err(|e| classify(&e, context))?;
+            let encode = encode.as_callable().ok_or_else(|| {
+                Failure::new(
+                    FailureKind::Thrown,
+                    "__codeact_encode was replaced by the script",
+                )
+            })?;
+            let text = encode
+                .call(
+                    &JsValue::undefined(),
+                    &[value, JsValue::from(max_depth as f64)],
+                    context,
+                )
+                .map_err(|e| thrown(e, context))?;
+            text.as_string()
+                .map(|s| s.to_std_string_escaped())
+                .ok_or_else(|| unrepresentable("the value has no JSON form".to_string()))?
+        }
+    };
     serde_json::from_str(&text).map_err(|e| unrepresentable(e.to_string()))
 }
 
@@ -520,6 +540,29 @@ impl Logs {
 
 thread_local! {
     static LOGS: RefCell<Logs> = RefCell::new(Logs::default());
+}
+
+/// `__codeact_encode_native(value, maxDepth, lenient)`: `value` as JSON text
+/// ([`encode`](crate::encode)), or null for a value left to the prelude's
+/// encoder; a refusal (a cycle, too deep) throws the encoder's TypeError.
+fn encode_native(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let value = args.first().cloned().unwrap_or_default();
+    let max_depth = args
+        .get(1)
+        .and_then(JsValue::as_number)
+        .filter(|depth| *depth >= 0.0)
+        .map_or(HELPER_DEPTH, |depth| depth as usize);
+    let lenient = args.get(2).is_some_and(JsValue::to_boolean);
+    let rules = Rules {
+        max_depth,
+        lenient,
+        root: if lenient { "args" } else { "output" },
+    };
+    match crate::encode::encode(&value, rules, context)? {
+        Encoded::Json(text) => Ok(JsString::from(text.as_str()).into()),
+        Encoded::Refused(message) => Err(JsNativeError::typ().with_message(message).into()),
+        Encoded::Unsure => Ok(JsValue::null()),
+    }
 }
 
 fn log(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<JsValue> {
@@ -679,15 +722,41 @@ fn settle(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<
     }
 }
 
+/// The nesting depth limit of tool arguments and printed values, as the
+/// prelude's helpers give it to the encoder.
+const HELPER_DEPTH: usize = 100;
+
+/// `__codeact_call_tool(name, args, encodeArgs)`: calls tool `name` with `args`
+/// written as JSON here ([`encode`](crate::encode)), or by `encodeArgs` (the
+/// prelude's encoder) for a value left to it.
 fn call_tool(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
-    let text = |i: usize| {
-        args.get(i)
-            .and_then(JsValue::as_string)
-            .map(|s| s.to_std_string_escaped())
-            .unwrap_or_default()
+    let name = args
+        .first()
+        .and_then(JsValue::as_string)
+        .map(|s| s.to_std_string_escaped())
+        .unwrap_or_default();
+    let value = args.get(1).cloned().unwrap_or_default();
+    let rules = Rules {
+        max_depth: HELPER_DEPTH,
+        lenient: true,
+        root: "args",
     };
-    let name = text(0);
-    let arguments: Value = serde_json::from_str(&text(1)).unwrap_or(json!({}));
+    let text = match crate::encode::encode(&value, rules, context)? {
+        Encoded::Json(text) => text,
+        Encoded::Refused(message) => {
+            return Err(JsNativeError::typ().with_message(message).into());
+        }
+        Encoded::Unsure => {
+            let fallback = args.get(2).and_then(JsValue::as_callable).ok_or_else(|| {
+                JsNativeError::typ().with_message("the prelude gave no encoder for tool arguments")
+            })?;
+            let text = fallback.call(&JsValue::undefined(), &[value], context)?;
+            text.as_string()
+                .map(|s| s.to_std_string_escaped())
+                .unwrap_or_default()
+        }
+    };
+    let arguments: Value = serde_json::from_str(&text).unwrap_or(json!({}));
     let answer = match call_immediately(&name, arguments) {
         Ok(answer) => Some(answer),
         Err(arguments) => {
@@ -712,6 +781,11 @@ fn call_tool(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResu
         Some(Request::ToolResult {
             err: Some(message), ..
         }) => Err(thrown(format!("tool '{name}' failed: {message}"))),
+        // `"ok": null` reads back as no `ok` at all: a tool that answered null.
+        Some(Request::ToolResult {
+            ok: None,
+            err: None,
+        }) => Ok(JsValue::null()),
         _ => Err(thrown(format!("tool '{name}' got no answer from the host"))),
     }
 }
@@ -746,16 +820,43 @@ fn read_request() -> Option<Request> {
     }) {
         return pending;
     }
-    if let Some(received) =
-        CHANNELS.with(|slot| slot.borrow().as_ref().map(|c| c.requests.recv().ok()))
-    {
+    if let Some(received) = CHANNELS.with(|slot| {
+        slot.borrow()
+            .as_ref()
+            .map(|c| crate::wait::receive(&c.requests, Duration::MAX).ok())
+    }) {
         return received;
     }
-    let mut line = String::new();
-    match std::io::stdin().lock().read_line(&mut line) {
-        Ok(0) | Err(_) => None,
-        Ok(_) => serde_json::from_str(&line).ok(),
-    }
+    read_stdin_line().and_then(|line| serde_json::from_slice(&line).ok())
+}
+
+thread_local! {
+    /// What this worker read from stdin past its last whole line.
+    static INPUT: RefCell<crate::wait::Lines> = RefCell::new(crate::wait::Lines::default());
+}
+
+/// The next line on stdin, without its newline; `None` once the host closed it.
+/// Read with large reads, so std's own buffer stays empty and `poll` sees all
+/// that is waiting.
+fn read_stdin_line() -> Option<Vec<u8>> {
+    INPUT.with(|input| {
+        let mut input = input.borrow_mut();
+        let stdin = std::io::stdin();
+        loop {
+            if let Some(line) = input.take_line() {
+                return Some(line);
+            }
+            #[cfg(unix)]
+            {
+                use std::os::fd::AsFd;
+                // Sleeps after a short spin; a failed `poll` leaves the read to block.
+                let _ = crate::wait::readable(stdin.as_fd(), None);
+            }
+            if !input.fill(&mut stdin.lock()) {
+                return None;
+            }
+        }
+    })
 }
 
 fn send(reply: Reply) {
@@ -772,8 +873,10 @@ fn send(reply: Reply) {
     });
     let Some(reply) = reply else { return };
     let mut stdout = std::io::stdout().lock();
-    if let Ok(line) = serde_json::to_string(&reply) {
-        let _ = writeln!(stdout, "{line}");
+    // One line in one write: a line written in pieces wakes the host for each.
+    if let Ok(mut line) = serde_json::to_vec(&reply) {
+        line.push(b'\n');
+        let _ = stdout.write_all(&line);
         let _ = stdout.flush();
     }
 }

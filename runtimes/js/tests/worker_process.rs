@@ -199,6 +199,19 @@ fn a_worker_runs_every_kind_of_script_under_its_confinement() {
         ),
         json!(3)
     );
+    // A tool's null answer crosses the pipe as null, not as no answer.
+    assert_eq!(
+        value(&mut session, "call_tool('echo', null) === null"),
+        json!(true)
+    );
+    // A batch crosses the pipe as one request and one answer.
+    assert_eq!(
+        value(
+            &mut session,
+            "(await Promise.all([tools.echo({a: 1}), tools.echo(null), tools.echo({a: 3})])).map((r) => r && r.a)"
+        ),
+        json!([1, null, 3])
+    );
     assert_eq!(
         value(
             &mut session,
