@@ -159,11 +159,28 @@ impl Agent {
         cancel: Option<&CancellationToken>,
         grants: Vec<Grant>,
     ) -> Arc<HostTools> {
-        let toolbox = match cancel {
+        let toolbox: Arc<dyn codeact_runtime::ToolDispatch> = match cancel {
             Some(token) => Arc::new((*self.tools).clone().cancelled_by(token.clone())),
             None => self.tools.clone(),
         };
-        Arc::new(
+        // Cells sit between the run's tools and the toolbox: their functions
+        // are checked and recorded like any call, and a cell calls through the
+        // run's tools.
+        let cells = self.cells.map(|limits| {
+            Arc::new(crate::agent::cells::Cells::new(
+                toolbox.clone(),
+                self.runtime.clone(),
+                self.files.as_ref().map(|area| area.view()),
+                limits,
+                self.name.clone(),
+                self.listeners.clone(),
+            ))
+        });
+        let toolbox = match &cells {
+            Some(cells) => cells.clone(),
+            None => toolbox,
+        };
+        let tools = Arc::new(
             HostTools::new(toolbox, self.name.clone(), self.listeners.clone())
                 .with_budgets(CallBudgets {
                     per_run: self.config.max_tool_calls,
@@ -175,7 +192,11 @@ impl Agent {
                 .with_policy(self.policy.clone())
                 .with_approvals(self.approvals.clone(), cancel.cloned())
                 .with_grants(grants),
-        )
+        );
+        if let Some(cells) = cells {
+            cells.attach(&tools);
+        }
+        tools
     }
 
     /// The loop from `decision` on, in `turn`'s session, until the conversation
