@@ -134,6 +134,8 @@ mod manual {
     struct CommandLine;
     #[doc = include_str!("../docs/loop.md")]
     struct Loop;
+    #[doc = include_str!("../docs/cells.md")]
+    struct Cells;
     #[doc = include_str!("../docs/teams.md")]
     struct Teams;
     #[cfg(feature = "js")]
