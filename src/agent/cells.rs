@@ -197,14 +197,15 @@ pub(crate) fn cell_tools(language: &str, limits: &CellLimits) -> Vec<Tool> {
         Tool::from_fn(
             NOTIFY_TOOL,
             format!(
-                "Inside a cell's code: records a progress message (at most {} per cell) that the next poll_cell or wait_cell returns.",
+                "Inside a cell's code: records a progress message (at most {} per cell) that the next poll_cell or wait_cell returns; returns how many the cell has sent.",
                 limits.max_notes
             ),
             unavailable(NOTIFY_TOOL),
         )
         .with_parameters(json!({"type": "object", "properties": {
             "message": {"type": "string", "description": "what the cell has done so far"}
-        }, "required": ["message"]})),
+        }, "required": ["message"]}))
+        .with_returns(json!({"type": "integer"})),
     ]
 }
 
@@ -237,6 +238,8 @@ struct Shared {
 #[derive(Default)]
 struct Table {
     cells: BTreeMap<u64, CellRecord>,
+    /// Set when the run ended: no cell starts any more.
+    closed: bool,
     started: usize,
     /// Cells whose thread has not ended.
     live: usize,
@@ -354,6 +357,11 @@ impl Cells {
             ));
         };
         let mut table = self.shared.table();
+        if table.closed {
+            return Err(ToolError::new(
+                "start_cell was refused: the run that would own the cell has ended",
+            ));
+        }
         if table.live >= self.limits.max_live {
             let running: Vec<String> = table
                 .cells
@@ -589,11 +597,39 @@ impl ToolDispatch for Cells {
 }
 
 impl Drop for Cells {
-    /// Interrupts every cell still running and joins the threads that end within
-    /// [`JOIN_BOUND`].
     fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Ends a run's cells when dropped: the run or the chat that holds it ended.
+/// Its tools may live on a moment longer (an engine thread that lets go of them
+/// once its script is over), so the end of the run does not wait for that.
+#[derive(Default)]
+pub(crate) struct CellsGuard(Option<Arc<Cells>>);
+
+impl CellsGuard {
+    pub(crate) fn new(cells: Option<Arc<Cells>>) -> Self {
+        Self(cells)
+    }
+}
+
+impl Drop for CellsGuard {
+    fn drop(&mut self) {
+        if let Some(cells) = &self.0 {
+            cells.shutdown();
+        }
+    }
+}
+
+impl Cells {
+    /// Interrupts every cell still running and joins the threads that end within
+    /// [`JOIN_BOUND`]; a cell started afterwards is refused. Once done, doing it
+    /// again does nothing.
+    pub(crate) fn shutdown(&self) {
         let here = std::thread::current().id();
         let mut table = self.shared.table();
+        table.closed = true;
         let mut ended_by_run = Vec::new();
         for (number, cell) in &mut table.cells {
             if cell.state == CellState::Running {
@@ -752,7 +788,7 @@ impl CellScope {
             Some(other) => other.to_string(),
         };
         let message = cut(&message, self.limits.max_note_chars);
-        {
+        let sent = {
             let mut table = self.shared.table();
             let Some(cell) = table.cells.get_mut(&self.number) else {
                 return Err(ToolError::new("notify: this cell is gone"));
@@ -765,7 +801,8 @@ impl CellScope {
             }
             cell.notes += 1;
             cell.unseen.push(message.clone());
-        }
+            cell.notes
+        };
         self.shared.changed.notify_all();
         report(
             &self.agent,
@@ -776,7 +813,7 @@ impl CellScope {
                 message,
             },
         );
-        Ok(Value::Null)
+        Ok(json!(sent))
     }
 
     /// Records how the cell ended (a cancelled cell stays cancelled) and that its

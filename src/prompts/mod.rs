@@ -171,11 +171,17 @@ pub(crate) fn render_system_prompt_with(
             use crate::agent::cells::{
                 CANCEL_CELL_TOOL, NOTIFY_TOOL, POLL_CELL_TOOL, START_CELL_TOOL, WAIT_CELL_TOOL,
             };
+            // What a script writes before the parenthesis (`tools.start_cell`):
+            // the card lists the whole signatures.
             let signature = |name: &str| {
                 specs
                     .iter()
                     .find(|spec| spec.name == name)
-                    .map_or_else(|| name.to_string(), |spec| runtime.tool_signature(spec))
+                    .and_then(|spec| {
+                        let signature = runtime.tool_signature(spec);
+                        signature.split_once('(').map(|(call, _)| call.to_string())
+                    })
+                    .unwrap_or_else(|| name.to_string())
             };
             prompts.try_render(
                 "cells",

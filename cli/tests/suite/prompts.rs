@@ -383,8 +383,14 @@ fn the_cells_section_is_in_the_system_prompt_only_when_cells_are_on() {
     assert!(!plain.contains("cell"), "{plain}");
     let with_cells = agent(rhai(), true);
     assert!(with_cells.contains("## Cells: work that goes on between your scripts"));
-    assert!(with_cells.contains("- `start_cell(code: string) -> string`"), "{with_cells}");
+    assert!(
+        with_cells.contains("passed as a string to `start_cell`"),
+        "{with_cells}"
+    );
     assert_rendering("rhai_system_prompt_with_cells.md", &with_cells);
     let js = agent(Arc::new(codeact::JsRuntime::new(Limits::default())), true);
-    assert!(js.contains("`tools.start_cell({code: string})"), "{js}");
+    assert!(
+        js.contains("passed as a string to `tools.start_cell`"),
+        "{js}"
+    );
 }

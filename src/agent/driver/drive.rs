@@ -57,7 +57,7 @@ impl Agent {
         request: &RequestOutput,
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
         let cancel = request.cancel.as_ref();
-        let tools = self.host_tools(cancel, request.grants.clone());
+        let (tools, _cells) = self.host_tools(cancel, request.grants.clone());
         let snapshots = request.snapshots.as_ref();
         let (mut session, decision) = match resume {
             None => (
@@ -153,12 +153,13 @@ impl Agent {
     }
 
     /// The tools as a run's scripts see them: counted against the run's budgets,
-    /// recorded as events, ended by `cancel`.
+    /// recorded as events, ended by `cancel`; with the guard that ends the run's
+    /// cells when the run (or chat) that holds it ends.
     pub(super) fn host_tools(
         &self,
         cancel: Option<&CancellationToken>,
         grants: Vec<Grant>,
-    ) -> Arc<HostTools> {
+    ) -> (Arc<HostTools>, crate::agent::cells::CellsGuard) {
         let toolbox: Arc<dyn codeact_runtime::ToolDispatch> = match cancel {
             Some(token) => Arc::new((*self.tools).clone().cancelled_by(token.clone())),
             None => self.tools.clone(),
@@ -193,10 +194,10 @@ impl Agent {
                 .with_approvals(self.approvals.clone(), cancel.cloned())
                 .with_grants(grants),
         );
-        if let Some(cells) = cells {
+        if let Some(cells) = &cells {
             cells.attach(&tools);
         }
-        tools
+        (tools, crate::agent::cells::CellsGuard::new(cells))
     }
 
     /// The loop from `decision` on, in `turn`'s session, until the conversation
