@@ -175,3 +175,66 @@ async fn a_cell_outlives_its_step_reports_is_cancelled_obeys_approvals_and_dies_
  {
     cells_work_on("wasm:python").await.expect("wasm:python");
 }
+
+/// A cell that never ends, its id kept as `c`, and a script that waits for it
+/// and shows what it got, in the language of `runtime`.
+fn runaway(runtime: &str) -> [&'static str; 2] {
+    match runtime {
+        "rhai" => [
+            "let c = start_cell(\"let i = 0; loop { i += 1; }\");\nobservation(c)",
+            "observation(wait_cell(c, 5))",
+        ],
+        "wasm:python" => [
+            "c = start_cell('i = 0\\nwhile True:\\n    i += 1')\nobservation(c)",
+            "observation(wait_cell(c, 5))",
+        ],
+        _ => [
+            "const c = tools.start_cell({code: 'let i = 0; while (true) { i++; }'});\nobservation(c)",
+            "observation(tools.wait_cell({id: c, seconds: 5}))",
+        ],
+    }
+}
+
+/// If this fails on a runtime, a runaway cell there runs past the runtime's
+/// time limit, or fails without saying which limit stopped it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_cell_is_stopped_at_the_time_limit_and_says_so_on_every_language() {
+    let limits = Limits {
+        wall_time: Duration::from_millis(1_500),
+        max_operations: u64::MAX,
+        ..Limits::default()
+    };
+    let mut failures = Vec::new();
+    for name in ["rhai", "js", "js-in-process", "wasm:python"] {
+        let engine = runtime(name, limits.clone()).expect("runtime");
+        let fence = engine.info().fence_tags[0];
+        let [start, wait] = runaway(name);
+        // Each wait ends before the waiting script's own limit: enough of them
+        // that the cell's limit passes meanwhile.
+        let mut replies = vec![format!("```{fence}\n{start}\n```")];
+        replies.extend((0..6).map(|_| format!("```{fence}\n{wait}\n```")));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let agent = Agent::builder(Arc::new(ReplayModel::new(replies)), engine)
+            .cells(CellLimits::default())
+            .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
+            .build()
+            .expect("builds");
+        // The replay runs out after its last wait: that ends the run.
+        let _ = agent.run("Run away.").await;
+        let events = events.lock().expect("not poisoned").clone();
+        let last = events.iter().rev().find_map(|event| match event {
+            Event::Observation { value, .. } if value.get("state").is_some() => Some(value.clone()),
+            _ => None,
+        });
+        let said = last
+            .as_ref()
+            .filter(|last| last["state"] == "failed")
+            .and_then(|last| last["error"].as_str())
+            .unwrap_or_default();
+        if !said.contains("time limit of 1500 ms") {
+            failures.push(format!("{name}: {last:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
