@@ -258,6 +258,11 @@ struct CellRecord {
     thread: Option<JoinHandle<()>>,
     /// Whether the thread has ended (it then no longer counts as live).
     ended: bool,
+    /// Whether the caller knows the cell ended (a poll returned it, or a note
+    /// told the model).
+    end_told: bool,
+    /// `notify` calls the caller knows of.
+    notes_told: usize,
     started: Instant,
     finished: Option<Instant>,
 }
@@ -421,6 +426,8 @@ impl Cells {
                 interrupt,
                 thread: Some(thread),
                 ended: false,
+                end_told: false,
+                notes_told: 0,
                 started: Instant::now(),
                 finished: None,
             },
@@ -570,6 +577,42 @@ impl Cells {
     }
 }
 
+/// What changed in a cell that no script has seen: it ended, or it sent
+/// progress; for the note after a step ([`Cells::news`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct CellNews {
+    /// The cell's id.
+    pub id: String,
+    /// `running`, `done`, `failed` or `cancelled`.
+    pub state: &'static str,
+    /// Progress messages sent since the model last heard of the cell.
+    pub progress: usize,
+}
+
+impl Cells {
+    /// The cells that ended, or sent progress, since a script or an earlier
+    /// note last told of them, in id order; each is told once.
+    pub(crate) fn news(&self) -> Vec<CellNews> {
+        let mut table = self.shared.table();
+        let mut news = Vec::new();
+        for (number, cell) in &mut table.cells {
+            let progress = cell.notes - cell.notes_told.min(cell.notes);
+            let ended = cell.state != CellState::Running && !cell.end_told;
+            if progress == 0 && !ended {
+                continue;
+            }
+            cell.notes_told = cell.notes;
+            cell.end_told |= ended;
+            news.push(CellNews {
+                id: cell_id(*number),
+                state: cell.state.name(),
+                progress,
+            });
+        }
+        news
+    }
+}
+
 impl ToolDispatch for Cells {
     fn specs(&self) -> &[ToolSpec] {
         self.inner.specs()
@@ -611,6 +654,14 @@ pub(crate) struct CellsGuard(Option<Arc<Cells>>);
 impl CellsGuard {
     pub(crate) fn new(cells: Option<Arc<Cells>>) -> Self {
         Self(cells)
+    }
+
+    /// The run's cells' news ([`Cells::news`]); none without cells.
+    pub(crate) fn news(&self) -> Vec<CellNews> {
+        self.0
+            .as_ref()
+            .map(|cells| cells.news())
+            .unwrap_or_default()
     }
 }
 
@@ -904,6 +955,8 @@ fn view(table: &mut Table, number: u64) -> Value {
         "progress".into(),
         Value::from(std::mem::take(&mut cell.unseen)),
     );
+    cell.notes_told = cell.notes;
+    cell.end_told |= cell.state != CellState::Running;
     if let Some(result) = &cell.result {
         view.insert("result".into(), result.clone());
     }

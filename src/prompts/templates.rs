@@ -328,6 +328,12 @@ static BUILTINS: &[Builtin] = &[
         context! { name => "read_file", imports => Vec::<&str>::new(), defaults => "name=\"sales.csv\"", kept_reading => false },
         context! { name => "read_file", imports => Vec::<&str>::new(), defaults => None::<&str>, kept_reading => true },
     ]),
+    builtin!("notes/cells", || vec![context! {
+        cells => vec![
+            context! { id => "cell-1", state => "done", progress => 0 },
+            context! { id => "cell-2", state => "running", progress => 2 },
+        ],
+    }]),
     builtin!("notes/redefined", || vec![
         context! { name => "add", signature => "add(a, b)" },
         context! { name => "final_result", signature => None::<&str> },

@@ -366,3 +366,38 @@ fn a_long_note_is_cut_with_a_marker() {
     assert_eq!(cut("abc", 5), "abc");
     assert_eq!(cut("héllo wörld", 5), "héllo… [cut at 5 characters]");
 }
+
+/// If this fails, the model is not told of a cell that ended while it was
+/// busy, is told twice, or is told of one its script already saw end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_ended_unseen_is_noted_once_in_the_feedback_and_a_polled_one_not_at_all() {
+    let (run, _) = run(
+        &[
+            "```rhai\nlet a = start_cell(\"notify(`hello from the cell`); 1\");\nobservation(a)\n```",
+            "```rhai\nlet b = start_cell(\"2\");\nobservation(wait_cell(b, 3).state)\n```",
+            "```rhai\nobservation(wait_cell(a, 3).state)\n```",
+            "```rhai\nfinal_result(0)\n```",
+        ],
+        timed(Duration::from_secs(5)),
+        CellLimits::default(),
+    )
+    .await;
+    let feedback: Vec<String> = run
+        .messages
+        .iter()
+        .filter(|m| m.role == crate::chat::Role::User)
+        .map(crate::chat::Message::joined_text)
+        .collect();
+    let noted = |id: &str| {
+        feedback
+            .iter()
+            .filter(|text| text.contains(&format!("`{id}` ended (done)")))
+            .count()
+    };
+    assert_eq!(noted("cell-1"), 1, "{feedback:#?}");
+    assert_eq!(noted("cell-2"), 0, "{feedback:#?}");
+    assert!(
+        feedback.iter().all(|text| !text.contains("hello from the cell")),
+        "a cell's own words reach the model only through a poll: {feedback:#?}"
+    );
+}

@@ -42,7 +42,7 @@ pub struct Chat<'a> {
     session: ScriptSession,
     tools: Arc<HostTools>,
     /// Ends the chat's cells when the chat is dropped.
-    _cells: crate::agent::cells::CellsGuard,
+    cells: crate::agent::cells::CellsGuard,
     working_dir: PathBuf,
     turns: usize,
     /// Stops the turn under way when cancelled.
@@ -96,7 +96,7 @@ impl Agent {
             conversation,
             session,
             tools,
-            _cells: cells,
+            cells: cells,
             working_dir,
             turns: 0,
             cancel: None,
@@ -184,6 +184,7 @@ impl Chat<'_> {
         let turn = Turn {
             session: &mut self.session,
             tools: &self.tools,
+            cells: &self.cells,
             system_prompt: &agent.system_prompt,
             contract: &agent.contract,
             working_dir: &self.working_dir,

@@ -31,6 +31,8 @@ use crate::output::spec::{Check, OutputContract, RefusedBy, content_text};
 pub(super) struct Turn<'a> {
     pub session: &'a mut ScriptSession,
     pub tools: &'a Arc<HostTools>,
+    /// The run's cells, whose news joins each step's feedback.
+    pub cells: &'a crate::agent::cells::CellsGuard,
     pub system_prompt: &'a str,
     pub contract: &'a OutputContract,
     pub working_dir: &'a Path,
@@ -57,7 +59,7 @@ impl Agent {
         request: &RequestOutput,
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
         let cancel = request.cancel.as_ref();
-        let (tools, _cells) = self.host_tools(cancel, request.grants.clone());
+        let (tools, cells) = self.host_tools(cancel, request.grants.clone());
         let snapshots = request.snapshots.as_ref();
         let (mut session, decision) = match resume {
             None => (
@@ -82,6 +84,7 @@ impl Agent {
         let turn = Turn {
             session: &mut session,
             tools: &tools,
+            cells: &cells,
             system_prompt,
             contract,
             working_dir,
@@ -211,6 +214,7 @@ impl Agent {
         let Turn {
             session,
             tools,
+            cells,
             system_prompt,
             contract,
             working_dir,
@@ -346,6 +350,7 @@ impl Agent {
                     }
                     conversation.note_tool_results(tools.take_script_results());
                     conversation.note_failed_calls(tools.take_failed_calls());
+                    conversation.note_cells(&cells.news());
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {
