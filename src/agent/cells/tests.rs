@@ -397,7 +397,55 @@ async fn a_cell_that_ended_unseen_is_noted_once_in_the_feedback_and_a_polled_one
     assert_eq!(noted("cell-1"), 1, "{feedback:#?}");
     assert_eq!(noted("cell-2"), 0, "{feedback:#?}");
     assert!(
-        feedback.iter().all(|text| !text.contains("hello from the cell")),
+        feedback
+            .iter()
+            .all(|text| !text.contains("hello from the cell")),
         "a cell's own words reach the model only through a poll: {feedback:#?}"
+    );
+}
+
+/// If this fails, a chat's cells do not last from turn to turn, or outlive
+/// the chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chats_cells_last_from_turn_to_turn_and_end_with_the_chat() {
+    let events: Events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let agent = Agent::builder(
+        Arc::new(ReplayModel::new([
+            "```rhai\nlet c = start_cell(\"loop { }\");\nfinal_result(c)\n```",
+            "```rhai\nfinal_result(poll_cell(c).state)\n```",
+        ])),
+        Arc::new(RhaiRuntime::new(timed(Duration::from_secs(60)))),
+    )
+    .cells(CellLimits::default())
+    .on_event(move |event| seen.lock().expect("not poisoned").push(event.clone()))
+    .build()
+    .expect("agent builds");
+    let mut chat = agent.chat().expect("a chat");
+    let first = chat.send("Start it.").await.expect("turn 1");
+    assert_eq!(
+        first.outcome,
+        Outcome::FinalResult {
+            value: json!("cell-1")
+        }
+    );
+    let second = chat.send("Is it running?").await.expect("turn 2");
+    assert_eq!(
+        second.outcome,
+        Outcome::FinalResult {
+            value: json!("running")
+        }
+    );
+    assert!(ended(&events.lock().expect("not poisoned")).is_empty());
+    let started = Instant::now();
+    drop(chat);
+    assert!(started.elapsed() < JOIN_BOUND, "{:?}", started.elapsed());
+    assert_eq!(
+        ended(&events.lock().expect("not poisoned")),
+        [(
+            "cell-1".into(),
+            CellState::Cancelled,
+            Some("the run that started it ended".into())
+        )]
     );
 }

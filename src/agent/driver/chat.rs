@@ -96,7 +96,7 @@ impl Agent {
             conversation,
             session,
             tools,
-            cells: cells,
+            cells,
             working_dir,
             turns: 0,
             cancel: None,
