@@ -37,6 +37,8 @@ mod mcp;
 mod model_servers;
 #[path = "suite/output_specs.rs"]
 mod output_specs;
+#[path = "suite/parallel_calls.rs"]
+mod parallel_calls;
 #[path = "suite/prompts.rs"]
 mod prompts;
 #[path = "suite/resume.rs"]

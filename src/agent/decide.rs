@@ -107,6 +107,9 @@ pub struct Conversation {
     /// Notes to prepend to the next feedback (a truncated reply that still ran,
     /// a helper the script redefined).
     pending_notes: Vec<String>,
+    /// Characters of feedback shown so far in the run, against
+    /// [`LoopConfig::max_feedback_chars`].
+    feedback_shown: usize,
     /// Images the running step's script showed, for its feedback.
     shown_images: Vec<ContentBlock>,
     /// Names the host provides to scripts (helpers and tools): a script that
@@ -227,6 +230,7 @@ impl Conversation {
             happened: Vec::new(),
             last_error: None,
             pending_notes: Vec::new(),
+            feedback_shown: 0,
             shown_images: Vec::new(),
             provided_names: script_notes::HELPERS
                 .iter()
@@ -669,7 +673,7 @@ impl Conversation {
         completion: &Result<Value, ScriptError>,
         logs: &LogBuffer,
     ) -> (Decision, ScriptOutput) {
-        let limit = self.config.feedback_limit;
+        let limit = self.output_limit();
         let script = self.current_script.clone().unwrap_or_default();
         // Proposed afresh by this step's feedback if it fails, else the mend
         // it ran as, if any.
@@ -905,7 +909,7 @@ impl Conversation {
 
     /// The script finished with `output`, having printed `logs`.
     pub fn on_script(&mut self, output: &ScriptOutput, logs: &LogBuffer) -> Decision {
-        let limit = self.config.feedback_limit;
+        let limit = self.output_limit();
         let next = match output {
             ScriptOutput::FinalResult { value, artifacts } => Next::CheckResult {
                 value: value.clone(),
@@ -1168,9 +1172,32 @@ impl Conversation {
         });
     }
 
+    /// Characters each piece of a script's feedback keeps:
+    /// [`LoopConfig::feedback_limit`], or [`config::FEEDBACK_FLOOR`] once the
+    /// run's [`LoopConfig::max_feedback_chars`] is spent.
+    fn output_limit(&self) -> usize {
+        match self.config.max_feedback_chars {
+            Some(cap) if self.feedback_shown >= cap => {
+                self.config.feedback_limit.min(config::FEEDBACK_FLOOR)
+            }
+            _ => self.config.feedback_limit,
+        }
+    }
+
     fn push_feedback(&mut self, text: String) {
         let mut notes = std::mem::take(&mut self.pending_notes);
         notes.push(text);
+        let before = self.feedback_shown;
+        self.feedback_shown = before.saturating_add(notes.iter().map(|n| n.chars().count()).sum());
+        if let Some(cap) = self.config.max_feedback_chars
+            && before < cap
+            && self.feedback_shown >= cap
+        {
+            notes.push(self.prompts.render(
+                "feedback/output_cap",
+                context! { cap => cap, floor => config::FEEDBACK_FLOOR },
+            ));
+        }
         self.record(Event::Message {
             message: Message::user(notes.join("\n\n")),
         });

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use codeact_runtime::text::json_len;
-use codeact_runtime::{ToolDispatch, ToolError, ToolSpec};
+use codeact_runtime::{ToolCall, ToolDispatch, ToolError, ToolSpec};
 use serde_json::Value;
 
 use super::approval::{
@@ -433,8 +433,9 @@ impl HostTools {
             .fetch_add(json_len(args).saturating_add(outcome), Ordering::Relaxed);
     }
 
-    /// A refusal when `name` would pass a budget; otherwise `None`.
-    fn over_budget(&self, name: &str) -> Option<ToolError> {
+    /// A refusal when `name` would pass a budget, `pending` calls of the same
+    /// batch admitted before it and not yet counted; otherwise `None`.
+    fn over_budget(&self, name: &str, pending: usize) -> Option<ToolError> {
         if let Some(limit) = self.budgets.journal_bytes
             && self.journaled.load(Ordering::Relaxed) > limit
         {
@@ -444,7 +445,7 @@ impl HostTools {
             )));
         }
         if let Some(max) = self.budgets.per_run
-            && self.calls.load(Ordering::Relaxed) >= max
+            && self.calls.load(Ordering::Relaxed) + pending >= max
         {
             self.run_budget_spent.store(true, Ordering::Relaxed);
             return Some(ToolError::new(format!(
@@ -453,7 +454,7 @@ impl HostTools {
         }
         let max = self.budgets.per_script?;
         let script_calls = self.script_calls.lock().unwrap_or_else(|p| p.into_inner());
-        (script_calls.len() >= max).then(|| {
+        (script_calls.len() + pending >= max).then(|| {
             ToolError::new(format!(
                 "'{name}' was not called: one script may make {max} tool calls, and this one made them:\n{}\nUse their results, and make further calls in the next script.",
                 script_calls.join("\n")
@@ -603,16 +604,74 @@ impl ToolDispatch for HostTools {
     /// Every call in a `tool` span (see [`crate::agent::spans`]), the child of
     /// the running script's.
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
-        let parent = self
-            .parent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let step = self.step.load(Ordering::Relaxed);
-        let span = crate::agent::spans::tool(&parent, step, name, &args);
+        let span = self.call_span(name, &args);
         let result = span.in_scope(|| self.call_in_span(name, args));
         crate::agent::spans::tool_ended(&span, &result);
         result
+    }
+
+    /// Each call is admitted in order, as if made one after another (budgets,
+    /// the policy, approvals, calls served from the transcript on resume);
+    /// those admitted run together on the tools; then each is counted and
+    /// reported in order, one [`Event::ToolCall`] per call, so a transcript
+    /// lists them as the script wrote them and a resumed run replays them in
+    /// that order. A call deferred for approval stops the batch: the calls
+    /// admitted before it are not made either (nor recorded, so a resumed
+    /// run makes them).
+    fn call_many(&self, calls: Vec<ToolCall>) -> Vec<Result<Value, ToolError>> {
+        let mut admitted = Vec::with_capacity(calls.len());
+        let mut to_run = Vec::new();
+        for call in calls {
+            let span = self.call_span(&call.name, &call.args);
+            let admission = span.in_scope(|| self.admit(&call.name, &call.args, to_run.len()));
+            if matches!(admission, Admission::Run) {
+                to_run.push(ToolCall::new(call.name.clone(), call.args.clone()));
+            }
+            admitted.push((call, span, admission));
+        }
+        // Set here only by a call of this batch: with an earlier one, no call
+        // was admitted.
+        let stopped = self.awaited();
+        let mut ran = if let Some(pending) = &stopped {
+            let not_called = |name: &str| {
+                Err(ToolError::new(format!(
+                    "'{name}' was not called: the run waits for approval of another call of this batch ({})",
+                    pending.id
+                )))
+            };
+            to_run.iter().map(|call| not_called(&call.name)).collect()
+        } else {
+            self.inner.call_many(to_run)
+        }
+        .into_iter();
+        admitted
+            .into_iter()
+            .map(|(call, span, admission)| {
+                let result = match admission {
+                    Admission::Settled(result) => result,
+                    Admission::Deferred(refusal) => Err(refusal),
+                    Admission::Refused(refusal) => {
+                        span.in_scope(|| self.settle(&call.name, call.args, Err(refusal)))
+                    }
+                    Admission::Run => {
+                        let result = ran.next().unwrap_or_else(|| {
+                            Err(ToolError::new("the host lost this call's result"))
+                        });
+                        if stopped.is_some() {
+                            // Not made, and not recorded as made.
+                            result
+                        } else {
+                            if result.is_err() {
+                                self.note_failure(&call.name, &call.args);
+                            }
+                            span.in_scope(|| self.settle(&call.name, call.args, result))
+                        }
+                    }
+                };
+                crate::agent::spans::tool_ended(&span, &result);
+                result
+            })
+            .collect()
     }
 
     /// Only when no call may wait for an approval (none is configured, and no
@@ -622,50 +681,94 @@ impl ToolDispatch for HostTools {
     }
 }
 
+/// What [`HostTools::admit`] decided about a call.
+enum Admission {
+    /// Answered already: refused before any check that is recorded (a budget,
+    /// a wait for approval), or served from the transcript.
+    Settled(Result<Value, ToolError>),
+    /// This call's approval was deferred: not made, not recorded.
+    Deferred(ToolError),
+    /// Refused by the policy or an approver: recorded as made.
+    Refused(ToolError),
+    /// To be made.
+    Run,
+}
+
 impl HostTools {
+    /// A `tool` span for a call, the child of the running script's.
+    fn call_span(&self, name: &str, args: &Value) -> tracing::Span {
+        let parent = self
+            .parent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let step = self.step.load(Ordering::Relaxed);
+        crate::agent::spans::tool(&parent, step, name, args)
+    }
+
     fn call_in_span(&self, name: &str, args: Value) -> Result<Value, ToolError> {
-        self.script_call_count.fetch_add(1, Ordering::Relaxed);
-        if let Some(pending) = self.awaited() {
-            // Nothing runs after the call the run waits on; nor is it recorded,
-            // so a resumed run makes these calls for real.
-            return Err(ToolError::new(format!(
-                "'{name}' was not called: the run waits for approval of an earlier call ({})",
-                pending.id
-            )));
-        }
-        if let Some(refusal) = self.over_budget(name) {
-            return Err(refusal);
-        }
-        if let Some(result) = self.recorded_answer(name, &args) {
-            tracing::Span::current().record("codeact.tool.replayed", true);
-            self.count(name, &args, &result);
-            return result;
-        }
-        let refusal = self.refusal(name, &args);
-        if refusal.is_none()
-            && self.listeners.is_empty()
-            && self.budgets.per_script.is_none()
-            && !self.keep_results
-        {
-            // Nothing will read the arguments after the call: no copy of them.
-            let result = self.inner.call(name, args);
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            return result;
-        }
-        let result = match refusal {
-            Some(refusal) => Err(refusal),
-            None => {
+        match self.admit(name, &args, 0) {
+            Admission::Settled(result) => result,
+            Admission::Deferred(refusal) => Err(refusal),
+            Admission::Refused(refusal) => self.settle(name, args, Err(refusal)),
+            Admission::Run
+                if self.listeners.is_empty()
+                    && self.budgets.per_script.is_none()
+                    && !self.keep_results =>
+            {
+                // Nothing will read the arguments after the call: no copy of them.
+                let result = self.inner.call(name, args);
+                self.calls.fetch_add(1, Ordering::Relaxed);
+                result
+            }
+            Admission::Run => {
                 let result = self.inner.call(name, args.clone());
                 if result.is_err() {
                     self.note_failure(name, &args);
                 }
-                result
+                self.settle(name, args, result)
             }
-        };
-        if self.awaited().is_some() {
-            // The deferred call itself: not made, and not recorded as made.
-            return result;
         }
+    }
+
+    /// Decides whether a call is made, `pending` calls of its batch admitted
+    /// before it: a wait for approval or a spent budget refuses it unrecorded;
+    /// a recorded call is served from the transcript; the policy and the
+    /// approvals may refuse it (recorded) or defer it.
+    fn admit(&self, name: &str, args: &Value, pending: usize) -> Admission {
+        self.script_call_count.fetch_add(1, Ordering::Relaxed);
+        if let Some(pending) = self.awaited() {
+            // Nothing runs after the call the run waits on; nor is it recorded,
+            // so a resumed run makes these calls for real.
+            return Admission::Settled(Err(ToolError::new(format!(
+                "'{name}' was not called: the run waits for approval of an earlier call ({})",
+                pending.id
+            ))));
+        }
+        if let Some(refusal) = self.over_budget(name, pending) {
+            return Admission::Settled(Err(refusal));
+        }
+        if let Some(result) = self.recorded_answer(name, args) {
+            tracing::Span::current().record("codeact.tool.replayed", true);
+            self.count(name, args, &result);
+            return Admission::Settled(result);
+        }
+        match self.refusal(name, args) {
+            // The deferred call itself: not made, and not recorded as made.
+            Some(refusal) if self.awaited().is_some() => Admission::Deferred(refusal),
+            Some(refusal) => Admission::Refused(refusal),
+            None => Admission::Run,
+        }
+    }
+
+    /// Counts a call made (or refused by the policy or an approver) and
+    /// reports it.
+    fn settle(
+        &self,
+        name: &str,
+        args: Value,
+        result: Result<Value, ToolError>,
+    ) -> Result<Value, ToolError> {
         self.count(name, &args, &result);
         if self.listeners.is_empty() {
             return result;

@@ -14,8 +14,8 @@ pub use session::{ScriptRun, ScriptSession};
 
 pub use codeact_alloc_meter::{MeteredAllocator, is_installed as metered_allocator_installed};
 pub use codeact_runtime::{
-    Enforcement, HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, Runtime,
-    RuntimeInfo, SESSION_RESTARTED, ScriptError, Session, Snapshot, SnapshotError,
+    Enforcement, HostError, Interrupt, LimitKind, Limits, LogBuffer, ParallelCalls, RunOutcome,
+    Runtime, RuntimeInfo, SESSION_RESTARTED, ScriptError, Session, Snapshot, SnapshotError,
 };
 #[cfg(feature = "wasm")]
 pub use codeact_wasm::Guest;

@@ -301,6 +301,9 @@ static BUILTINS: &[Builtin] = &[
         });
         samples
     }),
+    builtin!("feedback/output_cap", || vec![
+        context! { cap => 100_000, floor => 400 }
+    ]),
     builtin!("feedback/faked_tool", || vec![
         context! { names => vec!["add", "lookup"] }
     ]),

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
-use codeact_runtime::{Spelling, ToolDispatch, ToolError, ToolSpec, is_identifier};
+use codeact_runtime::{Spelling, ToolCall, ToolDispatch, ToolError, ToolSpec, is_identifier};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -372,6 +372,86 @@ impl ToolBox {
         )))
     }
 
+    /// Checks a call (its tool, its argument names, cancellation, approval)
+    /// and starts it: a synchronous tool, or an async one that answers at its
+    /// first poll, is answered at once; any other is a future to wait on.
+    fn start(&self, handle: &Handle, name: &str, args: Value) -> Started {
+        let tool = match self.tools.get(name) {
+            Some(tool) => tool,
+            None => return Started::Answered(Err(self.unknown(name))),
+        };
+        if let Err(e) = tool.spec.check_argument_names(&args, &self.spelling) {
+            return Started::Answered(Err(e));
+        }
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|token| token.is_cancelled())
+        {
+            return Started::Answered(Err(cancelled()));
+        }
+        if tool.needs_approval
+            && !self.approved_upstream
+            && let Some(refusal) = self.approval_refusal(name, &args)
+        {
+            return Started::Answered(Err(refusal));
+        }
+        if let Some(immediate) = &tool.immediate {
+            return Started::Answered(immediate(args));
+        }
+        let _context = handle.enter();
+        let mut future = tool.call(args);
+        let mut cx = Context::from_waker(Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(result) => Started::Answered(result),
+            Poll::Pending => Started::Waiting(future),
+        }
+    }
+
+    /// Waits on started calls together on this (blocking) thread, at most
+    /// [`PARALLEL_CALLS`](codeact_runtime::PARALLEL_CALLS) at a time, and
+    /// returns their results in order. The script's running slot is free
+    /// meanwhile. Each waits no longer than the script may run (a little
+    /// longer, so a tool that bounds itself by the same deadline says why
+    /// first); a cancelled run stops them all.
+    fn wait_all(
+        &self,
+        handle: &Handle,
+        futures: Vec<(String, ToolFuture)>,
+    ) -> Vec<Result<Value, ToolError>> {
+        use futures_util::StreamExt;
+        if futures.is_empty() {
+            return Vec::new();
+        }
+        let deadline = codeact_runtime::call_deadline::current()
+            .and_then(|deadline| deadline.checked_add(DEADLINE_GRACE))
+            .map(tokio::time::Instant::from_std);
+        let count = futures.len();
+        let timed = futures.into_iter().map(move |(name, future)| async move {
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, future)
+                    .await
+                    .unwrap_or_else(|_| Err(out_of_time(&name))),
+                None => future.await,
+            }
+        });
+        let all = futures_util::stream::iter(timed)
+            .buffered(codeact_runtime::PARALLEL_CALLS)
+            .collect::<Vec<_>>();
+        crate::exec::run_slots::released_during(|| {
+            handle.block_on(async {
+                match &self.cancel {
+                    None => all.await,
+                    Some(token) => tokio::select! {
+                        biased;
+                        () = token.cancelled() => (0..count).map(|_| Err(cancelled())).collect(),
+                        results = all => results,
+                    },
+                }
+            })
+        })
+    }
+
     fn unknown(&self, name: &str) -> ToolError {
         if self.tools.is_empty() {
             return ToolError::new(format!("unknown tool '{name}': no tools are available"));
@@ -395,73 +475,48 @@ impl ToolDispatch for ToolBox {
     /// left out or a name the schema does not list is a tool error naming the
     /// wrong and the expected names, and the tool does not run.
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
-        let tool = self.tools.get(name).ok_or_else(|| self.unknown(name))?;
-        tool.spec.check_argument_names(&args, &self.spelling)?;
-        let cancelled = || ToolError::new("the run was cancelled, so the host stopped this call");
-        if self
-            .cancel
-            .as_ref()
-            .is_some_and(|token| token.is_cancelled())
-        {
-            return Err(cancelled());
+        let handle = tools_runtime()?;
+        match self.start(&handle, name, args) {
+            Started::Answered(result) => result,
+            Started::Waiting(future) => self
+                .wait_all(&handle, vec![(name.to_string(), future)])
+                .pop()
+                .unwrap_or_else(|| Err(ToolError::new("the host lost this call's result"))),
         }
-        if tool.needs_approval
-            && !self.approved_upstream
-            && let Some(refusal) = self.approval_refusal(name, &args)
-        {
-            return Err(refusal);
-        }
-        if let Some(immediate) = &tool.immediate {
-            return immediate(args);
-        }
-        let handle = match Handle::try_current() {
+    }
+
+    /// Starts every call in order (checks and approvals one after another, as
+    /// for single calls), then waits on those that have to wait all together,
+    /// at most [`PARALLEL_CALLS`](codeact_runtime::PARALLEL_CALLS) at a time.
+    fn call_many(&self, calls: Vec<ToolCall>) -> Vec<Result<Value, ToolError>> {
+        let handle = match tools_runtime() {
             Ok(handle) => handle,
-            Err(_) => fallback_runtime()
-                .ok_or_else(|| {
-                    ToolError::new("the host could not start a thread to run this tool")
-                })?
-                .clone(),
+            Err(e) => return calls.iter().map(|_| Err(e.clone())).collect(),
         };
-        let mut future = {
-            let _context = handle.enter();
-            let mut future = tool.call(args);
-            let mut cx = Context::from_waker(Waker::noop());
-            if let Poll::Ready(result) = future.as_mut().poll(&mut cx) {
-                return result;
-            }
-            future
-        };
-        // The tool has to wait: its script's running slot is free meanwhile. It
-        // waits no longer than the script may run (a little longer, so a tool
-        // that bounds itself by the same deadline says why first).
-        let deadline = codeact_runtime::call_deadline::current()
-            .and_then(|deadline| deadline.checked_add(DEADLINE_GRACE))
-            .map(tokio::time::Instant::from_std);
-        let out_of_time = || {
-            ToolError::new(format!(
-                "'{name}' had not answered when the script's time limit passed, so the host stopped the call"
-            ))
-        };
-        crate::exec::run_slots::released_during(|| {
-            handle.block_on(async {
-                let timed = async {
-                    match deadline {
-                        Some(deadline) => tokio::time::timeout_at(deadline, &mut future)
-                            .await
-                            .unwrap_or_else(|_| Err(out_of_time())),
-                        None => (&mut future).await,
-                    }
-                };
-                match &self.cancel {
-                    None => timed.await,
-                    Some(token) => tokio::select! {
-                        biased;
-                        () = token.cancelled() => Err(cancelled()),
-                        result = timed => result,
-                    },
+        let mut results: Vec<Option<Result<Value, ToolError>>> = Vec::with_capacity(calls.len());
+        let mut waiting = Vec::new();
+        for (at, call) in calls.into_iter().enumerate() {
+            match self.start(&handle, &call.name, call.args) {
+                Started::Answered(result) => results.push(Some(result)),
+                Started::Waiting(future) => {
+                    results.push(None);
+                    waiting.push((at, call.name, future));
                 }
+            }
+        }
+        let (places, futures): (Vec<usize>, Vec<(String, ToolFuture)>) = waiting
+            .into_iter()
+            .map(|(at, name, future)| (at, (name, future)))
+            .unzip();
+        for (at, result) in places.into_iter().zip(self.wait_all(&handle, futures)) {
+            results[at] = Some(result);
+        }
+        results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| Err(ToolError::new("the host lost this call's result")))
             })
-        })
+            .collect()
     }
 
     /// A tool made by [`Tool::from_fn`] whose calls need no approval.
@@ -469,6 +524,36 @@ impl ToolDispatch for ToolBox {
         self.tools
             .get(name)
             .is_some_and(|tool| tool.immediate.is_some() && !tool.needs_approval)
+    }
+}
+
+/// A call as [`ToolBox`] started it.
+enum Started {
+    /// Answered without waiting (or refused).
+    Answered(Result<Value, ToolError>),
+    /// To wait on.
+    Waiting(ToolFuture),
+}
+
+/// The error of a call stopped because its run was cancelled.
+fn cancelled() -> ToolError {
+    ToolError::new("the run was cancelled, so the host stopped this call")
+}
+
+/// The error of a call stopped at its script's time limit.
+fn out_of_time(name: &str) -> ToolError {
+    ToolError::new(format!(
+        "'{name}' had not answered when the script's time limit passed, so the host stopped the call"
+    ))
+}
+
+/// The tokio runtime the calling thread is in, else the fallback one.
+fn tools_runtime() -> Result<Handle, ToolError> {
+    match Handle::try_current() {
+        Ok(handle) => Ok(handle),
+        Err(_) => fallback_runtime()
+            .cloned()
+            .ok_or_else(|| ToolError::new("the host could not start a thread to run this tool")),
     }
 }
 

@@ -115,8 +115,21 @@ impl Backend {
     }
 }
 
-/// The tools every case may call: `add(a, b)` and `data()` (a 10 KB value).
+/// How long the `slow` tool takes to answer.
+pub const SLOW_TOOL: Duration = Duration::from_millis(200);
+
+/// The tools every case may call: `add(a, b)`, `data()` (a 10 KB value) and
+/// `slow(n)` (answers `n` after [`SLOW_TOOL`], waiting as a network tool does).
 fn bench_tools() -> Result<Arc<dyn ToolDispatch>, codeact::tools::ToolBoxError> {
+    let slow = Tool::new(
+        "slow",
+        "Answers n after 200 ms.",
+        |args: Value| async move {
+            tokio::time::sleep(SLOW_TOOL).await;
+            Ok(args["n"].clone())
+        },
+    )
+    .with_parameters(json!({"type": "object", "properties": {"n": {"type": "integer"}}}));
     let add = Tool::from_fn("add", "Adds a and b.", |args| {
         Ok(json!(
             args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
@@ -126,7 +139,7 @@ fn bench_tools() -> Result<Arc<dyn ToolDispatch>, codeact::tools::ToolBoxError> 
     let data = Tool::from_fn("data", "Returns a 10 KB JSON value.", move |_| {
         Ok(Value::clone(&value))
     });
-    Ok(Arc::new(ToolBox::new([add, data])?))
+    Ok(Arc::new(ToolBox::new([add, data, slow])?))
 }
 
 /// Runs `script` once and checks its output.
@@ -178,6 +191,7 @@ pub fn run_cases(
                 CaseId::Snapshot10Mb => snapshot_ten_megabytes(backend),
                 CaseId::Restore10Mb => restore_ten_megabytes(backend),
                 CaseId::NewSessionRestored => new_session_restored(backend),
+                CaseId::ParallelCalls => parallel_calls(backend),
             };
             if case == CaseId::StopInfiniteLoop {
                 progress("waiting for abandoned runs to end");
@@ -298,6 +312,21 @@ fn warm_step(backend: &Backend) -> Result<Summary, String> {
         &mut session,
         backend.lang.trivial(),
         &ScriptOutput::final_result(json!(42)),
+    )
+}
+
+fn parallel_calls(backend: &Backend) -> Result<Summary, String> {
+    if backend.runtime.info().parallel_calls == codeact::exec::ParallelCalls::Unavailable {
+        return Err(format!(
+            "{NOT_APPLICABLE}{} has no way to wait on several tool calls at once",
+            backend.name
+        ));
+    }
+    let mut session = backend.warm_session()?;
+    backend.time_step(
+        &mut session,
+        backend.lang.parallel_calls(),
+        &ScriptOutput::final_result(json!(10)),
     )
 }
 

@@ -47,11 +47,16 @@ pub enum CaseId {
     /// trivial step: against `new_session`, what starting from a snapshot costs.
     #[serde(rename = "new_session_restored")]
     NewSessionRestored,
+    /// One script waiting on ten calls of a tool that answers after 200 ms,
+    /// all at once: about 200 ms where the host makes them together, 2 s where
+    /// it makes them one at a time.
+    #[serde(rename = "parallel_calls_10x200ms")]
+    ParallelCalls,
 }
 
 impl CaseId {
     /// Every case, in report order.
-    pub const ALL: [CaseId; 11] = [
+    pub const ALL: [CaseId; 12] = [
         CaseId::NewSession,
         CaseId::WarmStep,
         CaseId::ToolCalls,
@@ -63,6 +68,7 @@ impl CaseId {
         CaseId::Snapshot10Mb,
         CaseId::Restore10Mb,
         CaseId::NewSessionRestored,
+        CaseId::ParallelCalls,
     ];
 
     /// The case's name in JSON and on the progress line.
@@ -79,6 +85,7 @@ impl CaseId {
             CaseId::Snapshot10Mb => "snapshot_10mb",
             CaseId::Restore10Mb => "restore_10mb",
             CaseId::NewSessionRestored => "new_session_restored",
+            CaseId::ParallelCalls => "parallel_calls_10x200ms",
         }
     }
 
@@ -96,6 +103,7 @@ impl CaseId {
             CaseId::Snapshot10Mb => "snapshot, 10 MB held",
             CaseId::Restore10Mb => "restore, 10 MB held",
             CaseId::NewSessionRestored => "new session from a snapshot + first step",
+            CaseId::ParallelCalls => "10 calls of a 200 ms tool at once",
         }
     }
 }

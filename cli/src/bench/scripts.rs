@@ -97,6 +97,22 @@ impl Lang {
         }
     }
 
+    /// Waits on ten calls of the `slow` tool at once; the result is 10 (how
+    /// many answered).
+    pub fn parallel_calls(self) -> &'static str {
+        match self {
+            Lang::Rhai => {
+                "let r = parallel([|| slow(#{n: 0}), || slow(#{n: 1}), || slow(#{n: 2}), || slow(#{n: 3}), || slow(#{n: 4}), || slow(#{n: 5}), || slow(#{n: 6}), || slow(#{n: 7}), || slow(#{n: 8}), || slow(#{n: 9})]); final_result(r.len())"
+            }
+            Lang::Js => {
+                "const r = await Promise.all([0, 1, 2, 3, 4, 5, 6, 7, 8, 9].map((n) => tools.slow({n}))); final_result(r.length)"
+            }
+            Lang::Python => {
+                "import asyncio\nr = await asyncio.gather(*[slow(n=i) for i in range(10)])\nfinal_result(len(r))"
+            }
+        }
+    }
+
     /// Fetches a value from the `data` tool and returns it unchanged.
     pub fn json_round_trip(self) -> &'static str {
         match self {

@@ -89,6 +89,11 @@ pub(crate) struct RunArgs {
     /// Output tokens the run may use; likewise. [default: no limit]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_output_tokens: Option<u64>,
+    /// Characters of feedback (script values, errors, printed output) the model
+    /// is shown over the run; past it each piece is cut to 400 characters and
+    /// the model is told. 0: no cap. [default: 100000]
+    #[arg(long, value_name = "N")]
+    max_feedback_chars: Option<u64>,
     /// Wall-clock seconds for the whole run; it stops (exit 3) at the deadline,
     /// abandoning a model call or script still going. [default: no limit]
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
@@ -458,6 +463,11 @@ fn run_agent(
         max_input_tokens: args.max_input_tokens,
         max_output_tokens: args.max_output_tokens,
         max_run_time: args.max_run_seconds.map(Duration::from_secs),
+        max_feedback_chars: match args.max_feedback_chars {
+            Some(0) => None,
+            Some(chars) => Some(usize::try_from(chars).unwrap_or(usize::MAX)),
+            None => LoopConfig::default().max_feedback_chars,
+        },
         max_history_bytes: match args.max_history_kib {
             Some(kib) => Some(usize::try_from(kib << 10).unwrap_or(usize::MAX)),
             None => LoopConfig::default().max_history_bytes,

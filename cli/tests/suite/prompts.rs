@@ -86,6 +86,7 @@ static BAD_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["bad"],
     card_template: "Hello {{ no_such_variable }}",
     enforcement: &[],
+    parallel_calls: codeact::exec::ParallelCalls::Unavailable,
 };
 
 impl Runtime for BadCard {

@@ -25,6 +25,7 @@ mod spelling;
 mod tools;
 
 pub mod call_deadline;
+pub mod js_await;
 pub mod js_errors;
 pub mod js_hoist;
 pub mod text;
@@ -42,12 +43,13 @@ pub use interrupt::Interrupt;
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
 pub use runtime::{
-    ErrorFacts, ErrorKind, HostError, RunOutcome, Runtime, RuntimeInfo, SESSION_RESTARTED,
-    ScriptError, Session,
+    ErrorFacts, ErrorKind, HostError, ParallelCalls, RunOutcome, Runtime, RuntimeInfo,
+    SESSION_RESTARTED, ScriptError, Session,
 };
 pub use snapshot::{Snapshot, SnapshotError};
 pub use spelling::{MAX_WRITTEN_NAME, SpelledTools, Spelling, Written, WrittenName};
 pub use tools::{
-    HELPER_NAMES, NoTools, SignatureField, ToolDispatch, ToolError, ToolSpec, compact_type,
-    is_identifier, is_member_name, is_namespace_name, namespaces, rhai_member,
+    HELPER_NAMES, NoTools, PARALLEL_CALLS, SignatureField, ToolCall, ToolDispatch, ToolError,
+    ToolSpec, call_on_threads, compact_type, is_identifier, is_member_name, is_namespace_name,
+    namespaces, rhai_member,
 };

@@ -26,6 +26,33 @@ pub struct RuntimeInfo {
     pub card_template: &'static str,
     /// How each limit is enforced, one row per [`LimitKind`].
     pub enforcement: &'static [Enforcement],
+    /// Whether a script can wait on several tool calls at once, and whether
+    /// the host then makes them together.
+    pub parallel_calls: ParallelCalls,
+}
+
+/// What a runtime does with tool calls a script waits on together
+/// (JavaScript's `Promise.all`, Python's `asyncio.gather`, Rhai's `parallel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParallelCalls {
+    /// The host makes them together ([`ToolDispatch::call_many`](crate::ToolDispatch::call_many)).
+    Together,
+    /// The script may say it, but the calls are made one after another (a
+    /// guest that hands the host one call at a time).
+    OneAtATime,
+    /// The language as this runtime runs it has no way to say it.
+    Unavailable,
+}
+
+impl ParallelCalls {
+    /// A word for tables: `together`, `one at a time`, `no`.
+    pub fn label(self) -> &'static str {
+        match self {
+            ParallelCalls::Together => "together",
+            ParallelCalls::OneAtATime => "one at a time",
+            ParallelCalls::Unavailable => "no",
+        }
+    }
 }
 
 /// A script engine configured once: the expensive, shared part.

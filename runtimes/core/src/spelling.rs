@@ -363,15 +363,32 @@ impl ToolDispatch for SpelledTools {
     }
 
     fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
-        let args = match self.respellings.get(name) {
-            Some(respellings) => map_back(args, respellings),
-            None => args,
-        };
-        self.inner.call(name, args)
+        self.inner.call(name, self.mapped(name, args))
+    }
+
+    fn call_many(&self, calls: Vec<crate::ToolCall>) -> Vec<Result<Value, ToolError>> {
+        let calls = calls
+            .into_iter()
+            .map(|call| {
+                let args = self.mapped(&call.name, call.args);
+                crate::ToolCall::new(call.name, args)
+            })
+            .collect();
+        self.inner.call_many(calls)
     }
 
     fn is_immediate(&self, name: &str) -> bool {
         self.inner.is_immediate(name)
+    }
+}
+
+impl SpelledTools {
+    /// `args` with `name`'s respelled parameters under their schema names.
+    fn mapped(&self, name: &str, args: Value) -> Value {
+        match self.respellings.get(name) {
+            Some(respellings) => map_back(args, respellings),
+            None => args,
+        }
     }
 }
 

@@ -514,6 +514,110 @@ pub trait ToolDispatch: Send + Sync {
     fn is_immediate(&self, _name: &str) -> bool {
         false
     }
+
+    /// Makes `calls` at once, as a script does that waits on several tools
+    /// together (JavaScript's `Promise.all`, Python's `asyncio.gather`, Rhai's
+    /// `parallel`), and returns their results in the order of `calls`: a failed
+    /// call is its own error, and the others' results stay. At most
+    /// [`PARALLEL_CALLS`] run at the same time; the rest wait their turn, in
+    /// order. The default runs [`call`](Self::call) on that many threads at a
+    /// time, each under the calling thread's script deadline
+    /// ([`call_deadline`](crate::call_deadline)); a dispatcher that can wait on
+    /// its calls together (the host's tool box, on its async runtime) does so
+    /// without threads.
+    fn call_many(&self, calls: Vec<ToolCall>) -> Vec<Result<Value, ToolError>> {
+        call_on_threads(self, calls)
+    }
+}
+
+/// At most this many calls of one batch run at the same time
+/// ([`ToolDispatch::call_many`]): enough for a script that fans out over a
+/// page of items, few enough that a script asking for thousands at once does
+/// not open thousands of connections or threads.
+pub const PARALLEL_CALLS: usize = 16;
+
+/// One call of a batch ([`ToolDispatch::call_many`]): a tool's name and its
+/// arguments object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments, as the script passed them.
+    pub args: Value,
+}
+
+impl ToolCall {
+    /// A call of `name` with `args`.
+    pub fn new(name: impl Into<String>, args: Value) -> Self {
+        Self {
+            name: name.into(),
+            args,
+        }
+    }
+}
+
+/// [`ToolDispatch::call_many`]'s default: `tools.call` for each call, at most
+/// [`PARALLEL_CALLS`] threads at a time, each under the calling thread's script
+/// deadline. One call runs on the calling thread.
+pub fn call_on_threads<T: ToolDispatch + ?Sized>(
+    tools: &T,
+    calls: Vec<ToolCall>,
+) -> Vec<Result<Value, ToolError>> {
+    if calls.len() <= 1 {
+        return calls
+            .into_iter()
+            .map(|call| tools.call(&call.name, call.args))
+            .collect();
+    }
+    let deadline = crate::call_deadline::current();
+    let mut results = Vec::with_capacity(calls.len());
+    let mut calls = calls.into_iter().peekable();
+    while calls.peek().is_some() {
+        let wave: Vec<ToolCall> = calls.by_ref().take(PARALLEL_CALLS).collect();
+        std::thread::scope(|scope| {
+            // A call whose thread the OS (or a WebAssembly guest, which has
+            // none) refuses runs on this thread, after the others started.
+            let mut running = Vec::with_capacity(wave.len());
+            for call in wave {
+                let call = std::sync::Arc::new(std::sync::Mutex::new(Some(call)));
+                let taken = call.clone();
+                let spawned = std::thread::Builder::new().spawn_scoped(scope, move || {
+                    let call = taken.lock().ok().and_then(|mut slot| slot.take());
+                    call.map(|call| call_before(tools, call, deadline))
+                });
+                running.push((call, spawned.ok()));
+            }
+            for (call, thread) in running {
+                let result = match thread {
+                    Some(thread) => thread.join().ok().flatten(),
+                    None => call
+                        .lock()
+                        .ok()
+                        .and_then(|mut slot| slot.take())
+                        .map(|call| call_before(tools, call, deadline)),
+                };
+                results.push(result.unwrap_or_else(|| {
+                    Err(ToolError::new(
+                        "the tool failed inside the host (it panicked); its result is lost",
+                    ))
+                }));
+            }
+        });
+    }
+    results
+}
+
+/// `tools.call` for `call`, under `deadline` as the script's.
+fn call_before<T: ToolDispatch + ?Sized>(
+    tools: &T,
+    call: ToolCall,
+    deadline: Option<std::time::Instant>,
+) -> Result<Value, ToolError> {
+    let call_it = || tools.call(&call.name, call.args);
+    match deadline {
+        Some(deadline) => crate::call_deadline::within(deadline, call_it),
+        None => call_it(),
+    }
 }
 
 /// No tools at all: every call is an error saying so.

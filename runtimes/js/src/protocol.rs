@@ -33,6 +33,8 @@ pub(crate) enum Request {
         #[serde(default, skip_serializing_if = "Namespaces::is_empty")]
         namespaces: Namespaces,
     },
+    /// The answers to the worker's pending batch of calls, in its order.
+    ToolResults { results: Vec<ToolAnswer> },
     /// The answer to the worker's pending tool call.
     ToolResult {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,6 +50,11 @@ pub(crate) enum Request {
 pub(crate) enum Reply {
     /// The script called a tool; the worker waits for a `tool_result`.
     ToolCall { name: String, args: Value },
+    /// The script waits on several calls at once; the worker waits for a
+    /// `tool_results`.
+    ToolCalls {
+        calls: Vec<codeact_runtime::ToolCall>,
+    },
     /// The script printed (already cut to the run's output cap).
     Log { text: String },
     /// The script finished: its JSON completion value, or why there is none.
@@ -68,6 +75,30 @@ impl Request {
                 err: None,
             },
             Err(message) => Request::ToolResult {
+                ok: None,
+                err: Some(message),
+            },
+        }
+    }
+}
+
+/// One call's answer in a batch: its value, or its error's message.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ToolAnswer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub err: Option<String>,
+}
+
+impl ToolAnswer {
+    pub(crate) fn from_result(result: Result<Value, String>) -> Self {
+        match result {
+            Ok(value) => Self {
+                ok: Some(value),
+                err: None,
+            },
+            Err(message) => Self {
                 ok: None,
                 err: Some(message),
             },

@@ -53,6 +53,7 @@ static INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["js", "javascript"],
     card_template: CARD_TEMPLATE,
     enforcement: ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 /// What the in-process mode gives up, limit by limit.
@@ -97,6 +98,7 @@ static IN_PROCESS_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["js", "javascript"],
     card_template: CARD_TEMPLATE,
     enforcement: IN_PROCESS_ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 /// This executable, to start as a worker. On Linux `/proc/self/exe`, which

@@ -16,7 +16,7 @@ use codeact_runtime::{
     ToolDispatch,
 };
 
-use crate::protocol::{Namespaces, Reply, Request, WORKER_ARG, WORKER_ENV};
+use crate::protocol::{Namespaces, Reply, Request, ToolAnswer, WORKER_ARG, WORKER_ENV};
 
 const RUNTIME: &str = "js";
 
@@ -334,6 +334,17 @@ impl JsSession {
                     worker
                         .send(answer)
                         .map_err(|e| lost(format!("cannot answer the worker's tool call: {e}")))?;
+                }
+                Reply::ToolCalls { calls } => {
+                    let results = self
+                        .tools
+                        .call_many(calls)
+                        .into_iter()
+                        .map(|result| ToolAnswer::from_result(result.map_err(|e| e.message)))
+                        .collect();
+                    worker
+                        .send(Request::ToolResults { results })
+                        .map_err(|e| lost(format!("cannot answer the worker's tool calls: {e}")))?;
                 }
                 Reply::Done {
                     completion,

@@ -27,6 +27,7 @@ use codeact_runtime::{Limits, ToolDispatch};
 use serde_json::{Value, json};
 
 use crate::protocol::{Failure, FailureKind, Namespaces, Reply, Request, WORKER_ARG};
+use codeact_runtime::js_await::rewrite_top_level_await;
 use codeact_runtime::js_hoist::hoist_top_level;
 
 const PRELUDE: &str = include_str!("prelude.js");
@@ -168,7 +169,7 @@ pub(crate) fn serve(limits: &Limits, deadline: Deadline) -> bool {
                     dropped_log_bytes: dropped,
                 });
             }
-            Request::ToolResult { .. } => {
+            Request::ToolResult { .. } | Request::ToolResults { .. } => {
                 send(Reply::fatal(
                     "a tool result arrived while no tool call was waiting",
                 ));
@@ -305,6 +306,16 @@ pub(crate) fn new_context(limits: &Limits) -> JsResult<Context> {
         NativeFunction::from_fn_ptr(call_tool),
     )?;
     context.register_global_builtin_callable(
+        js_string!("__codeact_call_many"),
+        1,
+        NativeFunction::from_fn_ptr(call_many),
+    )?;
+    context.register_global_builtin_callable(
+        js_string!("__codeact_settle"),
+        1,
+        NativeFunction::from_fn_ptr(settle),
+    )?;
+    context.register_global_builtin_callable(
         js_string!("__codeact_log"),
         1,
         NativeFunction::from_fn_ptr(log),
@@ -341,7 +352,8 @@ pub(crate) fn apply_runtime_limits(context: &mut Context, limits: &Limits) {
 
 /// Runs one script; the completion value as JSON, or what went wrong.
 pub(crate) fn run(context: &mut Context, script: &str, max_depth: usize) -> Result<Value, Failure> {
-    let script = hoist_top_level(script);
+    let rewrite = rewrite_top_level_await(script);
+    let script = hoist_top_level(&rewrite.script);
     // The helpers as the prelude made them, whatever an earlier script rebound.
     let begin = context
         .global_object()
@@ -349,12 +361,37 @@ pub(crate) fn run(context: &mut Context, script: &str, max_depth: usize) -> Resu
         .map_err(|e| classify(&e, context))?;
     if let Some(begin) = begin.as_callable() {
         begin
-            .call(&JsValue::undefined(), &[], context)
+            .call(
+                &JsValue::undefined(),
+                &[JsValue::from(rewrite.asynchronous)],
+                context,
+            )
             .map_err(|e| classify(&e, context))?;
     }
-    let value = context
+    let mut value = context
         .eval(Source::from_bytes(&script).with_path(Path::new(SCRIPT_PATH)))
         .map_err(|e| classify(&e, context))?;
+    if rewrite.asynchronous {
+        // A promise as the completion value stands for what it settles to;
+        // the script's calls never waited on are made as it ends.
+        let await_now = context
+            .global_object()
+            .get(js_string!("__codeact_await"), context)
+            .map_err(|e| classify(&e, context))?;
+        if let Some(await_now) = await_now.as_callable() {
+            value = await_now
+                .call(&JsValue::undefined(), &[value], context)
+                .map_err(|e| classify(&e, context))?;
+        }
+        let end = context
+            .global_object()
+            .get(js_string!("__codeact_end"), context)
+            .map_err(|e| classify(&e, context))?;
+        if let Some(end) = end.as_callable() {
+            end.call(&JsValue::undefined(), &[], context)
+                .map_err(|e| classify(&e, context))?;
+        }
+    }
     if value.is_undefined() {
         return Err(Failure::new(
             FailureKind::NoValue,
@@ -501,6 +538,131 @@ fn log(_this: &JsValue, args: &[JsValue], _context: &mut Context) -> JsResult<Js
         send(Reply::Log { text: keep });
     }
     Ok(JsValue::undefined())
+}
+
+/// `__codeact_call_many(text)`: the calls a script waits on together (`text`
+/// is JSON of `[{name, args}, …]`), made at once by the host
+/// ([`ToolDispatch::call_many`]); `[[true, value] | [false, message], …]` in
+/// their order.
+fn call_many(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let text = args
+        .first()
+        .and_then(JsValue::as_string)
+        .map(|s| s.to_std_string_escaped())
+        .unwrap_or_default();
+    let calls: Vec<codeact_runtime::ToolCall> = serde_json::from_str(&text).map_err(|e| {
+        JsError::from(JsNativeError::typ().with_message(format!("the calls cannot be sent: {e}")))
+    })?;
+    let count = calls.len();
+    let results: Vec<Result<Value, String>> = match calls_in_place(&calls) {
+        Some(results) => results,
+        None => match calls_immediately(&calls) {
+            Some(results) => results,
+            None => {
+                send(Reply::ToolCalls { calls });
+                match read_request() {
+                    Some(Request::ToolResults { results }) if results.len() == count => results
+                        .into_iter()
+                        .map(|answer| match (answer.ok, answer.err) {
+                            (_, Some(message)) => Err(message),
+                            (ok, None) => Ok(ok.unwrap_or(Value::Null)),
+                        })
+                        .collect(),
+                    _ => (0..count)
+                        .map(|_| Err("the host gave no answer to this call".to_string()))
+                        .collect(),
+                }
+            }
+        },
+    };
+    let answers: Vec<Value> = results
+        .into_iter()
+        .map(|result| match result {
+            Ok(value) => {
+                collect_after_large_replies(reply_bytes(&value));
+                json!([true, value])
+            }
+            Err(message) => json!([false, message]),
+        })
+        .collect();
+    JsValue::from_json(&Value::Array(answers), context)
+}
+
+/// A batch made one call after another by a context driven in place, whose
+/// caller makes one call at a time; `None` when not driven in place.
+fn calls_in_place(calls: &[codeact_runtime::ToolCall]) -> Option<Vec<Result<Value, String>>> {
+    let call_tool = IN_PLACE.with(|slot| slot.borrow().as_ref().map(|s| s.call_tool))?;
+    Some(
+        calls
+            .iter()
+            .map(|call| call_tool(&call.name, call.args.clone()))
+            .collect(),
+    )
+}
+
+/// A batch whose tools all answer at once, made here on the engine's thread
+/// (an in-process engine's); `None` when it must go to the session's thread.
+fn calls_immediately(calls: &[codeact_runtime::ToolCall]) -> Option<Vec<Result<Value, String>>> {
+    let tools = CHANNELS.with(|slot| {
+        slot.borrow()
+            .as_ref()
+            .filter(|channels| {
+                channels
+                    .session_waiting
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    && calls
+                        .iter()
+                        .all(|call| channels.tools.is_immediate(&call.name))
+            })
+            .map(|channels| channels.tools.clone())
+    })?;
+    Some(
+        tools
+            .call_many(calls.to_vec())
+            .into_iter()
+            .map(|result| result.map_err(|e| e.message))
+            .collect(),
+    )
+}
+
+thread_local! {
+    /// Set while `__codeact_settle` runs the engine's jobs: a job cannot wait
+    /// on a promise this way itself.
+    static SETTLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `__codeact_settle(promise)`: runs the engine's jobs until `promise`
+/// settles; its value, or its reason thrown (another value is its own). A
+/// promise nothing will settle (this sandbox has no timers and no I/O of its
+/// own) is a TypeError.
+fn settle(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let value = args.first().cloned().unwrap_or_default();
+    use boa_engine::builtins::promise::PromiseState;
+    use boa_engine::object::builtins::JsPromise;
+    let Some(promise) = value
+        .as_object()
+        .and_then(|object| JsPromise::from_object(object.clone()).ok())
+    else {
+        return Ok(value);
+    };
+    if SETTLING.with(std::cell::Cell::get) {
+        return Err(JsNativeError::typ()
+            .with_message("await outside a function cannot wait inside a promise's callback")
+            .into());
+    }
+    SETTLING.with(|settling| settling.set(true));
+    let ran = context.run_jobs();
+    SETTLING.with(|settling| settling.set(false));
+    ran?;
+    match promise.state() {
+        PromiseState::Fulfilled(value) => Ok(value),
+        PromiseState::Rejected(reason) => Err(JsError::from_opaque(reason)),
+        PromiseState::Pending => Err(JsNativeError::typ()
+            .with_message(
+                "await: this promise never settles: nothing in this sandbox settles it (there are no timers or I/O); await tool calls, or promises made from them",
+            )
+            .into()),
+    }
 }
 
 fn call_tool(_this: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {

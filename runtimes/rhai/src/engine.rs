@@ -269,6 +269,7 @@ fn register_helpers(engine: &mut Engine, max_depth: usize) {
     engine.register_fn("call_tool", move |ctx: NativeCallContext, name: &str| {
         call_tool(&ctx, name, &Dynamic::from_map(Map::new()), max_depth)
     });
+    crate::parallel::register(engine, max_depth);
 }
 
 fn call_tool(
@@ -287,6 +288,9 @@ fn call_tool(
         .ok_or_else(|| thrown("call_tool is only available while a script runs".into()))?;
     let args = convert::to_json(args, max_depth)
         .map_err(|e| thrown(format!("arguments of tool '{name}' cannot be sent: {e}")))?;
+    if crate::parallel::recording() {
+        return Ok(crate::parallel::record(name, args));
+    }
     match tools.call(name, args) {
         Ok(result) => convert::from_json(&result, max_depth)
             .map_err(|e| thrown(format!("result of tool '{name}' cannot be used: {e}"))),

@@ -20,6 +20,7 @@ mod convert;
 mod engine;
 mod errors;
 mod memory_meter;
+mod parallel;
 mod run_state;
 mod semicolons;
 mod session;
@@ -69,6 +70,7 @@ static INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["rhai"],
     card_template: CARD_TEMPLATE,
     enforcement: engine::ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 impl RhaiRuntime {

@@ -119,6 +119,9 @@ def __codeact_main(
     # its own with the same flag.
     if ast is not None:
         ONLY_AST = ast.PyCF_ONLY_AST
+        # `await` outside a function: the script's code is then a coroutine's,
+        # run on an event loop (`run_awaiting`).
+        TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
         Expr = ast.Expr
         Expression = ast.Expression
         AST_TYPES = [t for t in vars(ast).values() if type(t) is type and issubclass(t, ast.AST)]
@@ -253,8 +256,7 @@ def __codeact_main(
         check(value, path, 0, [])
         return dumps(value)
 
-    def call_tool(name, args, kwargs):
-        name = str(name)
+    def arguments_text(name, args, kwargs):
         if args is None:
             args = {}
         if kwargs:
@@ -263,9 +265,13 @@ def __codeact_main(
             args = dict(args)
             args.update(kwargs)
         try:
-            message = '{"tool":' + dumps(name) + ',"args":' + encode(args, "args") + "}"
+            return encode(args, "args")
         except Unrepresentable as e:
             raise TypeError(str(e))
+
+    def call_tool(name, args, kwargs):
+        name = str(name)
+        message = '{"tool":' + dumps(name) + ',"args":' + arguments_text(name, args, kwargs) + "}"
         send(message)
         line = read_line()
         if not line:
@@ -275,10 +281,57 @@ def __codeact_main(
             raise ToolError(answer["error"])
         return answer.get("ok")
 
+    # Calls made in async code (a coroutine's frame) wait in `waiting` as
+    # pending calls; the first `await` of any of them sends them all to the host
+    # at once (`{"tools":[…]}`), which makes them together. `answers` holds each
+    # call's (ok, value or message) by number, for the running script.
+    waiting = []
+    answers = {}
+    counter = [0]
+
+    def queue_call(name, args, kwargs):
+        name = str(name)
+        text = arguments_text(name, args, kwargs)
+        counter[0] += 1
+        waiting.append((counter[0], name, text))
+        return PendingCall(counter[0], name)
+
+    def flush_calls():
+        if not waiting:
+            return
+        batch = waiting[:]
+        del waiting[:]
+        parts = []
+        for number, name, text in batch:
+            parts.append('{"name":' + dumps(name) + ',"args":' + text + "}")
+        send('{"tools":[' + ",".join(parts) + "]}")
+        line = read_line()
+        results = loads(line).get("results") if line else None
+        for k, (number, name, text) in enumerate(batch):
+            result = results[k] if type(results) is list and k < len(results) else None
+            if type(result) is not dict:
+                answers[number] = (False, "tool '%s' got no answer from the host" % name)
+            elif "error" in result:
+                answers[number] = (False, str(result["error"]))
+            else:
+                answers[number] = (True, result.get("ok"))
+
+    def settle_call(number, box):
+        if number not in answers:
+            flush_calls()
+        ok, value = answers.get(number, (False, "this call was never made"))
+        box.append(ok)
+        box.append(value if ok else ToolError(value))
+
     # What the helpers ask of the prelude: `codeact.<what>` with its arguments.
     def dispatch(event, args):
         if event == "codeact.call_tool":
-            args[3].append(call_tool(args[0], args[1], args[2]))
+            if in_async_code():
+                args[3].append(queue_call(args[0], args[1], args[2]))
+            else:
+                args[3].append(call_tool(args[0], args[1], args[2]))
+        elif event == "codeact.await_call":
+            settle_call(args[0], args[1])
         elif event == "codeact.remember":
             state["last"] = args[0]
 
@@ -336,6 +389,40 @@ def __codeact_main(
             return box[0]
 
         return call
+
+    # A tool call made in async code: await it for the tool's result (the
+    # tool's error is raised there). Using it as the result says so.
+    class PendingCall:
+        __slots__ = ("number", "tool")
+
+        def __init__(self, number, tool):
+            self.number = number
+            self.tool = tool
+
+        def __await__(self, __channel=channel):
+            box = []
+            __channel("codeact.await_call", self.number, box)
+            if box[0]:
+                return box[1]
+            raise box[1]
+            yield
+
+        def __repr__(self):
+            return "<call of %s: await it for its result>" % self.tool
+
+        def __getattr__(self, name):
+            raise AttributeError(
+                "%s(...) in async code gives a pending call, not its result: write `await %s(...)`"
+                % (self.tool, self.tool)
+            )
+
+        def __getitem__(self, key):
+            raise TypeError(
+                "%s(...) in async code gives a pending call, not its result: write `await %s(...)`"
+                % (self.tool, self.tool)
+            )
+
+        __iter__ = __getitem__
 
     helpers = {
         "observation": observation,
@@ -521,6 +608,85 @@ def __codeact_main(
         protected_functions = list(helpers.values())
         sys.addaudithook(guard)
 
+    # Async code: a frame whose code is a coroutine's, an async generator's, or
+    # a script's with `await` outside a function.
+    ASYNC_FLAGS = 0x80 | 0x100 | 0x200
+    CALL_CODES = (tool_function("_").__code__, call_tool_helper.__code__)
+
+    def in_async_code():
+        # Whether the helper making this call was called from async code: its
+        # calls are then pending calls, to await.
+        if not CPYTHON:
+            return False
+        trusted[0] = True
+        try:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code not in CALL_CODES:
+                frame = frame.f_back
+            caller = frame.f_back if frame is not None else None
+            return caller is not None and (caller.f_code.co_flags & ASYNC_FLAGS) != 0
+        finally:
+            trusted[0] = False
+
+    loop_state = {"ready": False}
+
+    def prepare_asyncio():
+        # WASI has no sockets, so asyncio's own loop cannot start (it makes a
+        # socket pair to wake itself): its loops here are `GuestLoop`s, which
+        # need none, and wait on nothing but time.
+        if loop_state["ready"] or not CPYTHON:
+            return
+        loop_state["ready"] = True
+        import asyncio
+        import selectors
+        import time
+
+        class NoSelector(selectors.BaseSelector):
+            def register(self, fileobj, events, data=None):
+                raise OSError("this sandbox has no sockets or pipes to wait on")
+
+            def unregister(self, fileobj):
+                raise KeyError(fileobj)
+
+            def select(self, timeout=None):
+                if timeout is None:
+                    raise RuntimeError(
+                        "every task waits and nothing will wake one: await tool calls, or asyncio.sleep"
+                    )
+                if timeout > 0:
+                    time.sleep(timeout)
+                return []
+
+            def get_map(self):
+                return {}
+
+        class GuestLoop(asyncio.SelectorEventLoop):
+            def __init__(self):
+                super().__init__(NoSelector())
+
+            def _make_self_pipe(self):
+                self._ssock = self._csock = None
+
+            def _close_self_pipe(self):
+                pass
+
+            def _write_to_self(self):
+                pass
+
+        class GuestPolicy(asyncio.DefaultEventLoopPolicy):
+            _loop_factory = GuestLoop
+
+        set_policy = getattr(asyncio.events, "_set_event_loop_policy", None)
+        if set_policy is None:
+            set_policy = asyncio.set_event_loop_policy
+        set_policy(GuestPolicy())
+        loop_state["run"] = asyncio.run
+
+    def run_awaiting(coroutine):
+        # Runs a script's code with `await` outside a function to its end.
+        prepare_asyncio()
+        return loop_state["run"](coroutine)
+
     def split_micro(code):
         # No `ast` here: find the shortest tail starting on an unindented line that
         # compiles as an expression while the rest compiles as statements.
@@ -551,8 +717,11 @@ def __codeact_main(
         tree = compile(code, "<script>", "exec", ONLY_AST)
         if tree.body and type(tree.body[-1]) is Expr:
             last = Expression(tree.body.pop().value)
-            return compile(tree, "<script>", "exec"), compile(last, "<script>", "eval")
-        return compile(tree, "<script>", "exec"), None
+            return (
+                compile(tree, "<script>", "exec", TOP_LEVEL_AWAIT),
+                compile(last, "<script>", "eval", TOP_LEVEL_AWAIT),
+            )
+        return compile(tree, "<script>", "exec", TOP_LEVEL_AWAIT), None
 
     if CPYTHON:
         traceback_of = BaseException.__traceback__.__get__
@@ -829,10 +998,26 @@ def __codeact_main(
             head, tail = split(code)
         except SyntaxError as e:
             return failed("syntax", e, describe(e, True, code))
+        del waiting[:]
+        answers.clear()
+        if CPYTHON and "asyncio" in code:
+            # Before the script runs, so that its own asyncio.run has a loop.
+            try:
+                prepare_asyncio()
+            except ImportError:
+                pass
         try:
-            exec(head, namespace)
+            if CPYTHON and head.co_flags & ASYNC_FLAGS:
+                run_awaiting(eval(head, namespace))
+            else:
+                exec(head, namespace)
             state["in_tail"] = True
             value = eval(tail, namespace) if tail is not None else None
+            if CPYTHON and tail is not None and tail.co_flags & ASYNC_FLAGS:
+                value = run_awaiting(value)
+            # Calls made in async code and never awaited are made as the
+            # script ends, as they would have been without the batching.
+            flush_calls()
             if value is None and state["last"] is not None:
                 # A script that ends in a statement (an `if`, a loop) answers with
                 # the last helper it called.

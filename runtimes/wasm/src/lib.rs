@@ -149,6 +149,7 @@ static RHAI_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["rhai"],
     card_template: codeact_rhai::CARD_TEMPLATE,
     enforcement: RHAI_GUEST_ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::OneAtATime,
 };
 
 /// How the Boa guest enforces each limit: wasmtime, and Boa's own counters.
@@ -193,6 +194,7 @@ static BOA_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["js", "javascript"],
     card_template: include_str!("../prompts/wasm-boa.md"),
     enforcement: BOA_GUEST_ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::OneAtATime,
 };
 
 /// How the QuickJS guest built here enforces each limit: QuickJS's own checks
@@ -238,6 +240,7 @@ static QUICKJS_GUEST_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["js", "javascript"],
     card_template: include_str!("../prompts/wasm-js.md"),
     enforcement: QUICKJS_GUEST_ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Unavailable,
 };
 
 static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
@@ -246,6 +249,7 @@ static QUICKJS_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["js", "javascript"],
     card_template: include_str!("../prompts/wasm-js.md"),
     enforcement: ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Unavailable,
 };
 
 static MICROPYTHON_INFO: RuntimeInfo = RuntimeInfo {
@@ -254,6 +258,7 @@ static MICROPYTHON_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["python", "py"],
     card_template: include_str!("../prompts/python.md"),
     enforcement: ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Unavailable,
 };
 
 static CPYTHON_INFO: RuntimeInfo = RuntimeInfo {
@@ -262,6 +267,7 @@ static CPYTHON_INFO: RuntimeInfo = RuntimeInfo {
     fence_tags: &["python", "py"],
     card_template: include_str!("../prompts/python.md"),
     enforcement: ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 /// `wasm:python-sci`: the same prelude, protocol and limits as `wasm:python`; its
@@ -275,6 +281,7 @@ static CPYTHON_SCI_INFO: RuntimeInfo = RuntimeInfo {
         include_str!("../prompts/python-sci.md")
     ),
     enforcement: ENFORCEMENT,
+    parallel_calls: codeact_runtime::ParallelCalls::Together,
 };
 
 const QUICKJS_PRELUDE: &str = include_str!("../prelude/quickjs.js");
@@ -614,6 +621,9 @@ fn custom_info(guest: &Guest) -> &'static RuntimeInfo {
         fence_tags: Box::leak(tags.into_boxed_slice()),
         card_template: include_str!("../prompts/wasm-custom.md"),
         enforcement: ENFORCEMENT,
+        // A custom guest speaks the line protocol, whose batches it may or
+        // may not send: the host makes a batch it sends together.
+        parallel_calls: codeact_runtime::ParallelCalls::Together,
     }))
 }
 

@@ -12,6 +12,9 @@
 //! **Guest → host (stdout)**: a message is the byte `0x1E`, `codeact:`, the run's
 //! nonce, a space, one JSON object and a newline:
 //! - `{"tool":"<name>","args":<value>}`: call a tool; the guest then reads the answer;
+//! - `{"tools":[{"name":"<name>","args":<value>},…]}`: call several tools at once
+//!   (the host makes them together); the guest then reads one line of answers,
+//!   `{"results":[{"ok":<value>}|{"error":"<message>"},…]}`, in their order;
 //! - `{"done":<value>}`: the script's completion value; the run is over;
 //! - `{"fail":"<kind>","message":"<text>"}`: the script failed; the run is over.
 //!   Kinds: `syntax`, `thrown`, `unrepresentable` (a value JSON cannot hold),
@@ -99,6 +102,22 @@ pub fn tool_answer_line(answer: Result<&Value, &str>) -> Vec<u8> {
     line
 }
 
+/// The line answering a batch of tool calls (`{"results":[…]}`), newline
+/// included: each `{"ok":…}`, or `{"error":…}` naming the tool that failed.
+pub fn tool_answers_line(answers: &[Result<Value, String>]) -> Vec<u8> {
+    let results: Vec<Value> = answers
+        .iter()
+        .map(|answer| match answer {
+            Ok(value) => serde_json::json!({ "ok": value }),
+            Err(message) => serde_json::json!({ "error": message }),
+        })
+        .collect();
+    let mut line = serde_json::to_vec(&serde_json::json!({ "results": results }))
+        .unwrap_or_else(|_| b"{}".to_vec());
+    line.push(b'\n');
+    line
+}
+
 /// How a script failed, as the guest reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -125,6 +144,9 @@ enum Wire {
         tool: String,
         #[serde(default)]
         args: Value,
+    },
+    Tools {
+        tools: Vec<codeact_runtime::ToolCall>,
     },
     Done {
         done: Value,
@@ -169,6 +191,8 @@ pub enum GuestMessage {
         /// Its arguments.
         args: Value,
     },
+    /// Call these tools at once.
+    ToolCalls(Vec<codeact_runtime::ToolCall>),
     /// The script's completion value.
     Done(Value),
     /// The script failed.
@@ -190,14 +214,18 @@ pub enum GuestMessage {
 }
 
 impl GuestMessage {
-    /// Whether the run is over after this message: everything but a tool call.
+    /// Whether the run is over after this message: everything but tool calls.
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, GuestMessage::ToolCall { .. })
+        !matches!(
+            self,
+            GuestMessage::ToolCall { .. } | GuestMessage::ToolCalls(_)
+        )
     }
 
     fn parse(body: &[u8]) -> GuestMessage {
         match serde_json::from_slice::<Wire>(body) {
             Ok(Wire::Tool { tool, args }) => GuestMessage::ToolCall { name: tool, args },
+            Ok(Wire::Tools { tools }) => GuestMessage::ToolCalls(tools),
             Ok(Wire::Done { done }) => GuestMessage::Done(done),
             Ok(Wire::Fail {
                 fail,

@@ -362,6 +362,18 @@ impl StdioSession {
                     };
                     locked(&instance.exchange).answer_tool(line);
                 }
+                Event::Message(GuestMessage::ToolCalls(calls)) => {
+                    let names: Vec<String> = calls.iter().map(|call| call.name.clone()).collect();
+                    let answers: Vec<Result<serde_json::Value, String>> = names
+                        .iter()
+                        .zip(self.tools.call_many(calls))
+                        .map(|(name, result)| {
+                            result.map_err(|e| format!("tool '{name}' failed: {}", e.message))
+                        })
+                        .collect();
+                    let line = protocol::tool_answers_line(&answers);
+                    locked(&instance.exchange).answer_tool(line);
+                }
                 Event::Message(GuestMessage::Done(value)) => break (Ok(value), true),
                 Event::Message(GuestMessage::Failed {
                     kind,

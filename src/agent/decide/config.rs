@@ -75,7 +75,19 @@ pub struct LoopConfig {
     /// larger than this still ends at the model's context window. Variables and
     /// functions from dropped turns stay defined. Default: 256 KiB.
     pub max_history_bytes: Option<usize>,
+    /// Characters of feedback the model is shown over the whole run: script
+    /// values, errors and printed output with the host's words around them.
+    /// Past it, each value, error or printed output is cut to
+    /// [`FEEDBACK_FLOOR`] characters (in the middle), and the model is told
+    /// once, so a run that prints a lot cannot fill the model's context.
+    /// `None`: no cap. Default: 100,000 (about 25,000 tokens).
+    pub max_feedback_chars: Option<usize>,
 }
+
+/// What each piece of feedback is cut to once the run's
+/// [`LoopConfig::max_feedback_chars`] is spent: enough for an error's first
+/// line and its last.
+pub const FEEDBACK_FLOOR: usize = 400;
 
 /// What the loop does with a script's bare last value (one that is not
 /// `observation(...)`, `final_result(...)`, `error(...)` or a transfer). Either
@@ -111,6 +123,7 @@ impl Default for LoopConfig {
             max_run_time: None,
             max_history_bytes: Some(256 * 1024),
             tool_results_on_error: 1_500,
+            max_feedback_chars: Some(100_000),
         }
     }
 }

@@ -1354,3 +1354,61 @@ fn python_reply(script: &str) -> ModelResponse {
 }
 
 mod rules;
+
+/// If this fails, a run that prints a lot fills the model's context: past the
+/// run's feedback cap every piece is cut short, and the model is told once.
+#[test]
+fn past_the_runs_feedback_cap_each_piece_is_cut_and_the_model_is_told_once() {
+    let mut c = Conversation::new(
+        "look at the logs",
+        &["rhai"],
+        LoopConfig {
+            max_feedback_chars: Some(3_000),
+            ..LoopConfig::default()
+        },
+    );
+    let big = "x".repeat(2_500);
+    let mut notes = 0;
+    let mut lengths = Vec::new();
+    for _ in 0..4 {
+        c.on_reply(&reply("```rhai\nobservation(big)\n```"));
+        c.on_script(
+            &ScriptOutput::Observation {
+                value: json!(big.clone()),
+            },
+            &LogBuffer::new(100),
+        );
+        let text = last_feedback(&c);
+        notes += text.matches("characters of feedback, its cap").count();
+        lengths.push(text.chars().count());
+    }
+    assert_eq!(notes, 1, "told once");
+    assert!(lengths[0] > 2_500 && lengths[1] > 2_500, "{lengths:?}");
+    assert!(lengths[2] < 1_000 && lengths[3] < 1_000, "{lengths:?}");
+    assert!(last_feedback(&c).contains("characters cut"));
+}
+
+/// If this fails, the cap is on by default in a way a short run can meet.
+#[test]
+fn without_a_cap_nothing_is_cut_and_the_default_cap_is_far_above_a_step() {
+    let config = LoopConfig::default();
+    assert!(config.max_feedback_chars.unwrap_or(usize::MAX) >= 10 * config.feedback_limit);
+    let mut c = Conversation::new(
+        "look",
+        &["rhai"],
+        LoopConfig {
+            max_feedback_chars: None,
+            ..LoopConfig::default()
+        },
+    );
+    for _ in 0..3 {
+        c.on_reply(&reply("```rhai\nobservation(big)\n```"));
+        c.on_script(
+            &ScriptOutput::Observation {
+                value: json!("y".repeat(5_000)),
+            },
+            &LogBuffer::new(100),
+        );
+        assert!(last_feedback(&c).chars().count() > 5_000);
+    }
+}
