@@ -30,7 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use codeact_runtime::{FileView, Interrupt, Runtime, ToolDispatch, ToolError, ToolSpec};
+use codeact_runtime::{FileView, Interrupt, Runtime, ToolCall, ToolDispatch, ToolError, ToolSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -637,6 +637,19 @@ impl ToolDispatch for Cells {
     fn is_immediate(&self, name: &str) -> bool {
         !CELL_TOOLS.contains(&name) && self.inner.is_immediate(name)
     }
+
+    /// The toolbox's own batch, unless a cell function is among the calls:
+    /// then each call on a thread of its own, so that a wait does not hold up
+    /// the others.
+    fn call_many(&self, calls: Vec<ToolCall>) -> Vec<Result<Value, ToolError>> {
+        if calls
+            .iter()
+            .any(|call| CELL_TOOLS.contains(&call.name.as_str()))
+        {
+            return codeact_runtime::call_on_threads(self, calls);
+        }
+        self.inner.call_many(calls)
+    }
 }
 
 impl Drop for Cells {
@@ -927,11 +940,34 @@ impl ToolDispatch for CellScope {
         }
         match self.outer.upgrade() {
             Some(tools) => tools.call(name, args),
-            None => Err(ToolError::new(format!(
-                "'{name}' was not called: the run that started this cell has ended"
-            ))),
+            None => Err(run_ended(name)),
         }
     }
+
+    /// The run's batch, unless `notify` or `wait_cell` is among the calls: then
+    /// each call on a thread of its own, answered here or by the run's tools.
+    fn call_many(&self, calls: Vec<ToolCall>) -> Vec<Result<Value, ToolError>> {
+        if calls
+            .iter()
+            .any(|call| call.name == NOTIFY_TOOL || call.name == WAIT_CELL_TOOL)
+        {
+            return codeact_runtime::call_on_threads(self, calls);
+        }
+        match self.outer.upgrade() {
+            Some(tools) => tools.call_many(calls),
+            None => calls
+                .iter()
+                .map(|call| Err(run_ended(&call.name)))
+                .collect(),
+        }
+    }
+}
+
+/// A cell's call made after its run ended.
+fn run_ended(name: &str) -> ToolError {
+    ToolError::new(format!(
+        "'{name}' was not called: the run that started this cell has ended"
+    ))
 }
 
 /// A cell's state as the cell functions return it; takes the progress not yet

@@ -367,10 +367,10 @@ fn a_long_note_is_cut_with_a_marker() {
     assert_eq!(cut("héllo wörld", 5), "héllo… [cut at 5 characters]");
 }
 
-/// If this fails, the model is not told of a cell that ended while it was
-/// busy, is told twice, or is told of one its script already saw end.
+/// If this fails, the model is told of a cell twice, is told of one its
+/// script already saw end, or reads a cell's own words outside a poll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cell_that_ended_unseen_is_noted_once_in_the_feedback_and_a_polled_one_not_at_all() {
+async fn a_cell_is_noted_in_the_feedback_at_most_once_and_a_polled_one_not_at_all() {
     let (run, _) = run(
         &[
             "```rhai\nlet a = start_cell(\"notify(`hello from the cell`); 1\");\nobservation(a)\n```",
@@ -394,7 +394,10 @@ async fn a_cell_that_ended_unseen_is_noted_once_in_the_feedback_and_a_polled_one
             .filter(|text| text.contains(&format!("`{id}` ended (done)")))
             .count()
     };
-    assert_eq!(noted("cell-1"), 1, "{feedback:#?}");
+    // Once at most: under load the cell may not have run before the script
+    // that waits for it (cells wait for a running-script slot like any
+    // script), and a wait tells of it instead.
+    assert!(noted("cell-1") <= 1, "{feedback:#?}");
     assert_eq!(noted("cell-2"), 0, "{feedback:#?}");
     assert!(
         feedback
@@ -448,4 +451,77 @@ async fn a_chats_cells_last_from_turn_to_turn_and_end_with_the_chat() {
             Some("the run that started it ended".into())
         )]
     );
+}
+
+/// If this fails, cell functions cannot be called together with other tools,
+/// or a cell's calls made together do not reach the run's tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cell_functions_and_a_cells_own_calls_work_in_a_parallel_batch() {
+    let (run, events) = run(
+        &[
+            concat!(
+                "```rhai\n",
+                "let ids = parallel([|| start_cell(\"notify(`a`); parallel_settled([|| notify(`b`), || poll_cell(`cell-9`)]).len()\"), || start_cell(\"7\")]);\n",
+                "observation(ids)\n```"
+            ),
+            "```rhai\nfinal_result(parallel([|| wait_cell(ids[0], 3), || wait_cell(ids[1], 3)]))\n```",
+        ],
+        timed(Duration::from_secs(5)),
+        CellLimits::default(),
+    )
+    .await;
+    let ids = observations(&events)[0].clone();
+    assert!(
+        ids == json!(["cell-1", "cell-2"]) || ids == json!(["cell-2", "cell-1"]),
+        "{ids}"
+    );
+    let Outcome::FinalResult { value } = run.outcome else {
+        panic!("{:?}", run.outcome);
+    };
+    assert_eq!(value[0]["state"], "done", "{value}");
+    assert_eq!(value[0]["result"], 2, "{value}");
+    assert_eq!(value[0]["progress"], json!(["a", "b"]), "{value}");
+    assert_eq!(value[1]["result"], 7, "{value}");
+}
+
+/// If this fails, a cell that ended or sent progress unseen is not news, is
+/// news twice, or a poll does not count as seeing it.
+#[test]
+fn news_tells_each_end_and_progress_once_and_not_what_a_poll_returned() {
+    let limits = CellLimits::default();
+    let runtime: Arc<dyn Runtime> = Arc::new(RhaiRuntime::new(timed(Duration::from_secs(5))));
+    let toolbox = Arc::new(ToolBox::new(cell_tools("Rhai", &limits)).expect("valid"));
+    let cells = Arc::new(Cells::new(
+        toolbox,
+        runtime.clone(),
+        None,
+        limits,
+        "main".into(),
+        Vec::new(),
+    ));
+    let tools = Arc::new(HostTools::new(cells.clone(), "main", Vec::new()));
+    cells.attach(&tools);
+    let mut session = ScriptSession::start(&*runtime, tools.clone()).expect("a session");
+    let started = session
+        .run_blocking("[start_cell(\"notify(`one`); notify(`two`); 1\"), start_cell(\"2\")]")
+        .expect("the host stays up");
+    assert_eq!(started.completion, Ok(json!(["cell-1", "cell-2"])));
+    let until = Instant::now() + Duration::from_secs(10);
+    while cells.shared.table().live > 0 {
+        assert!(Instant::now() < until, "the cells did not end");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let polled = session
+        .run_blocking("poll_cell(\"cell-2\").state")
+        .expect("the host stays up");
+    assert_eq!(polled.completion, Ok(json!("done")));
+    assert_eq!(
+        cells.news(),
+        [CellNews {
+            id: "cell-1".into(),
+            state: "done",
+            progress: 2,
+        }]
+    );
+    assert_eq!(cells.news(), []);
 }
