@@ -97,8 +97,9 @@ pub mod tools;
 pub mod untrusted;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentError, ApprovalDecision, ApprovalRequest, Approver, Chat, Event,
-    LoopConfig, Outcome, RunRequest, RunResult, SmallModelCoach, Team, Transcript, TypedRun,
+    Agent, AgentBuilder, AgentError, ApprovalDecision, ApprovalRequest, Approver, CellLimits,
+    CellState, Chat, Event, LoopConfig, Outcome, RunRequest, RunResult, SmallModelCoach, Team,
+    Transcript, TypedRun,
 };
 pub use codeact_alloc_meter::MeteredAllocator;
 #[cfg(feature = "js")]
@@ -133,6 +134,8 @@ mod manual {
     struct CommandLine;
     #[doc = include_str!("../docs/loop.md")]
     struct Loop;
+    #[doc = include_str!("../docs/cells.md")]
+    struct Cells;
     #[doc = include_str!("../docs/teams.md")]
     struct Teams;
     #[cfg(feature = "js")]

@@ -17,6 +17,8 @@ mod adversarial;
 mod approvals;
 #[path = "suite/bench.rs"]
 mod bench;
+#[path = "suite/cells.rs"]
+mod cells;
 #[path = "suite/chats.rs"]
 mod chats;
 #[path = "suite/cli.rs"]

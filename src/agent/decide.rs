@@ -641,6 +641,21 @@ impl Conversation {
         self.step_tool_results = results;
     }
 
+    /// Cells that ended or sent progress while the model had not heard of them
+    /// (see [`AgentBuilder::cells`](crate::AgentBuilder::cells)): a note in the
+    /// host's words joins the next feedback, naming them and their states, so
+    /// the model knows to poll them. Their own words stay out of it: a poll
+    /// returns them, fenced with the script's value.
+    pub(crate) fn note_cells(&mut self, news: &[crate::agent::cells::CellNews]) {
+        if news.is_empty() {
+            return;
+        }
+        let note = self
+            .prompts
+            .render("notes/cells", minijinja::context! { cells => news });
+        self.pending_notes.push(note);
+    }
+
     /// The calls the tools of the script that just ran failed (the first of
     /// each tool): should the script fail, its feedback names the required
     /// arguments they left out, or says that their arguments were made up.

@@ -157,6 +157,39 @@ pub enum Event {
         /// What the script got back.
         outcome: ToolCallOutcome,
     },
+    /// A script started a cell (`start_cell`, see [`CellLimits`](crate::CellLimits)):
+    /// a script of its own that runs on while the run goes on.
+    CellStarted {
+        /// The step whose script started it.
+        step: usize,
+        /// The cell's id, e.g. `cell-1`: what `start_cell` returned.
+        id: String,
+        /// The cell's script.
+        code: String,
+    },
+    /// A cell reported progress (`notify`); the next poll returns it.
+    CellProgress {
+        /// The run's step when it was reported.
+        step: usize,
+        /// The cell.
+        id: String,
+        /// What it said, cut to `CellLimits::max_note_chars`.
+        message: String,
+    },
+    /// A cell ended: its script finished or failed, it was cancelled, or its
+    /// run ended first.
+    CellEnded {
+        /// The run's step when it ended.
+        step: usize,
+        /// The cell.
+        id: String,
+        /// How it ended.
+        state: crate::agent::CellState,
+        /// Its error, for a failed cell (a limit says which), or why the host
+        /// stopped it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// The run was resumed from its transcript (`codeact run --resume`): the
     /// events above are the interrupted run's, the ones below its continuation.
     Resumed {

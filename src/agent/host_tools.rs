@@ -358,6 +358,11 @@ impl HostTools {
         self
     }
 
+    /// The step whose script makes the calls now.
+    pub(crate) fn step(&self) -> usize {
+        self.step.load(Ordering::Relaxed)
+    }
+
     /// The step whose script makes the next calls (a new script: its calls
     /// count from zero).
     pub(crate) fn set_step(&self, step: usize) {

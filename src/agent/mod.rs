@@ -4,6 +4,7 @@
 pub(crate) mod absent_patterns;
 pub(crate) mod answer_shape;
 pub(crate) mod approval;
+pub(crate) mod cells;
 pub mod coach;
 pub(crate) mod data_paths;
 pub mod decide;
@@ -34,6 +35,7 @@ pub(crate) mod units;
 
 pub use approval::PendingApproval;
 pub use approval::{ApprovalDecision, ApprovalFuture, ApprovalReason, ApprovalRequest, Approver};
+pub use cells::{CellLimits, CellState};
 pub use coach::{Coach, PlainCoach, Rule, SmallModelCoach};
 pub use codeact_rhai::RhaiPolicy;
 pub use decide::{BareValues, Conversation, Decision, LoopConfig, Next, Progress};

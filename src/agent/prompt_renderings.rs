@@ -866,6 +866,28 @@ fn sections() -> Vec<(&'static str, String)> {
                 &none,
             ),
         ),
+        ("notes/cells", {
+            use crate::agent::cells::CellNews;
+            let mut c = conversation();
+            c.on_reply(&reply("```rhai\nobservation(c)\n```", StopReason::EndTurn));
+            c.note_cells(&[
+                CellNews {
+                    id: "cell-1".into(),
+                    state: "done",
+                    progress: 0,
+                },
+                CellNews {
+                    id: "cell-2".into(),
+                    state: "running",
+                    progress: 1,
+                },
+            ]);
+            c.on_completion(
+                &Ok(json!({"type": "observation", "value": "cell-2"})),
+                &none,
+            );
+            fed_back(&c)
+        }),
         (
             "notes/redefined",
             after_script(

@@ -206,7 +206,10 @@ impl ResumePoint {
                 | Event::PolicyVerdict { .. }
                 | Event::HistoryCompacted { .. }
                 | Event::ImagesShown { .. }
-                | Event::SnapshotFailed { .. } => {}
+                | Event::SnapshotFailed { .. }
+                | Event::CellStarted { .. }
+                | Event::CellProgress { .. }
+                | Event::CellEnded { .. } => {}
                 Event::SnapshotKept { file, .. } => {
                     if let Some((run_id, _)) = super::snapshots::parse_file_name(file) {
                         snapshot_run_id = Some(run_id.to_string());

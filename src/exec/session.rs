@@ -174,11 +174,37 @@ impl ScriptSession {
     /// benchmarks). The thread must be allowed to block: it waits here for a
     /// running-script slot unless its caller's script already holds one.
     pub fn run_blocking(&mut self, script: &str) -> Result<ScriptRun, HostError> {
+        self.run_blocking_with(script, None)
+    }
+
+    /// [`run_blocking`](Self::run_blocking), stopped when `interrupt` is raised
+    /// (by another thread) as [`run_interruptible`](Self::run_interruptible) is;
+    /// raised while the run waits for its running-script slot, the run still
+    /// starts, and stops at once.
+    pub fn run_blocking_interruptible(
+        &mut self,
+        script: &str,
+        interrupt: &Interrupt,
+    ) -> Result<ScriptRun, HostError> {
+        self.run_blocking_with(script, Some(interrupt))
+    }
+
+    fn run_blocking_with(
+        &mut self,
+        script: &str,
+        interrupt: Option<&Interrupt>,
+    ) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
         let slot = Slot::wait_blocking();
         let wall_time = self.wall_time;
-        let result =
-            slot.run_here(|| timed(|| with_call_deadline(wall_time, || session.run(script))));
+        let result = slot.run_here(|| {
+            timed(|| {
+                with_call_deadline(wall_time, || match interrupt {
+                    Some(interrupt) => session.run_interruptible(script, interrupt),
+                    None => session.run(script),
+                })
+            })
+        });
         drop(slot);
         self.session = Some(session);
         Self::decode(result)

@@ -147,11 +147,13 @@ pub fn render_system_prompt(
         transfer_targets,
         instructions,
         output,
+        None,
     )
 }
 
 /// [`render_system_prompt`] with the `system` and `fence_rule` templates of
-/// `prompts`.
+/// `prompts`; with `cells` (scripts may start cells, and `cell_specs` holds
+/// the cell functions), also the `cells` template after the card.
 pub(crate) fn render_system_prompt_with(
     prompts: &Prompts,
     runtime: &dyn Runtime,
@@ -159,9 +161,43 @@ pub(crate) fn render_system_prompt_with(
     transfer_targets: &[TransferTarget],
     instructions: &str,
     output: &str,
+    cells: Option<(&crate::agent::CellLimits, &[ToolSpec])>,
 ) -> Result<String, PromptError> {
     let card = render_card(runtime, tools, transfer_targets)?;
     let info = runtime.info();
+    let cells = match cells {
+        None => String::new(),
+        Some((limits, specs)) => {
+            use crate::agent::cells::{
+                CANCEL_CELL_TOOL, NOTIFY_TOOL, POLL_CELL_TOOL, START_CELL_TOOL, WAIT_CELL_TOOL,
+            };
+            // What a script writes before the parenthesis (`tools.start_cell`):
+            // the card lists the whole signatures.
+            let signature = |name: &str| {
+                specs
+                    .iter()
+                    .find(|spec| spec.name == name)
+                    .and_then(|spec| {
+                        let signature = runtime.tool_signature(spec);
+                        signature.split_once('(').map(|(call, _)| call.to_string())
+                    })
+                    .unwrap_or_else(|| name.to_string())
+            };
+            prompts.try_render(
+                "cells",
+                &context! {
+                    language => info.language,
+                    start => signature(START_CELL_TOOL),
+                    poll => signature(POLL_CELL_TOOL),
+                    wait => signature(WAIT_CELL_TOOL),
+                    cancel => signature(CANCEL_CELL_TOOL),
+                    notify => signature(NOTIFY_TOOL),
+                    max_live => limits.max_live,
+                    wall_time_ms => runtime.limits().wall_time.as_millis(),
+                },
+            )?
+        }
+    };
     prompts.try_render(
         "system",
         &context! {
@@ -170,6 +206,7 @@ pub(crate) fn render_system_prompt_with(
             instructions => instructions.trim(),
             card => card,
             fence_rule => prompts.try_render("fence_rule", &context! {})?,
+            cells => cells,
             output => output.trim(),
         },
     )

@@ -131,6 +131,24 @@ impl Printer {
                 _ => Ok(()),
             },
             Event::SnapshotKept { .. } => Ok(()),
+            Event::CellStarted { id, .. } => writeln!(err, "  {id} started"),
+            Event::CellProgress { id, message, .. } => {
+                writeln!(err, "  {id}: {}", shorten(message))
+            }
+            Event::CellEnded {
+                id, state, error, ..
+            } => writeln!(
+                err,
+                "  {id} ended: {}{}",
+                serde_json::to_value(state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                error
+                    .as_deref()
+                    .map(|e| format!(": {}", shorten(e)))
+                    .unwrap_or_default()
+            ),
             Event::SnapshotFailed { step, reason } => {
                 writeln!(
                     err,

@@ -178,6 +178,12 @@ pub(crate) struct RunArgs {
     /// model that accepts images; without it, each is described in a line of text.
     #[arg(long)]
     see_images: bool,
+    /// Let scripts start cells: scripts that go on between steps
+    /// (start_cell, poll_cell, wait_cell, cancel_cell, notify), at most N
+    /// running at once, each under the runtime's limits; they end with the run
+    /// [default: off; N defaults to 4].
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "4", value_parser = clap::value_parser!(u64).range(1..=64))]
+    cells: Option<u64>,
     /// Who decides on calls that need approval (marked tools, and calls the
     /// policy answers "ask" for): ask (a prompt on the terminal), allow or deny
     /// [default: ask when stdin is a terminal, else deny]. A denied call throws a
@@ -383,6 +389,10 @@ fn configure(
     let area = area.cloned();
     let marked = args.needs_approval.clone();
     let see_images = args.see_images;
+    let cells = args.cells.map(|max_live| codeact::CellLimits {
+        max_live: usize::try_from(max_live).unwrap_or(4),
+        ..codeact::CellLimits::default()
+    });
     let approver = super::approve::approver(args.approve.as_deref());
     let (max_tokens, temperature, stream) = (args.max_tokens, args.temperature, !args.no_stream);
     move |mut builder: AgentBuilder| {
@@ -400,6 +410,9 @@ fn configure(
             builder = builder.needs_approval(tool.clone());
         }
         builder = builder.see_images(see_images);
+        if let Some(cells) = cells {
+            builder = builder.cells(cells);
+        }
         builder.on_approval(approver.clone())
     }
 }

@@ -365,3 +365,33 @@ fn a_broken_replacement_is_refused_with_a_clear_error_and_changes_nothing() {
         Some(before.as_str())
     );
 }
+
+/// If this fails, what a model is told about cells has changed, or an agent
+/// without cells is told about them.
+#[test]
+fn the_cells_section_is_in_the_system_prompt_only_when_cells_are_on() {
+    let agent = |runtime: Arc<dyn Runtime>, cells: bool| {
+        let builder = Agent::builder(Arc::new(ReplayModel::new(["```\n1\n```"])), runtime);
+        let builder = if cells {
+            builder.cells(codeact::CellLimits::default())
+        } else {
+            builder
+        };
+        builder.build().expect("builds").system_prompt().to_string()
+    };
+    let rhai = || Arc::new(RhaiRuntime::new(Limits::default()));
+    let plain = agent(rhai(), false);
+    assert!(!plain.contains("cell"), "{plain}");
+    let with_cells = agent(rhai(), true);
+    assert!(with_cells.contains("## Cells: work that goes on between your scripts"));
+    assert!(
+        with_cells.contains("passed as a string to `start_cell`"),
+        "{with_cells}"
+    );
+    assert_rendering("rhai_system_prompt_with_cells.md", &with_cells);
+    let js = agent(Arc::new(codeact::JsRuntime::new(Limits::default())), true);
+    assert!(
+        js.contains("passed as a string to `tools.start_cell`"),
+        "{js}"
+    );
+}

@@ -166,6 +166,9 @@ impl Progress {
             | Event::Resumed { .. }
             | Event::SnapshotKept { .. }
             | Event::SnapshotFailed { .. }
+            | Event::CellStarted { .. }
+            | Event::CellProgress { .. }
+            | Event::CellEnded { .. }
             | Event::PolicyVerdict { .. }
             | Event::ApprovalDecided { .. }
             | Event::ApprovalAwaited { .. }

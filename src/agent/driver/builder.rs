@@ -29,6 +29,7 @@ pub struct AgentBuilder {
     approvals: Approvals,
     files: Option<crate::files::FileArea>,
     see_images: bool,
+    cells: Option<crate::agent::CellLimits>,
     config: LoopConfig,
     coach: Arc<dyn Coach>,
     instructions: String,
@@ -153,6 +154,19 @@ impl AgentBuilder {
         self.tools(area.tools()).working_dir(area.root())
     }
 
+    /// Lets scripts start cells: scripts of their own language that run on, each
+    /// in a session of its own on a thread of its own, while the model thinks
+    /// (`start_cell`, `poll_cell`, `wait_cell`, `cancel_cell`, and `notify`
+    /// inside a cell; see [`CellLimits`](crate::CellLimits)). The functions join
+    /// the agent's tools and the prompt says how to use them. Each cell runs
+    /// under the runtime's limits and calls tools under the run's budgets,
+    /// policy and approvals; cells end with their run. Default: off, so the
+    /// tools and the prompt are as without it.
+    pub fn cells(mut self, limits: crate::agent::CellLimits) -> Self {
+        self.cells = Some(limits);
+        self
+    }
+
     /// Whether the model is sent the images scripts show (`show_image`) as
     /// pictures, with the step's feedback: for models that accept images
     /// (OpenAI's and Anthropic's formats). Otherwise each is described in a line
@@ -234,6 +248,12 @@ impl AgentBuilder {
             self.approvals.mark(tool.spec().name.clone());
         }
         let mut tools = self.tools;
+        if let Some(limits) = &self.cells {
+            tools.extend(crate::agent::cells::cell_tools(
+                self.runtime.info().language,
+                limits,
+            ));
+        }
         let mut specs: Vec<_> = tools.iter().map(|tool| tool.spec().clone()).collect();
         crate::tools::toolbox::settle_namespaces(&mut specs);
         let listed_tools = if self.tool_discovery.applies(&specs, &*self.runtime) {
@@ -265,6 +285,7 @@ impl AgentBuilder {
             approvals: Arc::new(self.approvals),
             files: self.files,
             see_images: self.see_images,
+            cells: self.cells,
             config: self.config,
             coach: self.coach,
             output: self.output,
@@ -297,6 +318,7 @@ impl Agent {
             approvals: Approvals::default(),
             files: None,
             see_images: false,
+            cells: None,
             config: LoopConfig::default(),
             coach: Arc::new(PlainCoach),
             instructions: String::new(),

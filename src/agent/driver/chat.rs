@@ -41,6 +41,8 @@ pub struct Chat<'a> {
     conversation: Conversation,
     session: ScriptSession,
     tools: Arc<HostTools>,
+    /// Ends the chat's cells when the chat is dropped.
+    cells: crate::agent::cells::CellsGuard,
     working_dir: PathBuf,
     turns: usize,
     /// Stops the turn under way when cancelled.
@@ -65,20 +67,22 @@ impl Agent {
     /// [`max_history_bytes`](crate::LoopConfig::max_history_bytes) loses its oldest
     /// whole turns as the next one starts, and the model is told.
     pub fn chat(&self) -> Result<Chat<'_>, AgentError> {
-        let tools = self.host_tools(None, Vec::new());
+        let (tools, cells) = self.host_tools(None, Vec::new());
         let session = ScriptSession::start_with_files(
             &*self.runtime,
             tools.clone(),
             self.files.as_ref().map(|area| area.view()).as_ref(),
         )?;
-        self.chat_in(session, tools)
+        self.chat_in(session, tools, cells)
     }
 
-    /// A chat in `session`, whose scripts call `tools`.
+    /// A chat in `session`, whose scripts call `tools`, and whose cells end
+    /// with it.
     fn chat_in(
         &self,
         session: ScriptSession,
         tools: Arc<HostTools>,
+        cells: crate::agent::cells::CellsGuard,
     ) -> Result<Chat<'_>, AgentError> {
         let working_dir = match &self.working_dir {
             Some(dir) => dir.clone(),
@@ -92,6 +96,7 @@ impl Agent {
             conversation,
             session,
             tools,
+            cells,
             working_dir,
             turns: 0,
             cancel: None,
@@ -136,9 +141,9 @@ impl Agent {
         &'a self,
         point: &ResumePoint,
     ) -> Result<(Chat<'a>, Option<RunResult>), AgentError> {
-        let tools = self.host_tools(None, Vec::new());
+        let (tools, cells) = self.host_tools(None, Vec::new());
         let session = self.rebuild(point, &tools, None).await?;
-        let mut chat = self.chat_in(session, tools)?;
+        let mut chat = self.chat_in(session, tools, cells)?;
         chat.conversation = self.chat_conversation(point.progress());
         chat.turns = point.turns;
         let cut_short = if point.turn_open || point.pending_reply.is_some() {
@@ -179,6 +184,7 @@ impl Chat<'_> {
         let turn = Turn {
             session: &mut self.session,
             tools: &self.tools,
+            cells: &self.cells,
             system_prompt: &agent.system_prompt,
             contract: &agent.contract,
             working_dir: &self.working_dir,

@@ -31,6 +31,8 @@ use crate::output::spec::{Check, OutputContract, RefusedBy, content_text};
 pub(super) struct Turn<'a> {
     pub session: &'a mut ScriptSession,
     pub tools: &'a Arc<HostTools>,
+    /// The run's cells, whose news joins each step's feedback.
+    pub cells: &'a crate::agent::cells::CellsGuard,
     pub system_prompt: &'a str,
     pub contract: &'a OutputContract,
     pub working_dir: &'a Path,
@@ -57,7 +59,7 @@ impl Agent {
         request: &RequestOutput,
     ) -> Result<(Outcome, Option<FinalOutput>), AgentError> {
         let cancel = request.cancel.as_ref();
-        let tools = self.host_tools(cancel, request.grants.clone());
+        let (tools, cells) = self.host_tools(cancel, request.grants.clone());
         let snapshots = request.snapshots.as_ref();
         let (mut session, decision) = match resume {
             None => (
@@ -82,6 +84,7 @@ impl Agent {
         let turn = Turn {
             session: &mut session,
             tools: &tools,
+            cells: &cells,
             system_prompt,
             contract,
             working_dir,
@@ -153,17 +156,35 @@ impl Agent {
     }
 
     /// The tools as a run's scripts see them: counted against the run's budgets,
-    /// recorded as events, ended by `cancel`.
+    /// recorded as events, ended by `cancel`; with the guard that ends the run's
+    /// cells when the run (or chat) that holds it ends.
     pub(super) fn host_tools(
         &self,
         cancel: Option<&CancellationToken>,
         grants: Vec<Grant>,
-    ) -> Arc<HostTools> {
-        let toolbox = match cancel {
+    ) -> (Arc<HostTools>, crate::agent::cells::CellsGuard) {
+        let toolbox: Arc<dyn codeact_runtime::ToolDispatch> = match cancel {
             Some(token) => Arc::new((*self.tools).clone().cancelled_by(token.clone())),
             None => self.tools.clone(),
         };
-        Arc::new(
+        // Cells sit between the run's tools and the toolbox: their functions
+        // are checked and recorded like any call, and a cell calls through the
+        // run's tools.
+        let cells = self.cells.map(|limits| {
+            Arc::new(crate::agent::cells::Cells::new(
+                toolbox.clone(),
+                self.runtime.clone(),
+                self.files.as_ref().map(|area| area.view()),
+                limits,
+                self.name.clone(),
+                self.listeners.clone(),
+            ))
+        });
+        let toolbox = match &cells {
+            Some(cells) => cells.clone(),
+            None => toolbox,
+        };
+        let tools = Arc::new(
             HostTools::new(toolbox, self.name.clone(), self.listeners.clone())
                 .with_budgets(CallBudgets {
                     per_run: self.config.max_tool_calls,
@@ -175,7 +196,11 @@ impl Agent {
                 .with_policy(self.policy.clone())
                 .with_approvals(self.approvals.clone(), cancel.cloned())
                 .with_grants(grants),
-        )
+        );
+        if let Some(cells) = &cells {
+            cells.attach(&tools);
+        }
+        (tools, crate::agent::cells::CellsGuard::new(cells))
     }
 
     /// The loop from `decision` on, in `turn`'s session, until the conversation
@@ -189,6 +214,7 @@ impl Agent {
         let Turn {
             session,
             tools,
+            cells,
             system_prompt,
             contract,
             working_dir,
@@ -324,6 +350,7 @@ impl Agent {
                     }
                     conversation.note_tool_results(tools.take_script_results());
                     conversation.note_failed_calls(tools.take_failed_calls());
+                    conversation.note_cells(&cells.news());
                     conversation.on_completion(&run.completion, &run.logs).0
                 }
                 Next::CheckResult { value, artifacts } => {

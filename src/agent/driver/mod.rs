@@ -72,6 +72,8 @@ pub struct Agent {
     files: Option<crate::files::FileArea>,
     /// Whether shown images go to the model as pictures.
     see_images: bool,
+    /// How many cells a run may start and run; `None`: scripts start none.
+    cells: Option<crate::agent::CellLimits>,
     output: OutputSpec,
     contract: OutputContract,
     working_dir: Option<PathBuf>,
@@ -259,6 +261,9 @@ impl Agent {
             targets,
             &self.instructions,
             &spec.render_with(&self.prompts)?,
+            self.cells
+                .as_ref()
+                .map(|limits| (limits, codeact_runtime::ToolDispatch::specs(&*self.tools))),
         )?)
     }
 }
