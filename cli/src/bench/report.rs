@@ -52,11 +52,16 @@ pub enum CaseId {
     /// it makes them one at a time.
     #[serde(rename = "parallel_calls_10x200ms")]
     ParallelCalls,
+    /// One script calling a tool that answers after 1 s, three times, under a
+    /// 100 ms time limit: about 3 s, since waits on tools do not count against
+    /// the script's own time.
+    #[serde(rename = "slow_tool_short_budget")]
+    SlowToolShortBudget,
 }
 
 impl CaseId {
     /// Every case, in report order.
-    pub const ALL: [CaseId; 12] = [
+    pub const ALL: [CaseId; 13] = [
         CaseId::NewSession,
         CaseId::WarmStep,
         CaseId::ToolCalls,
@@ -69,6 +74,7 @@ impl CaseId {
         CaseId::Restore10Mb,
         CaseId::NewSessionRestored,
         CaseId::ParallelCalls,
+        CaseId::SlowToolShortBudget,
     ];
 
     /// The case's name in JSON and on the progress line.
@@ -86,6 +92,7 @@ impl CaseId {
             CaseId::Restore10Mb => "restore_10mb",
             CaseId::NewSessionRestored => "new_session_restored",
             CaseId::ParallelCalls => "parallel_calls_10x200ms",
+            CaseId::SlowToolShortBudget => "slow_tool_short_budget",
         }
     }
 
@@ -104,6 +111,7 @@ impl CaseId {
             CaseId::Restore10Mb => "restore, 10 MB held",
             CaseId::NewSessionRestored => "new session from a snapshot + first step",
             CaseId::ParallelCalls => "10 calls of a 200 ms tool at once",
+            CaseId::SlowToolShortBudget => "3 calls of a 1 s tool under a 100 ms limit",
         }
     }
 }

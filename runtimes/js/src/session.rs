@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use codeact_runtime::{
-    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunClock, RunOutcome, ScriptError,
-    Session, ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunClock, RunOutcome, ScriptError, Session,
+    ToolDispatch,
 };
 
 use crate::protocol::{Namespaces, Reply, Request, ToolAnswer, WORKER_ARG, WORKER_ENV};

@@ -184,7 +184,11 @@ fn three_waits_of_400_ms_under_a_500_ms_budget_finish(mode: Mode) {
 fn a_busy_loop_after_waits_still_stops_at_its_own_time_and_says_so(mode: Mode) {
     let script = format!("tools.wait({{ms: 400}}); tools.wait({{ms: 400}}); {BUSY}");
     let (completion, took) = run(mode, limits(300, 10_000), &script, None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::WallTime), "{completion:?}");
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::WallTime),
+        "{completion:?}"
+    );
     let message = completion.unwrap_err().to_string();
     assert!(message.contains("own time"), "{message}");
     assert!(took >= Duration::from_millis(1_100), "{took:?}");
@@ -192,8 +196,17 @@ fn a_busy_loop_after_waits_still_stops_at_its_own_time_and_says_so(mode: Mode) {
 }
 
 fn a_tool_that_never_answers_ends_the_run_at_its_total_time_naming_it(mode: Mode) {
-    let (completion, took) = run(mode, limits(200, 800), "tools.never(); final_result(1)", None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::TotalTime), "{completion:?}");
+    let (completion, took) = run(
+        mode,
+        limits(200, 800),
+        "tools.never(); final_result(1)",
+        None,
+    );
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::TotalTime),
+        "{completion:?}"
+    );
     let message = completion.unwrap_err().to_string();
     assert!(message.contains("total time limit of 800 ms"), "{message}");
     assert!(took < Duration::from_millis(2_000), "{took:?}");
@@ -202,7 +215,11 @@ fn a_tool_that_never_answers_ends_the_run_at_its_total_time_naming_it(mode: Mode
 fn a_caught_failure_of_a_call_cut_short_by_the_total_time_cannot_carry_on(mode: Mode) {
     let script = "try { tools.never(); } catch (e) {} final_result(1)";
     let (completion, _) = run(mode, limits(200, 600), script, None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::TotalTime), "{completion:?}");
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::TotalTime),
+        "{completion:?}"
+    );
 }
 
 fn an_interrupt_stops_a_script_that_waited_at_once(mode: Mode) {
@@ -222,6 +239,10 @@ fn an_interrupt_stops_a_script_that_waited_at_once(mode: Mode) {
 fn a_tight_loop_of_instant_calls_does_not_escape_its_own_time(mode: Mode) {
     let script = "const end = Date.now() + 3000; while (Date.now() < end) { tools.instant(); }";
     let (completion, took) = run(mode, limits(300, 10_000), script, None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::WallTime), "{completion:?}");
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::WallTime),
+        "{completion:?}"
+    );
     assert!(took < Duration::from_millis(2_000), "{took:?}");
 }

@@ -265,7 +265,9 @@ pub(crate) fn waited(wait: Duration) {
 /// Which limit a stop at the active run's deadline is: its own time, or its
 /// total time once the waits moved the own deadline past it.
 pub(crate) fn time_limit() -> LimitKind {
-    CLOCK.get().map_or(LimitKind::WallTime, |clock| clock.limit())
+    CLOCK
+        .get()
+        .map_or(LimitKind::WallTime, |clock| clock.limit())
 }
 
 /// True when the active run on this thread holds more newly allocated bytes than

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use codeact_runtime::{
-    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunClock, RunOutcome, ScriptError,
-    Session, Snapshot, SnapshotError, ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunClock, RunOutcome, ScriptError, Session,
+    Snapshot, SnapshotError, ToolDispatch,
 };
 use rhai::{AST, Dynamic, Engine, Scope};
 

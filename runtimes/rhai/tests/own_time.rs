@@ -91,7 +91,8 @@ fn limit_of(completion: &Result<Value, ScriptError>) -> Option<LimitKind> {
 
 #[test]
 fn three_waits_of_400_ms_under_a_500_ms_budget_finish() {
-    let script = "wait(#{ms: 400}); wait(#{ms: 400}); parallel([|| wait(#{ms: 400})]); final_result(3)";
+    let script =
+        "wait(#{ms: 400}); wait(#{ms: 400}); parallel([|| wait(#{ms: 400})]); final_result(3)";
     let (completion, took) = run(limits(500, 10_000), script, None);
     assert_eq!(
         completion.expect("finishes"),
@@ -104,7 +105,11 @@ fn three_waits_of_400_ms_under_a_500_ms_budget_finish() {
 fn a_busy_loop_after_waits_still_stops_at_its_own_time_and_says_so() {
     let script = "wait(#{ms: 400}); wait(#{ms: 400}); let x = 0; loop { x += 1; }";
     let (completion, took) = run(limits(300, 10_000), script, None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::WallTime), "{completion:?}");
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::WallTime),
+        "{completion:?}"
+    );
     let message = completion.unwrap_err().to_string();
     assert!(message.contains("own time"), "{message}");
     // 800 ms of waits plus 300 ms of own time, and not much more.
@@ -115,7 +120,11 @@ fn a_busy_loop_after_waits_still_stops_at_its_own_time_and_says_so() {
 #[test]
 fn a_tool_that_never_answers_ends_the_run_at_its_total_time_naming_it() {
     let (completion, took) = run(limits(200, 800), "never(); final_result(1)", None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::TotalTime), "{completion:?}");
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::TotalTime),
+        "{completion:?}"
+    );
     let message = completion.unwrap_err().to_string();
     assert!(message.contains("total time limit of 800 ms"), "{message}");
     assert!(took < Duration::from_millis(2_000), "{took:?}");
@@ -125,14 +134,22 @@ fn a_tool_that_never_answers_ends_the_run_at_its_total_time_naming_it() {
 fn a_caught_failure_of_a_call_cut_short_by_the_total_time_cannot_carry_on() {
     let script = "try { never(); } catch (e) { } final_result(1)";
     let (completion, _) = run(limits(200, 600), script, None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::TotalTime), "{completion:?}");
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::TotalTime),
+        "{completion:?}"
+    );
 }
 
 #[test]
 fn waits_that_add_up_past_the_total_time_end_the_run_naming_it() {
     let script = "loop { wait(#{ms: 100}); }";
     let (completion, took) = run(limits(200, 700), script, None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::TotalTime), "{completion:?}");
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::TotalTime),
+        "{completion:?}"
+    );
     assert!(took < Duration::from_millis(1_500), "{took:?}");
 }
 
@@ -155,6 +172,10 @@ fn an_interrupt_stops_a_script_that_waited_at_once() {
 fn a_tight_loop_of_instant_calls_does_not_escape_its_own_time() {
     let script = "loop { instant(); }";
     let (completion, took) = run(limits(300, 10_000), script, None);
-    assert_eq!(limit_of(&completion), Some(LimitKind::WallTime), "{completion:?}");
+    assert_eq!(
+        limit_of(&completion),
+        Some(LimitKind::WallTime),
+        "{completion:?}"
+    );
     assert!(took < Duration::from_millis(2_000), "{took:?}");
 }

@@ -24,8 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use codeact_runtime::{
     ErrorFacts, HostError, Interrupt, LimitKind, Limits, LogBuffer, RunClock, RunOutcome,
-    ScriptError,
-    Snapshot, SnapshotError, ToolDispatch,
+    ScriptError, Snapshot, SnapshotError, ToolDispatch,
 };
 use serde_json::{Value, json};
 use wasmtime::{
@@ -732,7 +731,10 @@ impl AbiSession {
         }
         let answer = call(&mut live, EntryPoint::Run, script.as_bytes());
         let state = live.store.data_mut();
-        let time = state.clock.take().map_or(LimitKind::WallTime, |clock| clock.limit());
+        let time = state
+            .clock
+            .take()
+            .map_or(LimitKind::WallTime, |clock| clock.limit());
         state.deadline = None;
         state.hard_deadline = None;
         state.interrupt = None;
