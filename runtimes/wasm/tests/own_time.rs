@@ -56,9 +56,8 @@ impl ToolDispatch for Waits {
 }
 
 /// The guests to try, and how each language says each script.
-const GUESTS: [(&str, Lang); 6] = [
+const GUESTS: [(&str, Lang); 5] = [
     ("wasm:python", Lang::Python),
-    ("wasm:micropython", Lang::Python),
     ("wasm:js", Lang::Js),
     ("wasm:js-stdio", Lang::Js),
     ("wasm:boa", Lang::Js),
