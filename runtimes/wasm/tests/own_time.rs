@@ -134,7 +134,10 @@ fn guests() -> Vec<(&'static str, Lang)> {
         .into_iter()
         .filter(|(name, _)| WasmRuntime::by_name(name, Limits::default()).is_ok())
         .collect();
-    println!("guests here: {:?}", here.iter().map(|(n, _)| n).collect::<Vec<_>>());
+    println!(
+        "guests here: {:?}",
+        here.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
     here
 }
 
@@ -204,7 +207,10 @@ fn a_tool_that_never_answers_ends_the_run_at_its_total_time_naming_it() {
             "{name}: {completion:?}"
         );
         let message = completion.unwrap_err().to_string();
-        assert!(message.contains("total time limit of 1000 ms"), "{name}: {message}");
+        assert!(
+            message.contains("total time limit of 1000 ms"),
+            "{name}: {message}"
+        );
         assert!(took < Duration::from_millis(2_500), "{name}: {took:?}");
     }
 }
