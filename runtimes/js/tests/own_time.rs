@@ -189,7 +189,7 @@ fn a_busy_loop_after_waits_still_stops_at_its_own_time_and_says_so(mode: Mode) {
         Some(LimitKind::WallTime),
         "{completion:?}"
     );
-    let message = completion.unwrap_err().to_string();
+    let message = completion.expect_err("stopped").to_string();
     assert!(message.contains("own time"), "{message}");
     assert!(took >= Duration::from_millis(1_100), "{took:?}");
     assert!(took < Duration::from_millis(2_500), "{took:?}");
@@ -207,7 +207,7 @@ fn a_tool_that_never_answers_ends_the_run_at_its_total_time_naming_it(mode: Mode
         Some(LimitKind::TotalTime),
         "{completion:?}"
     );
-    let message = completion.unwrap_err().to_string();
+    let message = completion.expect_err("stopped").to_string();
     assert!(message.contains("total time limit of 800 ms"), "{message}");
     assert!(took < Duration::from_millis(2_000), "{took:?}");
 }

@@ -110,7 +110,7 @@ fn a_busy_loop_after_waits_still_stops_at_its_own_time_and_says_so() {
         Some(LimitKind::WallTime),
         "{completion:?}"
     );
-    let message = completion.unwrap_err().to_string();
+    let message = completion.expect_err("stopped").to_string();
     assert!(message.contains("own time"), "{message}");
     // 800 ms of waits plus 300 ms of own time, and not much more.
     assert!(took >= Duration::from_millis(1_100), "{took:?}");
@@ -125,7 +125,7 @@ fn a_tool_that_never_answers_ends_the_run_at_its_total_time_naming_it() {
         Some(LimitKind::TotalTime),
         "{completion:?}"
     );
-    let message = completion.unwrap_err().to_string();
+    let message = completion.expect_err("stopped").to_string();
     assert!(message.contains("total time limit of 800 ms"), "{message}");
     assert!(took < Duration::from_millis(2_000), "{took:?}");
 }

@@ -206,7 +206,7 @@ fn a_tool_that_never_answers_ends_the_run_at_its_total_time_naming_it() {
             Some(LimitKind::TotalTime),
             "{name}: {completion:?}"
         );
-        let message = completion.unwrap_err().to_string();
+        let message = completion.expect_err("stopped").to_string();
         assert!(
             message.contains("total time limit of 1000 ms"),
             "{name}: {message}"
