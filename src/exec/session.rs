@@ -32,9 +32,9 @@ pub struct ScriptRun {
 pub struct ScriptSession {
     runtime: &'static str,
     session: Option<Box<dyn Session>>,
-    /// The runtime's time limit: a script's tool calls end when it does
-    /// (`codeact_runtime::call_deadline`).
-    wall_time: std::time::Duration,
+    /// The runtime's total time limit (waits on tools included): a script's
+    /// tool calls end when it does (`codeact_runtime::call_deadline`).
+    total_time: std::time::Duration,
 }
 
 impl std::fmt::Debug for ScriptSession {
@@ -51,7 +51,7 @@ impl ScriptSession {
         Ok(Self {
             runtime: runtime.info().name,
             session: Some(runtime.new_session(tools)?),
-            wall_time: runtime.limits().wall_time,
+            total_time: runtime.limits().max_total_time,
         })
     }
 
@@ -72,7 +72,7 @@ impl ScriptSession {
         Ok(Self {
             runtime: runtime.info().name,
             session: Some(session),
-            wall_time: runtime.limits().wall_time,
+            total_time: runtime.limits().max_total_time,
         })
     }
 
@@ -98,7 +98,7 @@ impl ScriptSession {
         Ok(Self {
             runtime: runtime.info().name,
             session: Some(runtime.restore(snapshot, tools)?),
-            wall_time: runtime.limits().wall_time,
+            total_time: runtime.limits().max_total_time,
         })
     }
 
@@ -134,9 +134,9 @@ impl ScriptSession {
     ) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
         let runtime = self.runtime;
-        let wall_time = self.wall_time;
+        let total_time = self.total_time;
         let run = move |session: &mut Box<dyn Session>| {
-            with_call_deadline(wall_time, || match &interrupt {
+            with_call_deadline(total_time, || match &interrupt {
                 Some(interrupt) => session.run_interruptible(&script, interrupt),
                 None => session.run(&script),
             })
@@ -196,10 +196,10 @@ impl ScriptSession {
     ) -> Result<ScriptRun, HostError> {
         let mut session = self.take()?;
         let slot = Slot::wait_blocking();
-        let wall_time = self.wall_time;
+        let total_time = self.total_time;
         let result = slot.run_here(|| {
             timed(|| {
-                with_call_deadline(wall_time, || match interrupt {
+                with_call_deadline(total_time, || match interrupt {
                     Some(interrupt) => session.run_interruptible(script, interrupt),
                     None => session.run(script),
                 })
@@ -236,11 +236,11 @@ fn timed<T>(run: impl FnOnce() -> T) -> (T, Duration) {
     (result, started.elapsed())
 }
 
-/// Runs `run` with its tool calls bounded by `wall_time` from now
-/// (`codeact_runtime::call_deadline`); a time too far off to name bounds
-/// nothing.
-fn with_call_deadline<R>(wall_time: Duration, run: impl FnOnce() -> R) -> R {
-    match Instant::now().checked_add(wall_time) {
+/// Runs `run` with its tool calls bounded by `total_time` from now
+/// (`codeact_runtime::call_deadline`): the run's total time, since its own
+/// time stops while it waits; a time too far off to name bounds nothing.
+fn with_call_deadline<R>(total_time: Duration, run: impl FnOnce() -> R) -> R {
+    match Instant::now().checked_add(total_time) {
         Some(deadline) => codeact_runtime::call_deadline::within(deadline, run),
         None => run(),
     }

@@ -118,8 +118,15 @@ impl Backend {
 /// How long the `slow` tool takes to answer.
 pub const SLOW_TOOL: Duration = Duration::from_millis(200);
 
+/// How long the `slower` tool takes to answer.
+pub const SLOWER_TOOL: Duration = Duration::from_secs(1);
+
+/// The time limit of the slow-tool case: far below the time its script waits.
+pub const SHORT_BUDGET: Duration = Duration::from_millis(100);
+
 /// The tools every case may call: `add(a, b)`, `data()` (a 10 KB value) and
-/// `slow(n)` (answers `n` after [`SLOW_TOOL`], waiting as a network tool does).
+/// `slow(n)` (answers `n` after [`SLOW_TOOL`], waiting as a network tool does),
+/// `slower(n)` (the same after [`SLOWER_TOOL`]).
 fn bench_tools() -> Result<Arc<dyn ToolDispatch>, codeact::tools::ToolBoxError> {
     let slow = Tool::new(
         "slow",
@@ -139,7 +146,12 @@ fn bench_tools() -> Result<Arc<dyn ToolDispatch>, codeact::tools::ToolBoxError> 
     let data = Tool::from_fn("data", "Returns a 10 KB JSON value.", move |_| {
         Ok(Value::clone(&value))
     });
-    Ok(Arc::new(ToolBox::new([add, data, slow])?))
+    let slower = Tool::new("slower", "Answers n after 1 s.", |args: Value| async move {
+        tokio::time::sleep(SLOWER_TOOL).await;
+        Ok(args["n"].clone())
+    })
+    .with_parameters(json!({"type": "object", "properties": {"n": {"type": "integer"}}}));
+    Ok(Arc::new(ToolBox::new([add, data, slow, slower])?))
 }
 
 /// Runs `script` once and checks its output.
@@ -193,6 +205,7 @@ pub fn run_cases(
                 CaseId::NewSessionRestored => new_session_restored(backend),
                 CaseId::ParallelCalls => parallel_calls(backend),
                 CaseId::RestorePandas => restore_pandas(backend),
+                CaseId::SlowToolShortBudget => slow_tool_short_budget(backend),
             };
             if case == CaseId::StopInfiniteLoop {
                 progress("waiting for abandoned runs to end");
@@ -372,6 +385,31 @@ fn parallel_calls(backend: &Backend) -> Result<Summary, String> {
         &mut session,
         backend.lang.parallel_calls(),
         &ScriptOutput::final_result(json!(10)),
+    )
+}
+
+/// Three calls of a 1 s tool under a 100 ms time limit: the run must finish
+/// (about 3 s), since waits on tools do not count against its own time.
+fn slow_tool_short_budget(backend: &Backend) -> Result<Summary, String> {
+    let runtime = backend.with_limits(Limits {
+        wall_time: SHORT_BUDGET,
+        ..Limits::default()
+    })?;
+    let mut session = backend.session_of(&*runtime)?;
+    step(
+        &mut session,
+        backend.lang.trivial(),
+        &ScriptOutput::final_result(json!(42)),
+    )?;
+    let expected = ScriptOutput::final_result(json!(3));
+    measure(
+        Budget::waiting(backend.quick),
+        || {
+            session
+                .run_blocking(backend.lang.slow_calls())
+                .map_err(|e| e.to_string())
+        },
+        |run| check(run, &expected),
     )
 }
 

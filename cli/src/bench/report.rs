@@ -57,11 +57,16 @@ pub enum CaseId {
     /// which have no pandas.
     #[serde(rename = "restore_pandas")]
     RestorePandas,
+    /// One script calling a tool that answers after 1 s, three times, under a
+    /// 100 ms time limit: about 3 s, since waits on tools do not count against
+    /// the script's own time.
+    #[serde(rename = "slow_tool_short_budget")]
+    SlowToolShortBudget,
 }
 
 impl CaseId {
     /// Every case, in report order.
-    pub const ALL: [CaseId; 13] = [
+    pub const ALL: [CaseId; 14] = [
         CaseId::NewSession,
         CaseId::WarmStep,
         CaseId::ToolCalls,
@@ -75,6 +80,7 @@ impl CaseId {
         CaseId::NewSessionRestored,
         CaseId::ParallelCalls,
         CaseId::RestorePandas,
+        CaseId::SlowToolShortBudget,
     ];
 
     /// The case's name in JSON and on the progress line.
@@ -93,6 +99,7 @@ impl CaseId {
             CaseId::NewSessionRestored => "new_session_restored",
             CaseId::ParallelCalls => "parallel_calls_10x200ms",
             CaseId::RestorePandas => "restore_pandas",
+            CaseId::SlowToolShortBudget => "slow_tool_short_budget",
         }
     }
 
@@ -112,6 +119,7 @@ impl CaseId {
             CaseId::NewSessionRestored => "new session from a snapshot + first step",
             CaseId::ParallelCalls => "10 calls of a 200 ms tool at once",
             CaseId::RestorePandas => "restore, pandas imported",
+            CaseId::SlowToolShortBudget => "3 calls of a 1 s tool under a 100 ms limit",
         }
     }
 }

@@ -113,6 +113,20 @@ impl Lang {
         }
     }
 
+    /// Calls the `slower` tool three times, one after another; the result is 3
+    /// (how many answered).
+    pub fn slow_calls(self) -> &'static str {
+        match self {
+            Lang::Rhai => "let n = 0; for i in 0..3 { slower(#{n: i}); n += 1; } final_result(n)",
+            Lang::Js => {
+                "let n = 0; for (let i = 0; i < 3; i++) { tools.slower({n: i}); n += 1; } final_result(n)"
+            }
+            Lang::Python => {
+                "n = 0\nfor i in range(3):\n    slower(n=i)\n    n += 1\nfinal_result(n)"
+            }
+        }
+    }
+
     /// Fetches a value from the `data` tool and returns it unchanged.
     pub fn json_round_trip(self) -> &'static str {
         match self {

@@ -202,7 +202,8 @@ async fn serve_http(
         config.allowed_hosts.clear();
     }
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(shared.idle_timeout + shared.limits.wall_time);
+    // A run may last its total time (its own time stops while it waits on tools).
+    sessions.session_config.keep_alive = Some(shared.idle_timeout + shared.limits.max_total_time);
     let service = StreamableHttpService::new(
         move || Ok(Sandboxes::new(Arc::clone(&shared))),
         sessions.into(),
@@ -548,6 +549,7 @@ impl Sandboxes {
             "runtimes": runtimes,
             "limits": {
                 "wall_time_ms": limits.wall_time.as_millis(),
+                "max_total_time_ms": limits.max_total_time.as_millis(),
                 "max_operations": limits.max_operations,
                 "max_memory_bytes": limits.max_memory_bytes,
             },

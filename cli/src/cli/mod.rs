@@ -95,9 +95,14 @@ enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct LimitArgs {
-    /// Wall-clock time per run, in milliseconds [default: 5000].
+    /// The script's own time per run, in milliseconds: waits on tools do not
+    /// count [default: 5000].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     timeout_ms: Option<u64>,
+    /// Wall-clock time per run in all, waits on tools included, in
+    /// milliseconds [default: 60000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    total_timeout_ms: Option<u64>,
     /// Interpreter operations per run [default: 10000000].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_operations: Option<u64>,
@@ -111,6 +116,9 @@ impl LimitArgs {
         let mut limits = Limits::default();
         if let Some(ms) = self.timeout_ms {
             limits.wall_time = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.total_timeout_ms {
+            limits.max_total_time = Duration::from_millis(ms);
         }
         if let Some(ops) = self.max_operations {
             limits.max_operations = ops;

@@ -24,7 +24,8 @@
 //! service_name = "codeact"   # default: codeact (then OTEL_SERVICE_NAME)
 //!
 //! [limits]                   # every script of every run; default: `Limits::default()`
-//! timeout_ms = 5000
+//! timeout_ms = 5000         # the script's own time; waits on tools do not count
+//! total_timeout_ms = 60000   # all of a run, waits on tools included; default 60,000
 //! max_operations = 10000000
 //! max_memory_mb = 64
 //! tool_timeout_ms = 30000    # a command tool is killed after this; default 30,000
@@ -130,6 +131,7 @@ pub(crate) struct WorkerSettings {
 #[serde(deny_unknown_fields)]
 struct LimitsEntry {
     timeout_ms: Option<u64>,
+    total_timeout_ms: Option<u64>,
     max_operations: Option<u64>,
     max_memory_mb: Option<u64>,
     tool_timeout_ms: Option<u64>,
@@ -223,6 +225,9 @@ impl ServeConfig {
         let mut limits = Limits::default();
         if let Some(ms) = file.limits.timeout_ms {
             limits.wall_time = Duration::from_millis(ms.max(1));
+        }
+        if let Some(ms) = file.limits.total_timeout_ms {
+            limits.max_total_time = Duration::from_millis(ms.max(1));
         }
         if let Some(ops) = file.limits.max_operations {
             limits.max_operations = ops.max(1);

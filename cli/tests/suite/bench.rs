@@ -12,7 +12,7 @@ fn codeact(args: &[&str]) -> Output {
         .expect("codeact runs")
 }
 
-const CASES: [&str; 7] = [
+const CASES: [&str; 8] = [
     "new_session",
     "warm_step",
     "tool_calls_1000",
@@ -20,6 +20,7 @@ const CASES: [&str; 7] = [
     "stop_infinite_loop_200ms",
     "json_10kb",
     "agent_10_steps",
+    "slow_tool_short_budget",
 ];
 
 /// If this fails, `benches/peers/benchmarks.sh` cannot build BENCHMARKS.md from the report.

@@ -19,6 +19,7 @@ mod files;
 mod interrupt;
 mod limits;
 mod logs;
+mod run_clock;
 mod runtime;
 mod snapshot;
 mod spelling;
@@ -42,6 +43,7 @@ pub use files::{DiskFull, DiskMeter, FileView, SharedDir};
 pub use interrupt::Interrupt;
 pub use limits::{Enforcement, LimitKind, Limits};
 pub use logs::LogBuffer;
+pub use run_clock::RunClock;
 pub use runtime::{
     ErrorFacts, ErrorKind, HostError, ParallelCalls, RunOutcome, Runtime, RuntimeInfo,
     SESSION_RESTARTED, ScriptError, Session,

@@ -14,11 +14,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Limits {
-    /// Wall-clock time one run may take. Engines check it cooperatively (Rhai on
-    /// every operation, against a flag a timer raises), so a run can overrun by one
+    /// The script's own time one run may take: wall-clock time while the script
+    /// runs, not counting the time it waits on host tools (a call, or a batch of
+    /// calls made together), so a script that waits on slow tools is not stopped
+    /// for their slowness. Engines check it cooperatively (Rhai on every
+    /// operation, against a flag a timer raises), so a run can overrun by one
     /// operation's work. Default: 5 s.
     #[serde(with = "duration_ms")]
     pub wall_time: Duration,
+    /// Wall-clock time one run may take in all, waits on tools included: what
+    /// ends a script whose tool never answers, and bounds how long each of its
+    /// calls may wait ([`call_deadline`](crate::call_deadline)). A run stops at
+    /// whichever of this and [`wall_time`](Self::wall_time) comes first.
+    /// Default: 60 s.
+    #[serde(with = "duration_ms")]
+    pub max_total_time: Duration,
     /// Interpreter operations one run may execute (Rhai counts expressions and
     /// statements). Default: 10,000,000, about 1.5 s of plain Rhai arithmetic here.
     pub max_operations: u64,
@@ -44,6 +54,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             wall_time: Duration::from_secs(5),
+            max_total_time: Duration::from_secs(60),
             max_operations: 10_000_000,
             max_memory_bytes: 64 * 1024 * 1024,
             max_call_depth: 64,
@@ -63,6 +74,7 @@ impl Limits {
     pub fn unlimited() -> Self {
         Self {
             wall_time: Duration::from_secs(60 * 60 * 24 * 365),
+            max_total_time: Duration::from_secs(60 * 60 * 24 * 365),
             max_operations: u64::MAX,
             max_memory_bytes: usize::MAX / 2,
             max_call_depth: 64,
@@ -82,6 +94,8 @@ impl Limits {
 pub enum LimitKind {
     /// [`Limits::wall_time`].
     WallTime,
+    /// [`Limits::max_total_time`].
+    TotalTime,
     /// [`Limits::max_operations`].
     Operations,
     /// [`Limits::max_memory_bytes`].
@@ -100,8 +114,9 @@ pub enum LimitKind {
 
 impl LimitKind {
     /// Every limit, in the order of [`Limits`]' fields.
-    pub const ALL: [LimitKind; 8] = [
+    pub const ALL: [LimitKind; 9] = [
         LimitKind::WallTime,
+        LimitKind::TotalTime,
         LimitKind::Operations,
         LimitKind::Memory,
         LimitKind::CallDepth,
@@ -112,10 +127,18 @@ impl LimitKind {
     ];
 
     /// The limit's name and value as a model should read it, e.g.
-    /// `"time limit of 5000 ms"`.
+    /// `"time limit of 5000 ms (the script's own time, not counting waits on
+    /// tools)"`.
     pub fn describe(self, limits: &Limits) -> String {
         match self {
-            LimitKind::WallTime => format!("time limit of {} ms", limits.wall_time.as_millis()),
+            LimitKind::WallTime => format!(
+                "time limit of {} ms (the script's own time, not counting waits on tools)",
+                limits.wall_time.as_millis()
+            ),
+            LimitKind::TotalTime => format!(
+                "total time limit of {} ms, waits on tools included",
+                limits.max_total_time.as_millis()
+            ),
             LimitKind::Operations => format!("operation limit of {}", limits.max_operations),
             LimitKind::Memory => format!(
                 "memory limit of {} MiB",
@@ -136,6 +159,7 @@ impl fmt::Display for LimitKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
             LimitKind::WallTime => "wall_time",
+            LimitKind::TotalTime => "max_total_time",
             LimitKind::Operations => "max_operations",
             LimitKind::Memory => "max_memory_bytes",
             LimitKind::CallDepth => "max_call_depth",
@@ -179,6 +203,7 @@ mod tests {
     fn default_limits_are_finite_and_match_the_documented_values() {
         let limits = Limits::default();
         assert_eq!(limits.wall_time, Duration::from_secs(5));
+        assert_eq!(limits.max_total_time, Duration::from_secs(60));
         assert_eq!(limits.max_operations, 10_000_000);
         assert_eq!(limits.max_memory_bytes, 64 << 20);
         assert_eq!(limits.max_call_depth, 64);
@@ -190,6 +215,7 @@ mod tests {
         let limits = Limits::default();
         let json = serde_json::to_value(&limits).expect("limits serialize");
         assert_eq!(json["wall_time"], 5_000);
+        assert_eq!(json["max_total_time"], 60_000);
         let back: Limits = serde_json::from_value(json).expect("limits deserialize");
         assert_eq!(back, limits);
     }

@@ -15,7 +15,11 @@ use crate::session::{JsMode, JsSession};
 const ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "the host kills the worker process at the deadline (loops in callbacks and regex backtracking included); the session restarts. A backstop for a host that is stuck or gone: the worker ends itself (RLIMIT_CPU) once a run has used the limit plus 1 s of CPU",
+        how: "the host kills the worker process at the deadline (loops in callbacks and regex backtracking included); the session restarts. A backstop for a host that is stuck or gone: the worker ends itself (RLIMIT_CPU) once a run has used the limit plus 1 s of CPU. The host's clock stops while the worker waits on a tool call or a batch of calls: the deadline moves later by the wait (the backstop counts CPU, which a wait does not use)",
+    },
+    Enforcement {
+        limit: LimitKind::TotalTime,
+        how: "the same deadline, which waits never move past the total: the host kills the worker there, whatever it waits on, and a run found past it when a call returns ends there",
     },
     Enforcement {
         limit: LimitKind::Operations,
@@ -60,7 +64,11 @@ static INFO: RuntimeInfo = RuntimeInfo {
 const IN_PROCESS_ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "the host stops waiting at the deadline and restarts the session, but the abandoned thread runs on until its script ends: a loop in JS code ends at Boa's loop limit, a catastrophic regex or a huge native `fill` does not",
+        how: "the host stops waiting at the deadline and restarts the session, but the abandoned thread runs on until its script ends: a loop in JS code ends at Boa's loop limit, a catastrophic regex or a huge native `fill` does not. The clock stops while the script waits on tools, as in the worker",
+    },
+    Enforcement {
+        limit: LimitKind::TotalTime,
+        how: "as in the worker: the host gives the thread up at the total deadline, whatever it waits on",
     },
     Enforcement {
         limit: LimitKind::Operations,

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use codeact_runtime::{
-    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunClock, RunOutcome, ScriptError, Session,
     ToolDispatch,
 };
 
@@ -283,7 +283,9 @@ impl JsSession {
         interrupt: Option<&Interrupt>,
     ) -> Result<Result<serde_json::Value, ScriptError>, HostError> {
         let limits = self.limits.clone();
-        let deadline = Instant::now() + limits.wall_time;
+        // The script's own time stops while it waits on tools: the deadline
+        // moves later by each wait, never past the total time.
+        let mut clock = RunClock::start(&limits);
         let lost = |reason: String| HostError::SessionLost {
             runtime: RUNTIME,
             reason,
@@ -313,6 +315,7 @@ impl JsSession {
             return Err(lost(format!("cannot send the script to the worker: {e}")));
         }
         loop {
+            let deadline = clock.deadline();
             let remaining = deadline.saturating_duration_since(Instant::now());
             let wait = match interrupt {
                 Some(_) => remaining.min(INTERRUPT_POLL),
@@ -332,7 +335,7 @@ impl JsSession {
                 Err(RecvTimeoutError::Timeout) => {
                     self.worker = None;
                     return Ok(Err(
-                        ScriptError::limit(LimitKind::WallTime, &limits, None).restarting()
+                        ScriptError::limit(clock.limit(), &limits, None).restarting()
                     ));
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -348,17 +351,23 @@ impl JsSession {
             match reply {
                 Reply::Log { text } => logs.push(&text),
                 Reply::ToolCall { name, args } => {
-                    let answer = Request::tool_result(
-                        self.tools.call(&name, args).map_err(|error| error.message),
-                    );
+                    let result = clock.pause(|| self.tools.call(&name, args));
+                    if clock.expired() {
+                        self.worker = None;
+                        return Ok(Err(out_of_time(&clock, &limits)));
+                    }
+                    let answer = Request::tool_result(result.map_err(|error| error.message));
                     worker
                         .send(answer)
                         .map_err(|e| lost(format!("cannot answer the worker's tool call: {e}")))?;
                 }
                 Reply::ToolCalls { calls } => {
-                    let results = self
-                        .tools
-                        .call_many(calls)
+                    let results = clock.pause(|| self.tools.call_many(calls));
+                    if clock.expired() {
+                        self.worker = None;
+                        return Ok(Err(out_of_time(&clock, &limits)));
+                    }
+                    let results = results
                         .into_iter()
                         .map(|result| ToolAnswer::from_result(result.map_err(|e| e.message)))
                         .collect();
@@ -479,6 +488,14 @@ const CALL_THE_WORKER_FIRST: &str = "a program that hosts JavaScript sessions mu
 /// worker killed for memory or crashed ends by a signal.
 fn exited_normally(status: Option<std::process::ExitStatus>) -> bool {
     status.is_some_and(|status| status.code().is_some())
+}
+
+/// The error for a run found past its deadline when a wait on tools returned
+/// (a call cut short by the total time answers with an error the script could
+/// otherwise catch and carry on past its limit): the worker, waiting for the
+/// answer, is given up on as at the deadline.
+fn out_of_time(clock: &RunClock, limits: &Limits) -> ScriptError {
+    ScriptError::limit(clock.limit(), limits, None).restarting()
 }
 
 /// Why a worker ended without finishing its run: killed by the kernel for memory

@@ -123,19 +123,37 @@ fn timer() -> Option<&'static Arc<Timer>> {
 /// started (the caller then reads the clock itself).
 #[cfg(not(target_family = "wasm"))]
 pub(crate) fn arm(deadline: Instant) -> Option<Arc<AtomicBool>> {
-    let timer = timer()?;
     let flag = Arc::new(AtomicBool::new(false));
-    let mut queue = timer.queue.lock().ok()?;
+    rearm(deadline, &flag).then_some(flag)
+}
+
+/// Raises `flag` once `deadline` passes, as [`arm`] does for a new flag: for a
+/// run whose deadline moved after its flag was armed. False when there is no
+/// timer to raise it.
+#[cfg(not(target_family = "wasm"))]
+pub(crate) fn rearm(deadline: Instant, flag: &Arc<AtomicBool>) -> bool {
+    let Some(timer) = timer() else {
+        return false;
+    };
+    let Ok(mut queue) = timer.queue.lock() else {
+        return false;
+    };
     let earliest = queue.peek().is_none_or(|Reverse(next)| deadline < next.at);
     queue.push(Reverse(Entry {
         at: deadline,
-        flag: Arc::downgrade(&flag),
+        flag: Arc::downgrade(flag),
     }));
     drop(queue);
     if earliest {
         timer.wake.notify_one();
     }
-    Some(flag)
+    true
+}
+
+/// The host raises the flag (see [`host_alarm`]): nothing to arm.
+#[cfg(target_family = "wasm")]
+pub(crate) fn rearm(_deadline: Instant, _flag: &Arc<AtomicBool>) -> bool {
+    true
 }
 
 #[cfg(test)]

@@ -42,7 +42,11 @@ impl ValueCaps {
 pub(crate) const ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "a shared timer thread raises the run's flag at the deadline; on_progress checks it on every operation and terminates the run, so a run overshoots by at most one operation, whose cost is bounded by the per-value caps (padding a string to the cap takes tens of milliseconds); a tool call in progress is not interrupted",
+        how: "a shared timer thread raises the run's flag at the deadline; on_progress checks it on every operation and terminates the run, so a run overshoots by at most one operation, whose cost is bounded by the per-value caps (padding a string to the cap takes tens of milliseconds). The clock stops while a call (or a parallel batch) waits on the host: the deadline moves later by the wait, and a flag the timer raised at the earlier deadline is checked against the clock once and armed again, so only runs that waited pay for it; a tool call in progress is not interrupted",
+    },
+    Enforcement {
+        limit: LimitKind::TotalTime,
+        how: "the same flag and deadline: a wait never moves the deadline past the total, and a run found past it when a call returns ends there, whatever the call answered; each call is bounded by the total deadline (call_deadline)",
     },
     Enforcement {
         limit: LimitKind::Operations,
@@ -272,6 +276,19 @@ fn register_helpers(engine: &mut Engine, max_depth: usize) {
     crate::parallel::register(engine, max_depth);
 }
 
+/// Ends the run as at its deadline when a wait on tools took it there: a call
+/// cut short by the run's total time answers with an error the script could
+/// otherwise catch and carry on past its limit.
+pub(crate) fn out_of_time(ctx: &NativeCallContext) -> Result<(), Box<EvalAltResult>> {
+    if run_state::deadline_passed() {
+        return Err(Box::new(EvalAltResult::ErrorTerminated(
+            Dynamic::from(DEADLINE_TOKEN),
+            ctx.call_position(),
+        )));
+    }
+    Ok(())
+}
+
 fn call_tool(
     ctx: &NativeCallContext,
     name: &str,
@@ -291,7 +308,11 @@ fn call_tool(
     if crate::parallel::recording() {
         return Ok(crate::parallel::record(name, args));
     }
-    match tools.call(name, args) {
+    let started = std::time::Instant::now();
+    let called = tools.call(name, args);
+    run_state::waited(started.elapsed());
+    out_of_time(ctx)?;
+    match called {
         Ok(result) => convert::from_json(&result, max_depth)
             .map_err(|e| thrown(format!("result of tool '{name}' cannot be used: {e}"))),
         Err(ToolError { message }) => Err(thrown(format!("tool '{name}' failed: {message}"))),

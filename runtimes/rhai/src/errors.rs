@@ -189,7 +189,7 @@ pub(crate) fn from_eval(err: &EvalAltResult, limits: &Limits) -> ScriptError {
                 .into_string()
                 .is_ok_and(|t| t == DEADLINE_TOKEN) =>
         {
-            limit(LimitKind::WallTime, None)
+            limit(crate::run_state::time_limit(), None)
         }
         EvalAltResult::ErrorTerminated(token, position)
             if token

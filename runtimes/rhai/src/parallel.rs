@@ -126,7 +126,10 @@ fn run(
         .unwrap_or_default();
     recorded?;
     let names: Vec<String> = calls.iter().map(|call| call.name.clone()).collect();
+    let started = std::time::Instant::now();
     let results = tools.call_many(calls);
+    run_state::waited(started.elapsed());
+    crate::engine::out_of_time(ctx)?;
     Ok(names
         .into_iter()
         .zip(results)

@@ -13,18 +13,24 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::Duration;
 
 use codeact_alloc_meter::Metering;
-use codeact_runtime::{LogBuffer, ToolDispatch};
+use codeact_runtime::{Interrupt, LimitKind, LogBuffer, RunClock, ToolDispatch};
 use rhai::Map;
 
 /// What a run installs.
 pub(crate) struct RunState {
-    pub deadline: Instant,
-    /// Raised by the deadline timer when `deadline` passes; `None` when no timer
-    /// thread could be started (the clock is then read every 1,024 operations).
+    /// The run's deadlines: its own time, moved later by each wait on tools,
+    /// and its total time.
+    pub clock: RunClock,
+    /// Raised by the deadline timer when the clock's deadline passes, and by
+    /// the interrupt; `None` when no timer thread could be started (the clock
+    /// is then read every 1,024 operations).
     pub alarm: Option<Arc<AtomicBool>>,
+    /// The run's interrupt, read when the alarm is up after a wait moved the
+    /// deadline (the alarm may be the timer's at the deadline before).
+    pub interrupt: Option<Interrupt>,
     pub tools: Arc<dyn ToolDispatch>,
     pub logs: LogBuffer,
     pub meter: MeterSchedule,
@@ -46,6 +52,7 @@ pub(crate) struct MeterSchedule {
 
 struct ColdState {
     tools: Arc<dyn ToolDispatch>,
+    interrupt: Option<Interrupt>,
     logs: LogBuffer,
     /// The output the run's last result helper made (`observation(…)`,
     /// `final_result(…)`, …), for a script that ends in a statement.
@@ -98,7 +105,10 @@ impl Frames {
 }
 
 thread_local! {
-    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    static CLOCK: Cell<Option<RunClock>> = const { Cell::new(None) };
+    /// Whether the active run waited on tools, so its deadline moved since its
+    /// alarm was armed: a raised alarm is then checked against the clock.
+    static PAUSED: Cell<bool> = const { Cell::new(false) };
     /// The active run's alarm, checked on every operation.
     static ALARM: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
     static FRAMES: RefCell<Frames> = RefCell::new(Frames::starting(0));
@@ -114,7 +124,8 @@ thread_local! {
 
 /// Installs a run's state on this thread until [`RunGuard::finish`] or drop.
 pub(crate) struct RunGuard {
-    previous_deadline: Option<Instant>,
+    previous_clock: Option<RunClock>,
+    previous_paused: bool,
     previous_alarm: Option<Arc<AtomicBool>>,
     previous_frames: Frames,
     previous_meter: MeterSchedule,
@@ -130,11 +141,13 @@ impl RunGuard {
     pub fn install(state: RunState) -> Self {
         let cold = ColdState {
             tools: state.tools,
+            interrupt: state.interrupt,
             logs: state.logs,
             last_output: None,
         };
         Self {
-            previous_deadline: DEADLINE.replace(Some(state.deadline)),
+            previous_clock: CLOCK.replace(Some(state.clock)),
+            previous_paused: PAUSED.replace(false),
             previous_alarm: ALARM.replace(state.alarm),
             previous_frames: FRAMES.replace(Frames::starting(state.meter.session_bytes)),
             previous_meter: swap_meter(state.meter),
@@ -157,7 +170,8 @@ impl RunGuard {
     fn restore(&mut self) -> (MeterSchedule, Option<ColdState>) {
         self.metering = None;
         ALLOCATION_BUDGET.set(self.previous_budget);
-        DEADLINE.replace(self.previous_deadline.take());
+        CLOCK.replace(self.previous_clock.take());
+        PAUSED.set(self.previous_paused);
         ALARM.replace(self.previous_alarm.take());
         let frames = FRAMES.replace(std::mem::replace(
             &mut self.previous_frames,
@@ -192,16 +206,68 @@ impl Drop for RunGuard {
 /// Operations between two clock reads when the run has no alarm.
 const CLOCK_CHECK_INTERVAL: u64 = 1_024;
 
-/// True when a run is active on this thread and its deadline has passed. Called on
-/// every operation: the alarm costs an atomic load; without one (no timer thread),
-/// the clock is read every [`CLOCK_CHECK_INTERVAL`] operations.
+/// True when a run is active on this thread and its deadline has passed (or it
+/// was interrupted). Called on every operation: the alarm costs an atomic load;
+/// without one (no timer thread), the clock is read every
+/// [`CLOCK_CHECK_INTERVAL`] operations.
 pub(crate) fn time_is_up(operations: u64) -> bool {
     let raised =
         ALARM.with_borrow(|alarm| alarm.as_ref().map(|alarm| alarm.load(Ordering::Relaxed)));
     match raised {
-        Some(raised) => raised,
+        Some(false) => false,
+        Some(true) => !PAUSED.get() || alarm_stands(),
         None => operations.is_multiple_of(CLOCK_CHECK_INTERVAL) && deadline_passed(),
     }
+}
+
+/// For a run whose deadline moved (it waited on tools) and whose alarm is up:
+/// whether the alarm stands (the run was interrupted, or its deadline passed).
+/// If not, it was the timer's at a deadline the waits moved: the alarm is
+/// lowered and armed again at the present deadline, and the run goes on.
+///
+/// Compiled to WebAssembly the host raises the alarm, at its own clock that
+/// pauses for the same waits, so the alarm always stands.
+fn alarm_stands() -> bool {
+    if cfg!(target_family = "wasm") {
+        return true;
+    }
+    let Some(alarm) = ALARM.with_borrow(Clone::clone) else {
+        return true;
+    };
+    // Lowered first: an interrupt raised from here on raises it again.
+    alarm.store(false, Ordering::SeqCst);
+    let interrupted = COLD.with_borrow(|cold| {
+        cold.as_ref()
+            .and_then(|cold| cold.interrupt.as_ref())
+            .is_some_and(Interrupt::is_raised)
+    });
+    if interrupted || deadline_passed() {
+        alarm.store(true, Ordering::SeqCst);
+        return true;
+    }
+    match CLOCK.get() {
+        Some(clock) if crate::alarm::rearm(clock.deadline(), &alarm) => false,
+        // No timer to raise it again: stop now rather than run unbounded.
+        _ => true,
+    }
+}
+
+/// Counts `wait`, time the active run spent waiting on tools, out of its own
+/// time: its deadline moves that much later, never past its total time.
+pub(crate) fn waited(wait: Duration) {
+    if let Some(mut clock) = CLOCK.get() {
+        clock.waited(wait);
+        CLOCK.set(Some(clock));
+        PAUSED.set(true);
+    }
+}
+
+/// Which limit a stop at the active run's deadline is: its own time, or its
+/// total time once the waits moved the own deadline past it.
+pub(crate) fn time_limit() -> LimitKind {
+    CLOCK
+        .get()
+        .map_or(LimitKind::WallTime, |clock| clock.limit())
 }
 
 /// True when the active run on this thread holds more newly allocated bytes than
@@ -214,10 +280,8 @@ pub(crate) fn over_allocation_budget() -> bool {
 }
 
 /// True when a run is active on this thread and its deadline has passed.
-fn deadline_passed() -> bool {
-    DEADLINE
-        .get()
-        .is_some_and(|deadline| Instant::now() >= deadline)
+pub(crate) fn deadline_passed() -> bool {
+    CLOCK.get().is_some_and(|clock| clock.expired())
 }
 
 /// Appends a printed line to the active run's logs (dropped when no run is active).

@@ -1,11 +1,10 @@
 //! One conversation's Rhai state: a scope of variables and a library of functions.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use codeact_runtime::{
-    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError, Session, Snapshot,
-    SnapshotError, ToolDispatch,
+    HostError, Interrupt, LimitKind, Limits, LogBuffer, RunClock, RunOutcome, ScriptError, Session,
+    Snapshot, SnapshotError, ToolDispatch,
 };
 use rhai::{AST, Dynamic, Engine, Scope};
 
@@ -345,15 +344,16 @@ impl RhaiSession {
         script: &str,
         interrupt: Option<&Interrupt>,
     ) -> Result<RunOutcome, HostError> {
-        let deadline = Instant::now() + self.limits.wall_time;
-        let alarm = alarm::arm(deadline);
+        let clock = RunClock::start(&self.limits);
+        let alarm = alarm::arm(clock.deadline());
         if let (Some(interrupt), Some(alarm)) = (interrupt, &alarm) {
             let alarm = alarm.clone();
             interrupt.on_raise(move || alarm.store(true, std::sync::atomic::Ordering::Relaxed));
         }
         let guard = RunGuard::install(RunState {
-            deadline,
+            clock,
             alarm,
+            interrupt: interrupt.cloned(),
             tools: self.tools.clone(),
             logs: LogBuffer::new(self.limits.max_output_bytes),
             meter: self.meter,
@@ -379,7 +379,7 @@ impl RhaiSession {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use codeact_runtime::{NoTools, ToolError, ToolSpec};
     use serde_json::{Value, json};

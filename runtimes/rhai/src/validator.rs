@@ -17,7 +17,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use codeact_runtime::{Limits, LogBuffer, NoTools};
 use rhai::{AST, CallFnOptions, Dynamic, Engine, ImmutableString, Scope};
@@ -195,10 +194,11 @@ impl RhaiValidator {
     /// take, `extra_bytes`, is not held against the rule's memory) and sorts
     /// what it returned.
     fn call_rule(&self, function: &str, args: impl rhai::FuncArgs, extra_bytes: usize) -> Verdict {
-        let deadline = Instant::now() + self.limits.wall_time;
+        let clock = codeact_runtime::RunClock::start(&self.limits);
         let guard = RunGuard::install(RunState {
-            deadline,
-            alarm: crate::alarm::arm(deadline),
+            clock,
+            alarm: crate::alarm::arm(clock.deadline()),
+            interrupt: None,
             tools: Arc::new(NoTools),
             logs: LogBuffer::new(self.limits.max_output_bytes),
             meter: MeterSchedule::default(),

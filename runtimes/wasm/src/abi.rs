@@ -23,8 +23,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use codeact_runtime::{
-    ErrorFacts, HostError, Interrupt, LimitKind, Limits, LogBuffer, RunOutcome, ScriptError,
-    Snapshot, SnapshotError, ToolDispatch,
+    ErrorFacts, HostError, Interrupt, LimitKind, Limits, LogBuffer, RunClock, RunOutcome,
+    ScriptError, Snapshot, SnapshotError, ToolDispatch,
 };
 use serde_json::{Value, json};
 use wasmtime::{
@@ -67,6 +67,20 @@ fn reading_time(bytes: usize) -> Duration {
     Duration::from_nanos(u64::try_from(bytes).unwrap_or(u64::MAX).saturating_mul(50))
 }
 
+/// A run found past its deadline when a tool call returned: a call cut short by
+/// the total time answers with an error the script could otherwise catch and
+/// carry on past its limit, so the guest, inside the call, is stopped there.
+#[derive(Debug)]
+struct OutOfTime(LimitKind);
+
+impl std::fmt::Display for OutOfTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the run's {} passed during a tool call", self.0)
+    }
+}
+
+impl std::error::Error for OutOfTime {}
+
 /// A guest exited through WASI's `proc_exit`.
 #[derive(Debug)]
 struct GuestExit(i32);
@@ -94,6 +108,9 @@ pub(crate) struct AbiState {
     /// The reply to the last tool call, until the guest takes it.
     reply: Vec<u8>,
     memory: MemoryCap,
+    /// The current run's deadlines, its own time paused for each wait on tools.
+    /// `None` between runs.
+    clock: Option<RunClock>,
     /// The current run's time limit: at it, the host raises the guest's alarm flag
     /// and the engine stops the script at its next operation. `None` between runs.
     deadline: Option<Instant>,
@@ -123,6 +140,7 @@ impl AbiState {
                 baseline: None,
                 refused: false,
             },
+            clock: None,
             deadline: None,
             hard_deadline: None,
             grace: Duration::ZERO,
@@ -258,7 +276,21 @@ fn call_tool(mut caller: Caller<'_, AbiState>, ptr: i32, len: i32) -> wasmtime::
             let name = request["name"].as_str().unwrap_or_default().to_string();
             let args = request["args"].take();
             let tools = caller.data().tools.clone();
-            match tools.call(&name, args) {
+            let started = Instant::now();
+            let called = tools.call(&name, args);
+            let state = caller.data_mut();
+            if let Some(clock) = state.clock.as_mut() {
+                // The wait is the host's: the deadline moves later by it (an
+                // interrupt raised meanwhile brings it back at the next tick).
+                clock.waited(started.elapsed());
+                let clock = *clock;
+                if clock.expired() {
+                    return Err(wasmtime::Error::new(OutOfTime(clock.limit())));
+                }
+                state.deadline = Some(clock.deadline());
+                state.hard_deadline = Some(clock.deadline() + state.grace);
+            }
+            match called {
                 Ok(value) => json!({"ok": value}),
                 Err(e) => json!({"error": format!("tool '{name}' failed: {}", e.message)}),
             }
@@ -733,21 +765,26 @@ impl AbiSession {
         };
         {
             let state = live.store.data_mut();
-            let deadline = Instant::now() + limits.wall_time;
-            state.deadline = Some(deadline);
-            state.hard_deadline = Some(deadline + state.grace);
+            let clock = RunClock::start(&limits);
+            state.clock = Some(clock);
+            state.deadline = Some(clock.deadline());
+            state.hard_deadline = Some(clock.deadline() + state.grace);
             state.memory.refused = false;
             state.stderr.clear();
             state.interrupt = interrupt.cloned();
         }
         let answer = call(&mut live, EntryPoint::Run, script.as_bytes());
         let state = live.store.data_mut();
+        let time = state
+            .clock
+            .take()
+            .map_or(LimitKind::WallTime, |clock| clock.limit());
         state.deadline = None;
         state.hard_deadline = None;
         state.interrupt = None;
         match answer {
             Ok(answer) => {
-                let outcome = outcome_from(answer, &limits, self.blueprint.runtime_name);
+                let outcome = outcome_from(answer, &limits, self.blueprint.runtime_name, time);
                 if outcome.is_ok() {
                     self.live = Some(live);
                 }
@@ -755,7 +792,7 @@ impl AbiSession {
             }
             Err(Stopped::Lost(error)) => {
                 let state = live.store.data();
-                let completion = Err(self.stopped(&error, state));
+                let completion = Err(self.stopped(&error, state, time));
                 Ok(RunOutcome {
                     completion,
                     logs: LogBuffer::new(limits.max_output_bytes),
@@ -768,20 +805,23 @@ impl AbiSession {
         }
     }
 
-    /// The error for a run wasmtime stopped or the guest crashed out of.
-    fn stopped(&self, error: &wasmtime::Error, state: &AbiState) -> ScriptError {
+    /// The error for a run wasmtime stopped or the guest crashed out of; `time`
+    /// is the limit a stop at the run's deadline is.
+    fn stopped(&self, error: &wasmtime::Error, state: &AbiState, time: LimitKind) -> ScriptError {
         let limits = &*self.blueprint.limits;
         let limit = |kind, detail: Option<&str>| {
             ScriptError::limit(kind, limits, detail.map(str::to_string)).restarting()
         };
+        if let Some(OutOfTime(kind)) = error.downcast_ref::<OutOfTime>() {
+            return limit(*kind, None);
+        }
         match error.downcast_ref::<Trap>() {
             // An engine that checks the alarm stops itself on ordinary loops: a
             // trap means one long operation.
-            Some(Trap::Interrupt) if state.alarm.is_some() => limit(
-                LimitKind::WallTime,
-                Some("stopped inside a single long operation"),
-            ),
-            Some(Trap::Interrupt) => limit(LimitKind::WallTime, None),
+            Some(Trap::Interrupt) if state.alarm.is_some() => {
+                limit(time, Some("stopped inside a single long operation"))
+            }
+            Some(Trap::Interrupt) => limit(time, None),
             Some(Trap::StackOverflow) => limit(LimitKind::CallDepth, None),
             // The guests are Rust, memory-safe but for their stack, which lies first
             // in linear memory: running off its end is an access below address 0.
@@ -942,6 +982,7 @@ fn outcome_from(
     answer: Value,
     limits: &Limits,
     runtime: &'static str,
+    time: LimitKind,
 ) -> Result<RunOutcome, HostError> {
     if let Some(reason) = answer.get("host_error") {
         return Err(HostError::Engine {
@@ -957,7 +998,7 @@ fn outcome_from(
     let completion = if let Some(value) = completion.get("ok") {
         Ok(value.clone())
     } else {
-        Err(script_error(&completion["error"], limits, runtime))
+        Err(script_error(&completion["error"], limits, runtime, time))
     };
     Ok(RunOutcome { completion, logs })
 }
@@ -965,7 +1006,9 @@ fn outcome_from(
 /// A [`ScriptError`] from its JSON form in the guest's answer, from a guest of
 /// `runtime`: its facts as the guest sent them (`"facts"`), else, for a
 /// JavaScript guest that sends only text, read from the text.
-fn script_error(error: &Value, limits: &Limits, runtime: &str) -> ScriptError {
+/// A time limit the guest reports (it stops at the alarm the host raises) is
+/// the one `time` says the deadline was.
+fn script_error(error: &Value, limits: &Limits, runtime: &str, time: LimitKind) -> ScriptError {
     let message = error["message"].as_str().unwrap_or_default().to_string();
     let facts = |syntax: bool| {
         let sent = error
@@ -988,6 +1031,10 @@ fn script_error(error: &Value, limits: &Limits, runtime: &str) -> ScriptError {
         Some("unrepresentable") => ScriptError::Unrepresentable { message },
         Some("limit") => match serde_json::from_value::<LimitKind>(error["limit"].clone()) {
             Ok(limit) => {
+                let limit = match limit {
+                    LimitKind::WallTime => time,
+                    other => other,
+                };
                 let stopped =
                     ScriptError::limit(limit, limits, error["detail"].as_str().map(str::to_string));
                 // The guest started its engine afresh (the QuickJS guest, when

@@ -78,7 +78,11 @@ use session::Blueprint;
 const ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "an epoch deadline inside wasmtime, checked every 5 ms: the guest traps at the deadline and the session restarts; a guest blocked outside wasm past it is dropped",
+        how: "an epoch deadline inside wasmtime, checked every 5 ms: the guest traps at the deadline and the session restarts; a guest blocked outside wasm past it is dropped. The clock stops while the guest waits on a tool call or a batch of calls (served by the host, outside wasm): the deadline moves later by the wait",
+    },
+    Enforcement {
+        limit: LimitKind::TotalTime,
+        how: "the same epoch deadline, which waits never move past the total; a run found past it when a call returns ends there, and the session restarts",
     },
     Enforcement {
         limit: LimitKind::Operations,
@@ -114,7 +118,11 @@ const ENFORCEMENT: &[Enforcement] = &[
 const RHAI_GUEST_ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "the engine checks, on every operation, a flag the host raises in the guest's memory at the deadline (the session goes on); an epoch deadline inside wasmtime 4% later (5-200 ms) stops a single long builtin, and the session restarts",
+        how: "the engine checks, on every operation, a flag the host raises in the guest's memory at the deadline (the session goes on); an epoch deadline inside wasmtime 4% later (5-200 ms) stops a single long builtin, and the session restarts. The clock stops while the guest waits on a tool call or a batch of calls (served by the host, outside wasm): the deadline moves later by the wait",
+    },
+    Enforcement {
+        limit: LimitKind::TotalTime,
+        how: "the same deadline, which waits never move past the total; a run found past it when a call returns is stopped inside the call, and the session restarts",
     },
     Enforcement {
         limit: LimitKind::Operations,
@@ -159,7 +167,11 @@ static RHAI_GUEST_INFO: RuntimeInfo = RuntimeInfo {
 const BOA_GUEST_ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "an epoch deadline inside wasmtime, checked every 5 ms: the guest traps at the deadline wherever it is (a catastrophic regex, a huge `fill`), and the session restarts",
+        how: "an epoch deadline inside wasmtime, checked every 5 ms: the guest traps at the deadline wherever it is (a catastrophic regex, a huge `fill`), and the session restarts. The clock stops while the guest waits on a tool call or a batch of calls (served by the host, outside wasm): the deadline moves later by the wait",
+    },
+    Enforcement {
+        limit: LimitKind::TotalTime,
+        how: "the same deadline, which waits never move past the total; a run found past it when a call returns is stopped inside the call, and the session restarts",
     },
     Enforcement {
         limit: LimitKind::Operations,
@@ -205,7 +217,11 @@ static BOA_GUEST_INFO: RuntimeInfo = RuntimeInfo {
 const QUICKJS_GUEST_ENFORCEMENT: &[Enforcement] = &[
     Enforcement {
         limit: LimitKind::WallTime,
-        how: "QuickJS's interrupt handler reads a flag the host raises in the guest's memory at the deadline (the script stops, the session goes on); an epoch deadline inside wasmtime 4% later (5-200 ms) stops a single long builtin, and the session restarts",
+        how: "QuickJS's interrupt handler reads a flag the host raises in the guest's memory at the deadline (the script stops, the session goes on); an epoch deadline inside wasmtime 4% later (5-200 ms) stops a single long builtin, and the session restarts. The clock stops while the guest waits on a tool call or a batch of calls (served by the host, outside wasm): the deadline moves later by the wait",
+    },
+    Enforcement {
+        limit: LimitKind::TotalTime,
+        how: "the same deadline, which waits never move past the total; a run found past it when a call returns is stopped inside the call, and the session restarts",
     },
     Enforcement {
         limit: LimitKind::Operations,

@@ -21,8 +21,8 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use codeact_runtime::{
-    FileView, HostError, Interrupt, LimitKind, Limits, RunOutcome, ScriptError, Session, Snapshot,
-    SnapshotError, ToolDispatch, js_hoist::hoist_top_level,
+    FileView, HostError, Interrupt, LimitKind, Limits, RunClock, RunOutcome, ScriptError, Session,
+    Snapshot, SnapshotError, ToolDispatch, js_hoist::hoist_top_level,
 };
 use wasmtime::{InstancePre, Store, Trap, TypedFunc, UpdateDeadline};
 use wasmtime_wasi::I32Exit;
@@ -484,20 +484,26 @@ impl StdioSession {
             script.to_string()
         };
         let nonce = protocol::new_nonce();
-        let deadline = Instant::now() + limits.wall_time;
+        // The script's own time stops while it waits on tools: the deadline
+        // moves later by each wait, never past the total time.
+        let mut clock = RunClock::start(&limits);
         locked(&instance.exchange).begin_run(
             &nonce,
             protocol::script_line(&nonce, &code),
             limits.max_output_bytes,
             protocol::max_message_bytes(&limits),
-            deadline,
+            clock.deadline(),
             interrupt,
         );
         // The completion, and whether the instance may serve the next run.
         let (completion, keep) = loop {
-            match poll_guest(&mut instance, deadline) {
+            match poll_guest(&mut instance, clock.deadline()) {
                 Event::Message(GuestMessage::ToolCall { name, args }) => {
-                    let line = match self.tools.call(&name, args) {
+                    let result = clock.pause(|| self.tools.call(&name, args));
+                    if let Some(stop) = out_of_time(&instance, &clock, &limits) {
+                        break stop;
+                    }
+                    let line = match result {
                         Ok(value) => protocol::tool_answer_line(Ok(&value)),
                         Err(e) => protocol::tool_answer_line(Err(&format!(
                             "tool '{name}' failed: {}",
@@ -508,9 +514,13 @@ impl StdioSession {
                 }
                 Event::Message(GuestMessage::ToolCalls(calls)) => {
                     let names: Vec<String> = calls.iter().map(|call| call.name.clone()).collect();
+                    let results = clock.pause(|| self.tools.call_many(calls));
+                    if let Some(stop) = out_of_time(&instance, &clock, &limits) {
+                        break stop;
+                    }
                     let answers: Vec<Result<serde_json::Value, String>> = names
                         .iter()
-                        .zip(self.tools.call_many(calls))
+                        .zip(results)
                         .map(|(name, result)| {
                             result.map_err(|e| format!("tool '{name}' failed: {}", e.message))
                         })
@@ -567,11 +577,11 @@ impl StdioSession {
                 }
                 Event::Ended(result) => {
                     let refused = locked(&instance.exchange).memory_refused;
-                    let error = ended(result, refused, &limits);
+                    let error = ended(result, refused, &limits, clock.limit());
                     break (Err(error), false);
                 }
                 Event::Stuck => {
-                    let error = ScriptError::limit(LimitKind::WallTime, &limits, None);
+                    let error = ScriptError::limit(clock.limit(), &limits, None);
                     break (Err(error.restarting()), false);
                 }
                 Event::Broken => break (Err(self.broken()), false),
@@ -581,7 +591,7 @@ impl StdioSession {
         // script, having written nothing more: a script that sent a result itself
         // and kept running is found here, before its result is taken.
         let (completion, keep) = if keep {
-            self.settle(&mut instance, deadline, completion, &limits)
+            self.settle(&mut instance, &clock, completion, &limits)
         } else {
             (completion, keep)
         };
@@ -600,19 +610,19 @@ impl StdioSession {
     fn settle(
         &self,
         instance: &mut LiveGuest,
-        deadline: Instant,
+        clock: &RunClock,
         completion: Result<serde_json::Value, ScriptError>,
         limits: &Limits,
     ) -> (Result<serde_json::Value, ScriptError>, bool) {
-        match poll_guest(instance, deadline) {
+        match poll_guest(instance, clock.deadline()) {
             Event::Ready => (completion, true),
             Event::Broken | Event::Message(_) => (Err(self.broken()), false),
             Event::Ended(result) => {
                 let refused = locked(&instance.exchange).memory_refused;
-                (Err(ended(result, refused, limits)), false)
+                (Err(ended(result, refused, limits, clock.limit())), false)
             }
             Event::Stuck => {
-                let error = ScriptError::limit(LimitKind::WallTime, limits, None);
+                let error = ScriptError::limit(clock.limit(), limits, None);
                 (Err(error.restarting()), false)
             }
         }
@@ -785,8 +795,30 @@ fn script_failure(failure: Failure, runtime: &str, refused: bool, limits: &Limit
     }
 }
 
-/// The error for a guest whose call returned during a run: it exited or trapped.
-fn ended(result: wasmtime::Result<()>, refused: bool, limits: &Limits) -> ScriptError {
+/// After a wait on tools: the run's deadline, moved by the wait, goes to the
+/// epoch check; a run found past it (a call cut short by the total time answers
+/// with an error the script could otherwise catch and carry on past its limit)
+/// ends there, with the instance, which waits for an answer it will not get.
+fn out_of_time(
+    instance: &LiveGuest,
+    clock: &RunClock,
+    limits: &Limits,
+) -> Option<(Result<serde_json::Value, ScriptError>, bool)> {
+    locked(&instance.exchange).deadline = Some(clock.deadline());
+    clock.expired().then(|| {
+        let error = ScriptError::limit(clock.limit(), limits, None).restarting();
+        (Err(error), false)
+    })
+}
+
+/// The error for a guest whose call returned during a run: it exited or trapped
+/// (at the epoch deadline: the limit `time` says fired).
+fn ended(
+    result: wasmtime::Result<()>,
+    refused: bool,
+    limits: &Limits,
+    time: LimitKind,
+) -> ScriptError {
     let error = match result {
         Ok(()) => {
             return ScriptError::EngineLost {
@@ -804,7 +836,7 @@ fn ended(result: wasmtime::Result<()>, refused: bool, limits: &Limits) -> Script
     }
     let limit = |kind, detail| ScriptError::limit(kind, limits, detail).restarting();
     match error.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => limit(LimitKind::WallTime, None),
+        Some(Trap::Interrupt) => limit(time, None),
         Some(Trap::StackOverflow) => limit(LimitKind::CallDepth, None),
         _ if refused => limit(LimitKind::Memory, Some(first_line(&error))),
         _ => ScriptError::EngineLost {
