@@ -370,6 +370,10 @@ def targets_44_section(ours, peers_doc):
         if m is not None and rt.startswith("wasm:"):
             L.append(f"| `{rt}`: restore of a 10 MB guest memory ≤ 20 ms | {fmt_us(m)} | "
                      f"{verdict(m <= 20_000)} |")
+    cpython_wasm_peers = [n for n in peers if n in ("eryx", "wasmtime-cpython", "pyodide")]
+    if not cpython_wasm_peers:
+        L.append("| `wasm:python` warm step within 1.5× of the fastest CPython-in-wasm peer | "
+                 "no CPython-in-wasm peer measured in this sitting | - |")
     L.append("| Eryx measured beside the peers | not measured: eryx 0.12–0.14 need webpki-roots ≥ 1.0.11, "
              "which the registry this machine reaches does not have (1.0.10 is its newest) | **missed** |")
     L.append("")
