@@ -25,6 +25,9 @@
 //! [`JOIN_BOUND`]. A resumed run replays the recorded answers of cell calls and
 //! starts no cell again, so a cell of the interrupted run is unknown to it.
 
+pub(crate) use super::cell_news::{
+    CANCEL_CELL_TOOL, CellNews, NOTIFY_TOOL, POLL_CELL_TOOL, START_CELL_TOOL, WAIT_CELL_TOOL,
+};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
@@ -39,17 +42,6 @@ use super::host_tools::HostTools;
 use crate::exec::session::ScriptSession;
 use crate::output::script_output::ScriptOutput;
 use crate::tools::toolbox::Tool;
-
-/// `start_cell(code)`: starts a cell running `code`, returns its id.
-pub const START_CELL_TOOL: &str = "start_cell";
-/// `poll_cell(id)`: a cell's state, new progress and, once ended, its result.
-pub const POLL_CELL_TOOL: &str = "poll_cell";
-/// `wait_cell(id, seconds)`: waits for a cell to end, then answers as `poll_cell`.
-pub const WAIT_CELL_TOOL: &str = "wait_cell";
-/// `cancel_cell(id)`: stops a cell.
-pub const CANCEL_CELL_TOOL: &str = "cancel_cell";
-/// `notify(message)`: inside a cell, records progress for the next poll.
-pub const NOTIFY_TOOL: &str = "notify";
 
 /// The cell functions, by name.
 const CELL_TOOLS: [&str; 5] = [
@@ -575,18 +567,6 @@ impl Cells {
             Ok(view(&mut table, number))
         })
     }
-}
-
-/// What changed in a cell that no script has seen: it ended, or it sent
-/// progress; for the note after a step ([`Cells::news`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct CellNews {
-    /// The cell's id.
-    pub id: String,
-    /// `running`, `done`, `failed` or `cancelled`.
-    pub state: &'static str,
-    /// Progress messages sent since the model last heard of the cell.
-    pub progress: usize,
 }
 
 impl Cells {

@@ -646,7 +646,7 @@ impl Conversation {
     /// host's words joins the next feedback, naming them and their states, so
     /// the model knows to poll them. Their own words stay out of it: a poll
     /// returns them, fenced with the script's value.
-    pub(crate) fn note_cells(&mut self, news: &[crate::agent::cells::CellNews]) {
+    pub(crate) fn note_cells(&mut self, news: &[crate::agent::cell_news::CellNews]) {
         if news.is_empty() {
             return;
         }

@@ -4,6 +4,7 @@
 pub(crate) mod absent_patterns;
 pub(crate) mod answer_shape;
 pub(crate) mod approval;
+pub(crate) mod cell_news;
 pub(crate) mod cells;
 pub mod coach;
 pub(crate) mod data_paths;

@@ -168,7 +168,7 @@ pub(crate) fn render_system_prompt_with(
     let cells = match cells {
         None => String::new(),
         Some((limits, specs)) => {
-            use crate::agent::cells::{
+            use crate::agent::cell_news::{
                 CANCEL_CELL_TOOL, NOTIFY_TOOL, POLL_CELL_TOOL, START_CELL_TOOL, WAIT_CELL_TOOL,
             };
             // What a script writes before the parenthesis (`tools.start_cell`):

@@ -10,13 +10,8 @@ use rhai::{
 };
 
 use crate::memory_meter::{self, Event};
+use crate::stops::{ALLOCATION_TOKEN, DEADLINE_TOKEN, out_of_time};
 use crate::{bounded_builtins, convert, run_state};
-
-/// The value `on_progress` terminates a run with when its deadline passes.
-pub(crate) const DEADLINE_TOKEN: &str = "codeact:deadline";
-
-/// The value `on_progress` terminates a run with when it allocated past its budget.
-pub(crate) const ALLOCATION_TOKEN: &str = "codeact:allocation";
 
 /// Per-value caps derived from [`Limits::max_memory_bytes`]. Rhai counts nested
 /// values recursively, so each cap bounds one value as a whole.
@@ -274,19 +269,6 @@ fn register_helpers(engine: &mut Engine, max_depth: usize) {
         call_tool(&ctx, name, &Dynamic::from_map(Map::new()), max_depth)
     });
     crate::parallel::register(engine, max_depth);
-}
-
-/// Ends the run as at its deadline when a wait on tools took it there: a call
-/// cut short by the run's total time answers with an error the script could
-/// otherwise catch and carry on past its limit.
-pub(crate) fn out_of_time(ctx: &NativeCallContext) -> Result<(), Box<EvalAltResult>> {
-    if run_state::deadline_passed() {
-        return Err(Box::new(EvalAltResult::ErrorTerminated(
-            Dynamic::from(DEADLINE_TOKEN),
-            ctx.call_position(),
-        )));
-    }
-    Ok(())
 }
 
 fn call_tool(

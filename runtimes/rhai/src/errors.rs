@@ -3,7 +3,7 @@
 use codeact_runtime::{ErrorFacts, ErrorKind, LimitKind, Limits, ScriptError};
 use rhai::{EvalAltResult, ParseError, ParseErrorType};
 
-use crate::engine::{ALLOCATION_TOKEN, DEADLINE_TOKEN};
+use crate::stops::{ALLOCATION_TOKEN, DEADLINE_TOKEN};
 
 /// After a line `{key: …}`: the JavaScript habit models bring most often.
 const MAP_LITERAL_HINT: &str = "a Rhai map literal starts with `#{`, as in `#{name: \"x\", n: 1}`.";

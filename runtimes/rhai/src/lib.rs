@@ -27,6 +27,7 @@ mod session;
 mod snapshot;
 mod snapshot_codec;
 mod spellings;
+mod stops;
 mod tool_functions;
 mod validator;
 

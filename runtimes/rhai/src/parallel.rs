@@ -129,7 +129,7 @@ fn run(
     let started = std::time::Instant::now();
     let results = tools.call_many(calls);
     run_state::waited(started.elapsed());
-    crate::engine::out_of_time(ctx)?;
+    crate::stops::out_of_time(ctx)?;
     Ok(names
         .into_iter()
         .zip(results)
