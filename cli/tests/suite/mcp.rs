@@ -208,12 +208,14 @@ async fn a_hanging_server_is_bounded_by_the_call_timeout_and_replaced() {
 }
 
 /// If this fails, a server that never answers holds a script for the whole
-/// call timeout (30 s) past the script's own time limit.
+/// call timeout (30 s) past the script's total time limit (its own time does
+/// not run while it waits on a tool).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_to_a_hanging_server_ends_with_the_calling_scripts_time_limit() {
+async fn a_call_to_a_hanging_server_ends_with_the_calling_scripts_total_time_limit() {
     let tools = toolbox(&scripted()).await;
     let runtime = codeact::RhaiRuntime::new(codeact::Limits {
         wall_time: Duration::from_millis(700),
+        max_total_time: Duration::from_millis(700),
         ..codeact::Limits::default()
     });
     let mut session = codeact::ScriptSession::start(&runtime, tools.clone()).expect("starts");
@@ -998,6 +1000,8 @@ async fn codeact_mcp_over_http_expires_an_idle_client_and_frees_its_place() {
         "--idle-timeout",
         "2",
         "--timeout-ms",
+        "300",
+        "--total-timeout-ms",
         "300",
     ])
     .await;

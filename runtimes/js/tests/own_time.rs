@@ -17,11 +17,14 @@ use codeact_runtime::{
 };
 use serde_json::{Value, json};
 
+/// A test by name, run once per mode.
+type NamedTest = (&'static str, fn(Mode));
+
 fn main() -> ExitCode {
     if let Some(code) = codeact_js::run_worker_if_requested() {
         return code;
     }
-    let tests: &[(&str, fn(Mode))] = &[
+    let tests: &[NamedTest] = &[
         (
             "three_waits_of_400_ms_under_a_500_ms_budget_finish",
             three_waits_of_400_ms_under_a_500_ms_budget_finish,

@@ -630,6 +630,9 @@ def __codeact_main(
     # The helpers' code, to find their caller's frame (CPython only: MicroPython
     # has neither frames nor a function's code).
     CALL_CODES = (tool_function("_").__code__, call_tool_helper.__code__) if CPYTHON else ()
+    # The file name the prelude's own code has: `<string>`, or `<turn 1>` where
+    # it ran as a guest's first turn.
+    PRELUDE_FILE = CALL_CODES[0].co_filename if CALL_CODES else "<string>"
 
     def in_async_code():
         # Whether the helper making this call was called from async code: its
@@ -761,9 +764,10 @@ def __codeact_main(
                     # str subclass (compile() keeps one), whose __eq__ would run
                     # with the guard open.
                     seen = seen or str_equal(code.co_filename, "<script>")
-                    # The prelude's own frames (compiled as `<string>`) are the
-                    # host's code, not the script's: left out.
-                    if seen and not str_equal(code.co_filename, "<string>"):
+                    # The prelude's own frames (compiled as `<string>`, or as a
+                    # turn by the guests started by turns) are the host's code,
+                    # not the script's: left out.
+                    if seen and not str_equal(code.co_filename, PRELUDE_FILE):
                         frames.append((code.co_filename, tb.tb_lineno, code.co_name))
                     tb = tb.tb_next
             finally:
